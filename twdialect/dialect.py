@@ -1,0 +1,691 @@
+"""The `tw` dialect: a per-position vector type, graph structure, primitives and library ops.
+
+Every value is a `!tw.vec<N>`: at each sequence position, N f32 numbers. Primitives are what
+the transformer machine executes directly (see `docs/architecture.md`); library ops carry an
+ideal meaning that the `decompose` pass lowers to primitives under a documented contract
+(`twdialect/contracts.py`). Weights are bytes-backed dense attributes (`twdialect.dense`).
+
+Discardable attributes understood everywhere:
+  `tw.annotation = "render/texture"`  hierarchical name, free at run time, carried into reports;
+  `tw.scope = "loop"`, `tw.iteration = 3 : i64`  membership in a `sequential_scope` iteration;
+  `tw.scope_terminal`  marks an iteration's terminal value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolNameConstraint,
+    f64,
+    i64,
+)
+from xdsl.ir import (
+    Attribute,
+    Block,
+    Dialect,
+    Operation,
+    ParametrizedAttribute,
+    Region,
+    SSAValue,
+    TypeAttribute,
+)
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure, SymbolOpInterface
+from xdsl.utils.exceptions import VerifyException
+
+from twdialect.dense import shape_of, to_numpy
+
+ANNOTATION = "tw.annotation"
+SCOPE = "tw.scope"
+ITERATION = "tw.iteration"
+SCOPE_TERMINAL = "tw.scope_terminal"
+
+
+# --------------------------------------------------------------------------------------
+# Types and attributes
+# --------------------------------------------------------------------------------------
+
+
+@irdl_attr_definition
+class VecType(ParametrizedAttribute, TypeAttribute):
+    """`!tw.vec<N>`: N f32 values at every position."""
+
+    name = "tw.vec"
+    width: IntAttr
+
+    def __init__(self, width: int | IntAttr):
+        super().__init__(width if isinstance(width, IntAttr) else IntAttr(width))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            pos = parser.pos
+            w = parser.parse_integer(allow_negative=False, allow_boolean=False)
+            if w < 1:
+                parser.raise_error("vector width must be at least 1", pos, parser.pos)
+        return (IntAttr(w),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(str(self.width.data))
+
+    def verify(self) -> None:
+        if self.width.data < 1:
+            raise VerifyException(f"!tw.vec width must be at least 1, got {self.width.data}")
+
+
+@irdl_attr_definition
+class RangeAttr(ParametrizedAttribute):
+    """`#tw.range<lo, hi>`: a declared closed value range [lo, hi] for every component."""
+
+    name = "tw.range"
+    lo: FloatAttr
+    hi: FloatAttr
+
+    def __init__(self, lo: float, hi: float):
+        super().__init__(FloatAttr(float(lo), f64), FloatAttr(float(hi), f64))
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return (self.lo.value.data, self.hi.value.data)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            lo = parser.parse_float()
+            parser.parse_punctuation(",")
+            hi = parser.parse_float()
+        return (FloatAttr(lo, f64), FloatAttr(hi, f64))
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(f"{_fmt(self.lo.value.data)}, {_fmt(self.hi.value.data)}")
+
+    def verify(self) -> None:
+        lo, hi = self.bounds
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise VerifyException(f"#tw.range bounds must be finite, got [{lo}, {hi}]")
+        if lo > hi:
+            raise VerifyException(f"#tw.range lower bound {lo} exceeds upper bound {hi}")
+
+
+def _fmt(x: float) -> str:
+    r = repr(float(x))
+    return r if ("." in r or "e" in r or "n" in r) else r + ".0"
+
+
+def vec(width: int) -> VecType:
+    return VecType(width)
+
+
+def width_of(value: SSAValue) -> int:
+    t = value.type
+    if not isinstance(t, VecType):
+        raise TypeError(f"expected a !tw.vec value, got {t}")
+    return t.width.data
+
+
+# --------------------------------------------------------------------------------------
+# Verification helpers: errors name the op they are about
+# --------------------------------------------------------------------------------------
+
+
+def describe(op: Operation) -> str:
+    """A short, stable identification of `op` for error messages."""
+    parts = [f"'{op.name}'"]
+    if op.results and op.results[0].name_hint:
+        parts.append(f"%{op.results[0].name_hint}")
+    block = op.parent_block()
+    graph = block.parent_op() if block is not None else None
+    if isinstance(graph, GraphOp):
+        parts.append(f"in @{graph.sym_name.data}")
+    if (ann := op.attributes.get(ANNOTATION)) is not None and isinstance(ann, StringAttr):
+        parts.append(f"[{ann.data}]")
+    return " ".join(parts)
+
+
+def _fail(op: Operation, message: str):
+    raise VerifyException(f"{describe(op)}: {message}")
+
+
+def _check_matrix(op, attr, name: str, rows: int | None, cols: int | None):
+    shape = shape_of(attr)
+    if len(shape) != 2:
+        _fail(op, f"{name} must be a 2-D matrix, got shape {list(shape)}")
+    if rows is not None and shape[0] != rows:
+        _fail(op, f"{name} has {shape[0]} rows but its input is {rows} wide")
+    if cols is not None and shape[1] != cols:
+        _fail(op, f"{name} has {shape[1]} columns but must produce {cols}")
+    _check_finite(op, attr, name)
+
+
+def _check_vector(op, attr, name: str, length: int):
+    shape = shape_of(attr)
+    if len(shape) != 1 or shape[0] != length:
+        _fail(op, f"{name} must be a vector of length {length}, got shape {list(shape)}")
+    _check_finite(op, attr, name)
+
+
+def _check_finite(op, attr, name: str):
+    if not np.all(np.isfinite(np.frombuffer(attr.data.data, "<f4"))):
+        _fail(op, f"{name} contains a non-finite value")
+
+
+# --------------------------------------------------------------------------------------
+# Graph structure
+# --------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class GraphOp(IRDLOperation):
+    """`tw.graph @main { ... }`: one computation graph (a symbol; a module may hold several).
+
+    Its single block holds `tw.input`/`tw.embedding`/`tw.pos_encoding` sources, computation,
+    and `tw.output` sinks, in an order where every value is defined before it is used.
+    """
+
+    name = "tw.graph"
+    sym_name = prop_def(SymbolNameConstraint())
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator(), IsolatedFromAbove(), SymbolOpInterface())
+
+    def __init__(self, name: str, ops: Sequence[Operation] = ()):
+        super().__init__(properties={"sym_name": StringAttr(name)}, regions=[Region(Block(ops))])
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        extra = {k: v for k, v in self.attributes.items()}
+        if extra:
+            printer.print_string(" attributes")
+            printer.print_attr_dict(extra)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GraphOp:
+        name = parser.parse_symbol_name().data
+        attrs = {}
+        if parser.parse_optional_keyword("attributes"):
+            attrs = dict(parser.parse_optional_attr_dict())
+        region = parser.parse_region()
+        if not region.blocks:
+            region.add_block(Block())
+        op = cls.create(properties={"sym_name": StringAttr(name)}, regions=[region])
+        op.attributes.update(attrs)
+        return op
+
+    def verify_(self) -> None:
+        inputs: dict[str, Operation] = {}
+        outputs: dict[str, Operation] = {}
+        defined: set[SSAValue] = set()
+        for op in self.block.ops:
+            for i, operand in enumerate(op.operands):
+                if operand not in defined:
+                    _fail(op, f"operand #{i} is used before it is defined (values must be "
+                          "defined earlier in the graph's block)")
+            defined.update(op.results)
+            if isinstance(op, (InputOp, EmbeddingOp)):
+                n = op.input_name.data
+                if n in inputs:
+                    _fail(op, f"duplicate input name \"{n}\"")
+                inputs[n] = op
+            elif isinstance(op, OutputOp):
+                n = op.output_name.data
+                if n in outputs:
+                    _fail(op, f"duplicate output name \"{n}\"")
+                outputs[n] = op
+            elif not isinstance(op, TW_OPS):
+                _fail(op, "only tw ops may appear in a tw.graph")
+
+
+@irdl_op_definition
+class InputOp(IRDLOperation):
+    """`%x = tw.input "x" #tw.range<-8.0, 8.0> : !tw.vec<2>`: a named per-position input."""
+
+    name = "tw.input"
+    input_name = prop_def(StringAttr, prop_name="name")
+    range = prop_def(RangeAttr)
+    out = result_def(VecType)
+    assembly_format = "$name $range attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if not self.input_name.data:
+            _fail(self, "input name must not be empty")
+
+
+@irdl_op_definition
+class OutputOp(IRDLOperation):
+    """`tw.output "y" %v : !tw.vec<1>`: a named graph output (read after the last layer)."""
+
+    name = "tw.output"
+    output_name = prop_def(StringAttr, prop_name="name")
+    value = operand_def(VecType)
+    assembly_format = "$name $value attr-dict `:` type($value)"
+
+    def verify_(self) -> None:
+        if not self.output_name.data:
+            _fail(self, "output name must not be empty")
+
+
+@irdl_op_definition
+class EmbeddingOp(IRDLOperation):
+    """`%e = tw.embedding "tokens" table dense<...> : tensor<VxDxf32> : !tw.vec<D>`.
+
+    A token input: at each position the integer token id t in [0, V) selects row t of the table.
+    """
+
+    name = "tw.embedding"
+    input_name = prop_def(StringAttr, prop_name="name")
+    table = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = "$name `table` $table attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _check_matrix(self, self.table, "embedding table", None, width_of(self.out))
+
+
+@irdl_op_definition
+class PosEncodingOp(IRDLOperation):
+    """`%p = tw.pos_encoding max_len 512 : !tw.vec<W>`: the position features.
+
+    Column 0 is the position index i (0-based); column 1 (if W >= 2) is i*i; columns 2.. hold
+    sin/cos pairs sin(i / 10000^(2k/(W-2))), cos(...) as in Vaswani et al. `max_len` bounds i
+    (it sets the value range of the index columns).
+    """
+
+    name = "tw.pos_encoding"
+    max_len = prop_def(IntegerAttr)
+    out = result_def(VecType)
+    assembly_format = "`max_len` $max_len attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if self.max_len.value.data < 1:
+            _fail(self, "max_len must be at least 1")
+
+
+# --------------------------------------------------------------------------------------
+# Primitives
+# --------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class LiteralOp(IRDLOperation):
+    """`%c = tw.literal dense<[1.0, 2.0]> : tensor<2xf32> : !tw.vec<2>`: a constant row."""
+
+    name = "tw.literal"
+    value = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = "$value attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _check_vector(self, self.value, "literal value", width_of(self.out))
+
+
+@irdl_op_definition
+class LinearOp(IRDLOperation):
+    """`%y = tw.linear %x weight M (bias b)? : !tw.vec<I> -> !tw.vec<O>`: y = x @ M + b."""
+
+    name = "tw.linear"
+    x = operand_def(VecType)
+    weight = prop_def(DenseIntOrFPElementsAttr)
+    bias = opt_prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = "$x `weight` $weight (`bias` $bias^)? attr-dict `:` type($x) `->` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _check_matrix(self, self.weight, "weight", width_of(self.x), width_of(self.out))
+        if self.bias is not None:
+            _check_vector(self, self.bias, "bias", width_of(self.out))
+
+
+@irdl_op_definition
+class ReluOp(IRDLOperation):
+    """`%y = tw.relu %x : !tw.vec<N>`: elementwise max(x, 0)."""
+
+    name = "tw.relu"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    x = operand_def(T)
+    out = result_def(T)
+    assembly_format = "$x attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if self.x.type != self.out.type:
+            _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
+
+
+@irdl_op_definition
+class AddOp(IRDLOperation):
+    """`%s = tw.add %a, %b : !tw.vec<N>`: elementwise sum."""
+
+    name = "tw.add"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    lhs = operand_def(T)
+    rhs = operand_def(T)
+    out = result_def(T)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if not (self.lhs.type == self.rhs.type == self.out.type):
+            _fail(self, f"operand widths must match the result: {self.lhs.type}, "
+                  f"{self.rhs.type} -> {self.out.type}")
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """`%c = tw.concat (%a, %b) : !tw.vec<1>, !tw.vec<2> -> !tw.vec<3>`: free; a view of leaves."""
+
+    name = "tw.concat"
+    ins = var_operand_def(VecType)
+    out = result_def(VecType)
+    assembly_format = "`(` $ins `)` attr-dict `:` type($ins) `->` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if not self.ins:
+            _fail(self, "concat needs at least one operand")
+        total = sum(width_of(v) for v in self.ins)
+        if total != width_of(self.out):
+            _fail(self, f"operand widths sum to {total} but the result is {width_of(self.out)} wide")
+
+
+@irdl_op_definition
+class AttnOp(IRDLOperation):
+    """One causal attention head family (no 1/sqrt(d) scaling).
+
+    `%o = tw.attn %q, %k, %v wq Wq wk Wk wv Wv wo Wo : !tw.vec<Q>, !tw.vec<K>, !tw.vec<V> -> !tw.vec<O>`
+    logits[i, j] = (q_i Wq) . (k_j Wk) for j <= i; out_i = sum_j softmax_j(logits[i]) (v_j Wv) Wo.
+    """
+
+    name = "tw.attn"
+    query = operand_def(VecType)
+    key = operand_def(VecType)
+    value = operand_def(VecType)
+    wq = prop_def(DenseIntOrFPElementsAttr)
+    wk = prop_def(DenseIntOrFPElementsAttr)
+    wv = prop_def(DenseIntOrFPElementsAttr)
+    wo = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = (
+        "$query `,` $key `,` $value `wq` $wq `wk` $wk `wv` $wv `wo` $wo attr-dict `:` "
+        "type($query) `,` type($key) `,` type($value) `->` type($out)"
+    )
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _check_matrix(self, self.wq, "wq", width_of(self.query), None)
+        d_qk = shape_of(self.wq)[1]
+        _check_matrix(self, self.wk, "wk", width_of(self.key), d_qk)
+        _check_matrix(self, self.wv, "wv", width_of(self.value), None)
+        _check_matrix(self, self.wo, "wo", shape_of(self.wv)[1], width_of(self.out))
+
+
+@irdl_op_definition
+class MlpOp(IRDLOperation):
+    """`%y = tw.mlp %x w1 W1 (b1 b1)? w2 W2 (b2 b2)? : !tw.vec<I> -> !tw.vec<O>`.
+
+    y = relu(x W1 + b1) W2 + b2: exactly what one MLP sublayer computes.
+    """
+
+    name = "tw.mlp"
+    x = operand_def(VecType)
+    w1 = prop_def(DenseIntOrFPElementsAttr)
+    b1 = opt_prop_def(DenseIntOrFPElementsAttr)
+    w2 = prop_def(DenseIntOrFPElementsAttr)
+    b2 = opt_prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = (
+        "$x `w1` $w1 (`b1` $b1^)? `w2` $w2 (`b2` $b2^)? attr-dict `:` type($x) `->` type($out)"
+    )
+    traits = traits_def(Pure())
+
+    @property
+    def hidden(self) -> int:
+        return shape_of(self.w1)[1]
+
+    def verify_(self) -> None:
+        _check_matrix(self, self.w1, "w1", width_of(self.x), None)
+        h = shape_of(self.w1)[1]
+        if self.b1 is not None:
+            _check_vector(self, self.b1, "b1", h)
+        _check_matrix(self, self.w2, "w2", h, width_of(self.out))
+        if self.b2 is not None:
+            _check_vector(self, self.b2, "b2", width_of(self.out))
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """`%s = tw.slice %x [2, 3] : !tw.vec<8> -> !tw.vec<3>`: components start..start+len (free view)."""
+
+    name = "tw.slice"
+    x = operand_def(VecType)
+    start = prop_def(IntegerAttr)
+    out = result_def(VecType)
+    assembly_format = "$x `[` $start `]` attr-dict `:` type($x) `->` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        s = self.start.value.data
+        if s < 0 or s + width_of(self.out) > width_of(self.x):
+            _fail(self, f"slice [{s}, {s + width_of(self.out)}) is outside the "
+                  f"{width_of(self.x)}-wide operand")
+
+
+@irdl_op_definition
+class AfterOp(IRDLOperation):
+    """`%y = tw.after %x, (%t...) : !tw.vec<N>, ...`: x itself, available only once every %t is.
+
+    An ordering-only edge (free, no value change): `sequential-scope` routes an iteration's
+    entry reads through it so the scheduler starts the iteration after an earlier one ends."""
+
+    name = "tw.after"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    x = operand_def(T)
+    deps = var_operand_def(VecType)
+    out = result_def(T)
+    assembly_format = "$x `,` `(` $deps `)` attr-dict `:` type($out) `,` type($deps)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if not self.deps:
+            _fail(self, "tw.after needs at least one dependency")
+
+
+# --------------------------------------------------------------------------------------
+# Library ops (ideal meaning; `decompose` lowers them under twdialect/contracts.py)
+# --------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class CompareOp(IRDLOperation):
+    """`%b = tw.compare %x, 5.0e-01 ramp 1.0e-01 : !tw.vec<N>`: elementwise +1 if x >= t else -1.
+
+    Decomposed as a ramp that is exact outside (t - ramp, t).
+    """
+
+    name = "tw.compare"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    x = operand_def(T)
+    threshold = prop_def(FloatAttr)
+    ramp = prop_def(FloatAttr)
+    out = result_def(T)
+    assembly_format = "$x `,` $threshold `ramp` $ramp attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if self.x.type != self.out.type:
+            _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
+        if not self.ramp.value.data > 0:
+            _fail(self, f"ramp must be positive, got {self.ramp.value.data}")
+        if not np.isfinite(self.threshold.value.data):
+            _fail(self, "threshold must be finite")
+
+
+@irdl_op_definition
+class SelectOp(IRDLOperation):
+    """`%r = tw.select %c, %a, %b : !tw.vec<C>, !tw.vec<N>`: a where c > 0, else b.
+
+    c is a +/-1 boolean, one per component (C == N) or one for all (C == 1).
+    """
+
+    name = "tw.select"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    cond = operand_def(VecType)
+    if_true = operand_def(T)
+    if_false = operand_def(T)
+    out = result_def(T)
+    assembly_format = "$cond `,` $if_true `,` $if_false attr-dict `:` type($cond) `,` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        n = width_of(self.out)
+        if width_of(self.if_true) != n or width_of(self.if_false) != n:
+            _fail(self, f"both branches must be {n} wide, got {width_of(self.if_true)} and "
+                  f"{width_of(self.if_false)}")
+        if width_of(self.cond) not in (1, n):
+            _fail(self, f"condition must be 1 or {n} wide, got {width_of(self.cond)}")
+
+
+@irdl_op_definition
+class ClampOp(IRDLOperation):
+    """`%y = tw.clamp %x, lo, hi : !tw.vec<N>`: elementwise min(max(x, lo), hi)."""
+
+    name = "tw.clamp"
+    T: ClassVar = VarConstraint("T", base(VecType))
+    x = operand_def(T)
+    lo = prop_def(FloatAttr)
+    hi = prop_def(FloatAttr)
+    out = result_def(T)
+    assembly_format = "$x `,` $lo `,` $hi attr-dict `:` type($out)"
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if self.x.type != self.out.type:
+            _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
+        if not self.lo.value.data <= self.hi.value.data:
+            _fail(self, f"lo {self.lo.value.data} exceeds hi {self.hi.value.data}")
+
+
+@irdl_op_definition
+class PiecewiseLinearOp(IRDLOperation):
+    """`%y = tw.piecewise_linear %x breakpoints B values V : !tw.vec<1> -> !tw.vec<O>`.
+
+    The linear interpolant through (B[k], V[k, :]), constant beyond the first and last
+    breakpoint. B is strictly increasing, V has shape (len(B), O).
+    """
+
+    name = "tw.piecewise_linear"
+    x = operand_def(VecType)
+    breakpoints = prop_def(DenseIntOrFPElementsAttr)
+    values = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = (
+        "$x `breakpoints` $breakpoints `values` $values attr-dict `:` type($x) `->` type($out)"
+    )
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if width_of(self.x) != 1:
+            _fail(self, f"input must be a scalar (!tw.vec<1>), got {self.x.type}")
+        bp = shape_of(self.breakpoints)
+        if len(bp) != 1 or bp[0] < 2:
+            _fail(self, f"breakpoints must be a vector of at least 2, got shape {list(bp)}")
+        _check_increasing(self, self.breakpoints, "breakpoints")
+        _check_matrix(self, self.values, "values", bp[0], width_of(self.out))
+
+
+@irdl_op_definition
+class PiecewiseLinear2dOp(IRDLOperation):
+    """`%z = tw.piecewise_linear_2d %x, %y xs X ys Y table T : !tw.vec<1>, !tw.vec<1> -> !tw.vec<O>`.
+
+    The interpolant of T (shape (len(X), len(Y), O)) on the grid X x Y, linear on each cell's two
+    triangles (cells split along the diagonal from (X[i], Y[j]) to (X[i+1], Y[j+1])), with the
+    inputs clamped to the grid.
+    """
+
+    name = "tw.piecewise_linear_2d"
+    x = operand_def(VecType)
+    y = operand_def(VecType)
+    xs = prop_def(DenseIntOrFPElementsAttr)
+    ys = prop_def(DenseIntOrFPElementsAttr)
+    table = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = (
+        "$x `,` $y `xs` $xs `ys` $ys `table` $table attr-dict `:` type($x) `,` type($y) "
+        "`->` type($out)"
+    )
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        for v, nm in ((self.x, "x"), (self.y, "y")):
+            if width_of(v) != 1:
+                _fail(self, f"input {nm} must be a scalar (!tw.vec<1>), got {v.type}")
+        for a, nm in ((self.xs, "xs"), (self.ys, "ys")):
+            s = shape_of(a)
+            if len(s) != 1 or s[0] < 2:
+                _fail(self, f"{nm} must be a vector of at least 2, got shape {list(s)}")
+            _check_increasing(self, a, nm)
+        want = (shape_of(self.xs)[0], shape_of(self.ys)[0], width_of(self.out))
+        if shape_of(self.table) != want:
+            _fail(self, f"table must have shape {list(want)}, got {list(shape_of(self.table))}")
+        _check_finite(self, self.table, "table")
+
+
+def _check_increasing(op, attr, name):
+    a = to_numpy(attr)
+    if not np.all(np.isfinite(a)):
+        _fail(op, f"{name} contains a non-finite value")
+    if np.any(np.diff(a) <= 0):
+        _fail(op, f"{name} must be strictly increasing")
+
+
+PRIMITIVE_OPS = (LiteralOp, LinearOp, ReluOp, AddOp, ConcatOp, AttnOp, MlpOp)
+# Views cost nothing: their columns are their operands' columns.
+VIEW_OPS = (ConcatOp, SliceOp, AfterOp)
+SOURCE_OPS = (InputOp, EmbeddingOp, PosEncodingOp)
+LIBRARY_OPS = (CompareOp, SelectOp, ClampOp, PiecewiseLinearOp, PiecewiseLinear2dOp)
+TW_OPS = (GraphOp, OutputOp) + SOURCE_OPS + PRIMITIVE_OPS + (SliceOp, AfterOp) + LIBRARY_OPS
+
+TW = Dialect("tw", list(TW_OPS), [VecType, RangeAttr])
+
+
+def float_prop(x: float) -> FloatAttr:
+    return FloatAttr(float(x), f64)
+
+
+def int_prop(x: int) -> IntegerAttr:
+    return IntegerAttr(int(x), i64)

@@ -1,0 +1,176 @@
+"""Random tw graphs for differential tests and benchmarks.
+
+`random_graph` mixes every primitive (and optionally every library op) with small weights so
+values stay bounded; `sample_inputs` draws inputs inside the declared ranges. `layered_graph`
+builds the big synthetic graphs of bench/compile_scaling.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twdialect import ops as tw
+from twdialect.dialect import InputOp, width_of
+
+PRIMITIVES = ("linear", "relu", "add", "concat", "literal", "attn", "mlp", "slice")
+LIBRARY = ("compare", "select", "clamp", "piecewise_linear", "piecewise_linear_2d")
+
+
+def _w(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    # Entries in [-1, 1] / rows: each output is bounded by the input bound (no blow-up).
+    return np.round(rng.uniform(-1.0, 1.0, (rows, cols)) / rows, 3)
+
+
+def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool = True,
+                 kinds: tuple[str, ...] | None = None, n_inputs: int = 2,
+                 value_range: float = 4.0, name: str = "main"):
+    """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module."""
+    rng = np.random.default_rng(seed)
+    kinds = kinds or (PRIMITIVES + (LIBRARY if library else ()))
+    with tw.Graph(name) as g:
+        vals = [tw.input(f"in{i}", int(rng.integers(1, max_width + 1)),
+                         value_range=(-value_range, value_range)) for i in range(n_inputs)]
+        if "attn" in kinds:
+            vals.append(tw.pos_encoding(int(rng.integers(1, 4)), max_len=64))
+
+        def pick():
+            # Prefer recent values so graphs get deep, not just wide.
+            k = len(vals)
+            return vals[int(min(k - 1, abs(rng.normal(k - 1, k / 2))))]
+
+        def scalar(v):
+            return v if width_of(v) == 1 else tw.linear(v, _w(rng, width_of(v), 1) + 0.5 / width_of(v))
+
+        for _ in range(n_ops):
+            kind = kinds[int(rng.integers(len(kinds)))]
+            x = pick()
+            w = width_of(x)
+            out_w = int(rng.integers(1, max_width + 1))
+            if kind == "linear":
+                bias = np.round(rng.uniform(-1, 1, out_w), 3) if rng.random() < 0.5 else None
+                v = tw.linear(x, _w(rng, w, out_w), bias)
+            elif kind == "relu":
+                v = tw.relu(x)
+            elif kind == "add":
+                y = pick()
+                if width_of(y) != w:
+                    y = tw.linear(y, _w(rng, width_of(y), w))
+                v = tw.add(x, y)
+            elif kind == "concat":
+                v = tw.concat(x, pick())
+            elif kind == "slice":
+                if w < 2:
+                    continue
+                start = int(rng.integers(0, w - 1))
+                v = tw.slice(x, start, int(rng.integers(1, w - start + 1)))
+            elif kind == "literal":
+                v = tw.literal(np.round(rng.uniform(-2, 2, out_w), 3))
+            elif kind == "attn":
+                q, k = pick(), pick()
+                d_qk = int(rng.integers(1, 3))
+                v = tw.attn(q, k, x, _w(rng, width_of(q), d_qk) * 2, _w(rng, width_of(k), d_qk) * 2,
+                            _w(rng, w, out_w), np.eye(out_w))
+            elif kind == "mlp":
+                h = int(rng.integers(1, 6))
+                v = tw.mlp(x, _w(rng, w, h), np.round(rng.uniform(-0.5, 0.5, h), 3),
+                           _w(rng, h, out_w), np.round(rng.uniform(-0.5, 0.5, out_w), 3)
+                           if rng.random() < 0.5 else None)
+            elif kind == "compare":
+                v = tw.compare(x, float(np.round(rng.uniform(-1, 1), 2)))
+            elif kind == "select":
+                c = tw.compare(scalar(pick()), float(np.round(rng.uniform(-0.5, 0.5), 2)))
+                y = pick()
+                if width_of(y) != w:
+                    y = tw.linear(y, _w(rng, width_of(y), w))
+                v = tw.select(c, x, y)
+            elif kind == "clamp":
+                lo = float(np.round(rng.uniform(-2, 0), 2))
+                v = tw.clamp(x, lo, lo + float(np.round(rng.uniform(0.1, 3), 2)))
+            elif kind == "piecewise_linear":
+                n = int(rng.integers(2, 6))
+                bp = np.sort(np.round(rng.uniform(-3, 3, n), 2))
+                if np.any(np.diff(bp) <= 0):
+                    bp = np.linspace(-3, 3, n)
+                v = tw.piecewise_linear(scalar(x), bp, np.round(rng.uniform(-2, 2, (n, out_w)), 3))
+            elif kind == "piecewise_linear_2d":
+                nx, ny = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+                v = tw.piecewise_linear_2d(scalar(x), scalar(pick()), np.linspace(-2, 2, nx),
+                                           np.linspace(-1.5, 1.5, ny),
+                                           np.round(rng.uniform(-2, 2, (nx, ny, out_w)), 3))
+            else:
+                raise ValueError(f"unknown op kind {kind!r}")
+            vals.append(v)
+        # Every value without a use becomes an output, so nothing is dead.
+        used = {o for v in vals for use in v.uses for o in [use.operation]}
+        n_out = 0
+        for v in vals:
+            if not v.uses and not isinstance(v.owner, InputOp):
+                tw.output(f"out{n_out}", v)
+                n_out += 1
+        if n_out == 0:
+            tw.output("out0", vals[-1])
+        del used
+    return g.module
+
+
+def sample_inputs(module, n_positions: int, seed: int = 0, graph: str = "main") -> dict:
+    """Inputs drawn uniformly inside each input's declared range (token ids for embeddings)."""
+    from twdialect.dialect import EmbeddingOp
+    from twdialect.interp import find_graph
+    from twdialect.dense import shape_of
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for op in find_graph(module, graph).block.ops:
+        if isinstance(op, InputOp):
+            lo, hi = op.range.bounds
+            feeds[op.input_name.data] = rng.uniform(lo, hi, (n_positions, width_of(op.out)))
+        elif isinstance(op, EmbeddingOp):
+            feeds[op.input_name.data] = rng.integers(0, shape_of(op.table)[0], n_positions)
+    return feeds
+
+
+def layered_graph(n_ops: int, seed: int = 0, layer_width: int = 64, value_width: int = 4,
+                  attn_every: int = 8, name: str = "main"):
+    """A big random layered graph of primitives: `layer_width` ops per level, each reading
+    values of the previous one or two levels (linears, mlp chains, adds, relus, some attention).
+    Returns (module, build_seconds)."""
+    import time
+
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    with tw.Graph(name, verify=False) as g:
+        pos = tw.pos_encoding(2, max_len=4096)
+        prev = [tw.input(f"in{i}", value_width, value_range=(-1.0, 1.0)) for i in range(4)]
+        older = prev
+        count = 0
+        level = 0
+        eye = np.eye(value_width)
+        while count < n_ops:
+            cur = []
+            for j in range(layer_width):
+                if count >= n_ops:
+                    break
+                x = prev[int(rng.integers(len(prev)))]
+                r = rng.random()
+                if level % attn_every == attn_every - 1 and j % 4 == 0:
+                    k = tw.concat(pos, x)
+                    v = tw.attn(k, k, x, _w(rng, value_width + 2, 2), _w(rng, value_width + 2, 2),
+                                eye, eye)
+                elif r < 0.35:
+                    v = tw.linear(x, _w(rng, value_width, value_width), rng.uniform(-0.1, 0.1, value_width))
+                elif r < 0.7:
+                    v = tw.mlp(x, _w(rng, value_width, 8), rng.uniform(-0.2, 0.2, 8),
+                               _w(rng, 8, value_width))
+                elif r < 0.85:
+                    y = older[int(rng.integers(len(older)))]
+                    v = tw.add(x, y)
+                else:
+                    v = tw.relu(x)
+                cur.append(v)
+                count += 1
+            older, prev = prev, cur
+            level += 1
+        for i, v in enumerate(prev):
+            tw.output(f"out{i}", v)
+    return g.module, time.perf_counter() - t0
