@@ -53,7 +53,13 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure, SymbolOpInterface
+from xdsl.traits import (
+    HasCanonicalizationPatternsTrait,
+    IsolatedFromAbove,
+    NoTerminator,
+    Pure,
+    SymbolOpInterface,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from twdialect.dense import shape_of, to_numpy
@@ -194,6 +200,19 @@ def _check_finite(op, attr, name: str):
         _fail(op, f"{name} contains a non-finite value")
 
 
+class TwCanonicalization(HasCanonicalizationPatternsTrait):
+    """Upstream `canonicalize` picks up tw's patterns (defined in passes/canonicalization.py)."""
+
+    def get_patterns(self, op):
+        from passes.canonicalization import patterns_for
+
+        return tuple(patterns_for(op))
+
+    @classmethod
+    def get_canonicalization_patterns(cls):
+        return ()
+
+
 # --------------------------------------------------------------------------------------
 # Graph structure
 # --------------------------------------------------------------------------------------
@@ -275,7 +294,7 @@ class InputOp(IRDLOperation):
     range = prop_def(RangeAttr)
     out = result_def(VecType)
     assembly_format = "$name $range attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if not self.input_name.data:
@@ -308,7 +327,7 @@ class EmbeddingOp(IRDLOperation):
     table = prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = "$name `table` $table attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         _check_matrix(self, self.table, "embedding table", None, width_of(self.out))
@@ -327,7 +346,7 @@ class PosEncodingOp(IRDLOperation):
     max_len = prop_def(IntegerAttr)
     out = result_def(VecType)
     assembly_format = "`max_len` $max_len attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if self.max_len.value.data < 1:
@@ -347,7 +366,7 @@ class LiteralOp(IRDLOperation):
     value = prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = "$value attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         _check_vector(self, self.value, "literal value", width_of(self.out))
@@ -363,7 +382,7 @@ class LinearOp(IRDLOperation):
     bias = opt_prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = "$x `weight` $weight (`bias` $bias^)? attr-dict `:` type($x) `->` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         _check_matrix(self, self.weight, "weight", width_of(self.x), width_of(self.out))
@@ -380,7 +399,7 @@ class ReluOp(IRDLOperation):
     x = operand_def(T)
     out = result_def(T)
     assembly_format = "$x attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if self.x.type != self.out.type:
@@ -397,7 +416,7 @@ class AddOp(IRDLOperation):
     rhs = operand_def(T)
     out = result_def(T)
     assembly_format = "$lhs `,` $rhs attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if not (self.lhs.type == self.rhs.type == self.out.type):
@@ -413,7 +432,7 @@ class ConcatOp(IRDLOperation):
     ins = var_operand_def(VecType)
     out = result_def(VecType)
     assembly_format = "`(` $ins `)` attr-dict `:` type($ins) `->` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if not self.ins:
@@ -444,7 +463,7 @@ class AttnOp(IRDLOperation):
         "$query `,` $key `,` $value `wq` $wq `wk` $wk `wv` $wv `wo` $wo attr-dict `:` "
         "type($query) `,` type($key) `,` type($value) `->` type($out)"
     )
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         _check_matrix(self, self.wq, "wq", width_of(self.query), None)
@@ -471,7 +490,7 @@ class MlpOp(IRDLOperation):
     assembly_format = (
         "$x `w1` $w1 (`b1` $b1^)? `w2` $w2 (`b2` $b2^)? attr-dict `:` type($x) `->` type($out)"
     )
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     @property
     def hidden(self) -> int:
@@ -496,7 +515,7 @@ class SliceOp(IRDLOperation):
     start = prop_def(IntegerAttr)
     out = result_def(VecType)
     assembly_format = "$x `[` $start `]` attr-dict `:` type($x) `->` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         s = self.start.value.data
@@ -518,7 +537,7 @@ class AfterOp(IRDLOperation):
     deps = var_operand_def(VecType)
     out = result_def(T)
     assembly_format = "$x `,` `(` $deps `)` attr-dict `:` type($out) `,` type($deps)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if not self.deps:
@@ -544,7 +563,7 @@ class CompareOp(IRDLOperation):
     ramp = prop_def(FloatAttr)
     out = result_def(T)
     assembly_format = "$x `,` $threshold `ramp` $ramp attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if self.x.type != self.out.type:
@@ -569,7 +588,7 @@ class SelectOp(IRDLOperation):
     if_false = operand_def(T)
     out = result_def(T)
     assembly_format = "$cond `,` $if_true `,` $if_false attr-dict `:` type($cond) `,` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         n = width_of(self.out)
@@ -591,7 +610,7 @@ class ClampOp(IRDLOperation):
     hi = prop_def(FloatAttr)
     out = result_def(T)
     assembly_format = "$x `,` $lo `,` $hi attr-dict `:` type($out)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if self.x.type != self.out.type:
@@ -616,7 +635,7 @@ class PiecewiseLinearOp(IRDLOperation):
     assembly_format = (
         "$x `breakpoints` $breakpoints `values` $values attr-dict `:` type($x) `->` type($out)"
     )
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         if width_of(self.x) != 1:
@@ -648,7 +667,7 @@ class PiecewiseLinear2dOp(IRDLOperation):
         "$x `,` $y `xs` $xs `ys` $ys `table` $table attr-dict `:` type($x) `,` type($y) "
         "`->` type($out)"
     )
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TwCanonicalization())
 
     def verify_(self) -> None:
         for v, nm in ((self.x, "x"), (self.y, "y")):
