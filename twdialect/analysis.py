@@ -1,0 +1,196 @@
+"""Graph analyses: use lists, topological order, and the critical-path floor of the cost model.
+
+Sublayer slots number the machine's sublayers in order: slot 2L is layer L's attention
+sublayer, slot 2L+1 its MLP sublayer; graph sources are ready at slot -1 (written before
+layer 0). An op placed in slot s makes its value readable from slot s+1 on, which is the
+attention -> MLP handoff of the seed (an attn op and the MLP chain that reads it share a layer).
+
+Where each op may run (the rules the scheduler follows, with unlimited capacity):
+  attn                         attention sublayer (even slot)
+  mlp, relu                    MLP sublayer (odd slot)
+  linear, add                  either: a head in attention, or a bypass pair in the MLP
+  literal                      free: a constant written with the inputs or as an MLP bias
+  concat, slice, after         free views of their operands
+  input, embedding, pos_enc    sources, ready at slot -1
+  library ops (pre-decompose)  MLP: compare/select/clamp/piecewise_linear one chain,
+                               piecewise_linear_2d two chains
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from xdsl.ir import Block, Operation, SSAValue
+
+from twdialect.dialect import (
+    AddOp,
+    AfterOp,
+    AttnOp,
+    ClampOp,
+    CompareOp,
+    ConcatOp,
+    EmbeddingOp,
+    GraphOp,
+    InputOp,
+    LinearOp,
+    LiteralOp,
+    MlpOp,
+    OutputOp,
+    PiecewiseLinear2dOp,
+    PiecewiseLinearOp,
+    PosEncodingOp,
+    ReluOp,
+    SelectOp,
+    SliceOp,
+)
+
+ATTN, MLP, EITHER, FREE, SOURCE, SINK = "attn", "mlp", "either", "free", "source", "sink"
+
+
+def placement_kind(op: Operation) -> str:
+    """Which sublayer(s) an op may occupy (see module docstring)."""
+    match op:
+        case AttnOp():
+            return ATTN
+        case MlpOp() | ReluOp() | CompareOp() | SelectOp() | ClampOp() | PiecewiseLinearOp() \
+                | PiecewiseLinear2dOp():
+            return MLP
+        case LinearOp() | AddOp():
+            return EITHER
+        case LiteralOp() | ConcatOp() | SliceOp() | AfterOp():
+            return FREE
+        case InputOp() | EmbeddingOp() | PosEncodingOp():
+            return SOURCE
+        case OutputOp():
+            return SINK
+    raise ValueError(f"no placement rule for {op.name}")
+
+
+def mlp_depth(op: Operation) -> int:
+    """MLP sublayers an MLP-kind op spans (piecewise_linear_2d decomposes into two chains)."""
+    return 2 if isinstance(op, PiecewiseLinear2dOp) else 1
+
+
+def next_slot(ready: int, kind: str) -> int:
+    """The first slot after `ready` where an op of `kind` can run."""
+    s = ready + 1
+    if kind == ATTN and s % 2 == 1:
+        s += 1
+    elif kind == MLP and s % 2 == 0:
+        s += 1
+    return s
+
+
+def graph_ops(graph: GraphOp) -> list[Operation]:
+    return list(graph.block.ops)
+
+
+def consumers(graph: GraphOp) -> dict[SSAValue, list[Operation]]:
+    """value -> ops reading it, in block order (deterministic)."""
+    users: dict[SSAValue, list[Operation]] = {}
+    for op in graph.block.ops:
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    return users
+
+
+def first_use_before_def(block: Block) -> Operation | None:
+    """The first op reading a value that is not defined earlier in `block` (None if ordered)."""
+    defined: set[SSAValue] = set(block.args)
+    for op in block.ops:
+        if any(v not in defined for v in op.operands):
+            return op
+        defined.update(op.results)
+    return None
+
+
+def topo_order(ops: Iterable[Operation]) -> list[Operation]:
+    """Kahn's algorithm over def-use edges among `ops`, ties broken by original order."""
+    import heapq
+
+    ops = list(ops)
+    index = {op: i for i, op in enumerate(ops)}
+    indeg = [0] * len(ops)
+    succ: list[list[int]] = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            j = index.get(v.owner) if isinstance(v.owner, Operation) else None
+            if j is not None:
+                indeg[i] += 1
+                succ[j].append(i)
+    heap = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        i = heapq.heappop(heap)
+        out.append(ops[i])
+        for k in succ[i]:
+            indeg[k] -= 1
+            if indeg[k] == 0:
+                heapq.heappush(heap, k)
+    if len(out) != len(ops):
+        raise ValueError("the graph has a cycle")
+    return out
+
+
+def sort_block_topologically(block: Block) -> None:
+    """Reorder `block` so every value is defined before use (stable where already ordered)."""
+    order = topo_order(block.ops)
+    for op in order:
+        op.detach()
+    block.add_ops(order)
+
+
+@dataclass
+class CriticalPath:
+    """The floor: earliest slot of every op with unlimited capacity, and one longest chain."""
+
+    slots: dict[Operation, int]  # op -> slot it runs in (views/sources: when ready)
+    ready: dict[SSAValue, int]  # value -> last slot before it can be read
+    n_layers: int  # the floor in layers (>= 1 when any op needs a sublayer)
+    chain: list[Operation]  # one chain of maximal depth, source to sink
+
+    @property
+    def floor(self) -> int:
+        return self.n_layers
+
+
+def critical_path(graph: GraphOp) -> CriticalPath:
+    """Earliest slots under the placement rules; O(ops + edges)."""
+    ready: dict[SSAValue, int] = {}
+    slots: dict[Operation, int] = {}
+    pred: dict[Operation, Operation | None] = {}
+    last = -1
+    last_op: Operation | None = None
+    for op in graph.block.ops:
+        r, p = -1, None
+        for v in op.operands:
+            rv = ready[v]
+            if rv > r:
+                r, p = rv, v.owner
+        kind = placement_kind(op)
+        if kind in (SOURCE,):
+            s = -1
+        elif kind == FREE:
+            s = r
+        elif kind == SINK:
+            s = r
+            if r > last:
+                last, last_op = r, op
+        elif kind == MLP:
+            s = next_slot(r, MLP) + 2 * (mlp_depth(op) - 1)
+        else:
+            s = next_slot(r, kind)
+        slots[op] = s
+        pred[op] = p if isinstance(p, Operation) else None
+        for res in op.results:
+            ready[res] = s
+    chain: list[Operation] = []
+    op = last_op
+    while op is not None:
+        chain.append(op)
+        op = pred.get(op)
+    chain.reverse()
+    n_layers = last // 2 + 1 if last >= 0 else 0
+    return CriticalPath(slots, ready, n_layers, chain)
