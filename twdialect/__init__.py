@@ -1,7 +1,7 @@
 """tw: the IR (types, ops, verifiers), the graph builder, the oracle and analyses."""
 
 from twdialect.dialect import TW, GraphOp, VecType, width_of
-from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph
+from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph, generate
 
 
 def make_context(allow_unregistered: bool = False):
@@ -35,4 +35,4 @@ def print_module(module, generic: bool = False) -> str:
 
 
 __all__ = ["TW", "GraphOp", "VecType", "width_of", "EvaluationError", "evaluate",
-           "evaluate_values", "find_graph", "make_context", "parse_module", "print_module"]
+           "evaluate_values", "find_graph", "generate", "make_context", "parse_module", "print_module"]

@@ -217,3 +217,20 @@ def evaluate(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
             continue
         values[op.results[0]] = evaluate_op(op, [values[v] for v in op.operands], n, feeds)
     return outputs
+
+
+def generate(module, inputs: Mapping[str, np.ndarray], steps: int, feedback,
+             graph: str = "main") -> dict[str, np.ndarray]:
+    """Autoregressive oracle: after the prompt `inputs`, `steps` times feed
+    `feedback(last_outputs) -> next inputs` (each output/input one position: (width,) arrays,
+    token inputs a scalar id) as a new position. Returns the outputs at every position."""
+    feeds = {k: np.asarray(v) for k, v in inputs.items()}
+    outputs = evaluate(module, feeds, graph)
+    for _ in range(steps):
+        nxt = feedback({k: v[-1] for k, v in outputs.items()})
+        for k, v in nxt.items():
+            cur = feeds[k]
+            row = np.asarray(v).reshape((1,) + cur.shape[1:])
+            feeds[k] = np.concatenate([cur, row.astype(cur.dtype)], axis=0)
+        outputs = evaluate(module, feeds, graph)
+    return outputs
