@@ -19,7 +19,9 @@ from typing import ClassVar
 import numpy as np
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
+    I64,
     FloatAttr,
+    Float64Type,
     IntAttr,
     IntegerAttr,
     StringAttr,
@@ -213,6 +215,12 @@ class TwCanonicalization(HasCanonicalizationPatternsTrait):
         return ()
 
 
+# Scalar properties are pinned to i64 / f64 so the custom syntax can omit the type
+# (`max_len 16`, not `max_len 16 : i64`); the builder always makes these types.
+I64Prop = IntegerAttr[I64]
+F64Prop = FloatAttr[Float64Type]
+
+
 # --------------------------------------------------------------------------------------
 # Graph structure
 # --------------------------------------------------------------------------------------
@@ -343,7 +351,7 @@ class PosEncodingOp(IRDLOperation):
     """
 
     name = "tw.pos_encoding"
-    max_len = prop_def(IntegerAttr)
+    max_len = prop_def(I64Prop)
     out = result_def(VecType)
     assembly_format = "`max_len` $max_len attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
@@ -508,11 +516,11 @@ class MlpOp(IRDLOperation):
 
 @irdl_op_definition
 class SliceOp(IRDLOperation):
-    """`%s = tw.slice %x [2, 3] : !tw.vec<8> -> !tw.vec<3>`: components start..start+len (free view)."""
+    """`%s = tw.slice %x[2] : !tw.vec<8> -> !tw.vec<3>`: components start..start+len (free view)."""
 
     name = "tw.slice"
     x = operand_def(VecType)
-    start = prop_def(IntegerAttr)
+    start = prop_def(I64Prop)
     out = result_def(VecType)
     assembly_format = "$x `[` $start `]` attr-dict `:` type($x) `->` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
@@ -559,8 +567,8 @@ class CompareOp(IRDLOperation):
     name = "tw.compare"
     T: ClassVar = VarConstraint("T", base(VecType))
     x = operand_def(T)
-    threshold = prop_def(FloatAttr)
-    ramp = prop_def(FloatAttr)
+    threshold = prop_def(F64Prop)
+    ramp = prop_def(F64Prop)
     out = result_def(T)
     assembly_format = "$x `,` $threshold `ramp` $ramp attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
@@ -606,8 +614,8 @@ class ClampOp(IRDLOperation):
     name = "tw.clamp"
     T: ClassVar = VarConstraint("T", base(VecType))
     x = operand_def(T)
-    lo = prop_def(FloatAttr)
-    hi = prop_def(FloatAttr)
+    lo = prop_def(F64Prop)
+    hi = prop_def(F64Prop)
     out = result_def(T)
     assembly_format = "$x `,` $lo `,` $hi attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
