@@ -175,8 +175,17 @@ def describe(op: Operation) -> str:
     return " ".join(parts)
 
 
+class TwVerifyException(VerifyException):
+    """A tw verifier failure; `op` is the op it is about (a graph-level check such as
+    use-before-def names the offending inner op, not the graph), so tools can locate it."""
+
+    def __init__(self, message: str, op: Operation):
+        super().__init__(message)
+        self.op = op
+
+
 def _fail(op: Operation, message: str):
-    raise VerifyException(f"{describe(op)}: {message}")
+    raise TwVerifyException(f"{describe(op)}: {message}", op)
 
 
 def _check_matrix(op, attr, name: str, rows: int | None, cols: int | None):
