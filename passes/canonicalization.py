@@ -1,13 +1,203 @@
 """Canonicalization patterns for tw ops (used by upstream `canonicalize`).
 
-`patterns_for(op_class)` returns the patterns rooted at that op class."""
+`patterns_for(op_class)` returns the patterns rooted at that op class.
+
+Every pattern strictly shrinks the graph (it replaces its root by an operand, by a literal, or by
+one op with fewer operand edges), so no sequence of them can loop:
+  identity linear (square identity weight, zero/absent bias)  -> its input
+  zero linear (all-zero weight)                               -> literal bias (or zeros)
+  linear / relu / mlp / slice of a literal                     -> literal (constant folding)
+  add with a zero literal                                      -> the other operand
+  add of two literals                                          -> literal
+  concat of a single operand                                   -> that operand
+  concat of literals only                                      -> literal
+  concat with a concat operand                                 -> flattened concat
+  slice of the whole value                                     -> the value
+  slice of a slice                                             -> one slice of the source
+  slice lying inside one concat operand                        -> slice of that operand
+Literals are folded in float64 and stored as f32 (the storage type of every dense attribute).
+Folded ops keep the root's discardable attributes (annotation, scope tags)."""
 
 from __future__ import annotations
 
-from xdsl.pattern_rewriter import RewritePattern
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
-# op class -> tuple of RewritePattern instances; filled in as patterns are written.
-PATTERNS: dict[type, tuple[RewritePattern, ...]] = {}
+from twdialect.dense import dense, to_numpy
+from twdialect.dialect import (
+    AddOp,
+    ConcatOp,
+    LinearOp,
+    LiteralOp,
+    MlpOp,
+    ReluOp,
+    SliceOp,
+    VecType,
+    int_prop,
+    width_of,
+)
+
+
+def literal_value(value: SSAValue) -> np.ndarray | None:
+    """The constant row of `value` if a `tw.literal` produces it, else None."""
+    owner = value.owner
+    if isinstance(owner, LiteralOp):
+        return to_numpy(owner.value).reshape(-1)
+    return None
+
+
+def optional_vector(op: Operation, name: str, n: int) -> np.ndarray:
+    attr = op.properties.get(name)
+    return to_numpy(attr).reshape(-1) if attr is not None else np.zeros(n)
+
+
+def make_literal(row: np.ndarray, like: Operation) -> LiteralOp:
+    """A literal holding `row`, carrying `like`'s discardable attributes."""
+    row = np.asarray(row, dtype=np.float64).reshape(-1)
+    lit = LiteralOp.create(result_types=[VecType(row.size)], properties={"value": dense(row)})
+    lit.attributes.update(like.attributes)
+    return lit
+
+
+def _replace_by_value(rewriter: PatternRewriter, op: Operation, value: SSAValue) -> None:
+    rewriter.replace(op, [], [value])
+
+
+class IdentityLinear(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
+        n = width_of(op.x)
+        if n != width_of(op.out):
+            return
+        if op.bias is not None and np.any(to_numpy(op.bias) != 0.0):
+            return
+        if not np.array_equal(to_numpy(op.weight), np.eye(n)):
+            return
+        _replace_by_value(rewriter, op, op.x)
+
+
+class ZeroLinear(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
+        if np.any(to_numpy(op.weight) != 0.0):
+            return
+        rewriter.replace(op, make_literal(optional_vector(op, "bias", width_of(op.out)), op))
+
+
+class FoldLinearOfLiteral(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
+        x = literal_value(op.x)
+        if x is None:
+            return
+        w = to_numpy(op.weight)
+        rewriter.replace(op, make_literal(x @ w + optional_vector(op, "bias", w.shape[1]), op))
+
+
+class FoldReluOfLiteral(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ReluOp, rewriter: PatternRewriter, /):
+        x = literal_value(op.x)
+        if x is None:
+            return
+        rewriter.replace(op, make_literal(np.maximum(x, 0.0), op))
+
+
+class FoldMlpOfLiteral(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: MlpOp, rewriter: PatternRewriter, /):
+        x = literal_value(op.x)
+        if x is None:
+            return
+        w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+        hidden = np.maximum(x @ w1 + optional_vector(op, "b1", w1.shape[1]), 0.0)
+        rewriter.replace(op, make_literal(hidden @ w2 + optional_vector(op, "b2", w2.shape[1]), op))
+
+
+class AddOfLiterals(RewritePattern):
+    """add(lit, lit) -> literal; add(x, zeros) / add(zeros, x) -> x."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: AddOp, rewriter: PatternRewriter, /):
+        lhs, rhs = literal_value(op.lhs), literal_value(op.rhs)
+        if lhs is not None and rhs is not None:
+            rewriter.replace(op, make_literal(lhs + rhs, op))
+        elif rhs is not None and not np.any(rhs):
+            _replace_by_value(rewriter, op, op.lhs)
+        elif lhs is not None and not np.any(lhs):
+            _replace_by_value(rewriter, op, op.rhs)
+
+
+class SimplifyConcat(RewritePattern):
+    """concat(x) -> x; concat(..., concat(a, b), ...) -> concat(..., a, b, ...);
+    concat(lit, lit, ...) -> literal."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ConcatOp, rewriter: PatternRewriter, /):
+        ins = list(op.ins)
+        if len(ins) == 1:
+            _replace_by_value(rewriter, op, ins[0])
+            return
+        if any(isinstance(v.owner, ConcatOp) for v in ins):
+            flat: list[SSAValue] = []
+            for v in ins:
+                flat.extend(v.owner.ins if isinstance(v.owner, ConcatOp) else [v])
+            new = ConcatOp.create(operands=flat, result_types=[op.out.type])
+            new.attributes.update(op.attributes)
+            rewriter.replace(op, new)
+            return
+        rows = [literal_value(v) for v in ins]
+        if all(r is not None for r in rows):
+            rewriter.replace(op, make_literal(np.concatenate(rows), op))
+
+
+class SimplifySlice(RewritePattern):
+    """Whole-value slice -> value; slice of slice / literal / one concat operand -> simpler."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: SliceOp, rewriter: PatternRewriter, /):
+        start, length = op.start.value.data, width_of(op.out)
+        source = op.x
+        if start == 0 and length == width_of(source):
+            _replace_by_value(rewriter, op, source)
+            return
+        row = literal_value(source)
+        if row is not None:
+            rewriter.replace(op, make_literal(row[start:start + length], op))
+            return
+        inner = source.owner
+        if isinstance(inner, SliceOp):
+            self._reslice(op, rewriter, inner.x, inner.start.value.data + start)
+        elif isinstance(inner, ConcatOp):
+            offset = 0
+            for v in inner.ins:
+                w = width_of(v)
+                if offset <= start and start + length <= offset + w:
+                    self._reslice(op, rewriter, v, start - offset)
+                    return
+                offset += w
+
+    @staticmethod
+    def _reslice(op: SliceOp, rewriter: PatternRewriter, source: SSAValue, start: int) -> None:
+        if start == 0 and width_of(op.out) == width_of(source):
+            _replace_by_value(rewriter, op, source)
+            return
+        new = SliceOp.create(operands=[source], result_types=[op.out.type],
+                             properties={"start": int_prop(start)})
+        new.attributes.update(op.attributes)
+        rewriter.replace(op, new)
+
+
+# op class -> tuple of RewritePattern instances.
+PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
+    LinearOp: (IdentityLinear(), ZeroLinear(), FoldLinearOfLiteral()),
+    ReluOp: (FoldReluOfLiteral(),),
+    MlpOp: (FoldMlpOfLiteral(),),
+    AddOp: (AddOfLiterals(),),
+    ConcatOp: (SimplifyConcat(),),
+    SliceOp: (SimplifySlice(),),
+}
 
 
 def patterns_for(op_class: type) -> tuple[RewritePattern, ...]:

@@ -1,0 +1,353 @@
+"""`fuse-linears`: fold affine maps into their neighbours (one atomic rewrite: compose matrices).
+
+A `tw.linear` costs an attention head and a sublayer slot wherever it runs; composed into the
+next affine map it costs nothing. The pass folds, for every consumer in block order:
+
+  linear(linear(x, A, a), B, b)        -> linear(x, A@B, a@B + b)
+  mlp(linear(x, A, a)) (w1, b1)        -> mlp(x) with w1' = A@w1, b1' = a@w1 + b1
+  linear(mlp(x) (w2, b2), B, b)        -> mlp(x) with w2' = w2@B, b2' = b2@B + b
+  linear/mlp(concat(p, linear(u, A, a), q)) -> the consumer reads concat(p, u, q); the block of
+                                          its input matrix W_j for that operand becomes A@W_j and
+                                          a@W_j joins its bias
+so chains of scalar affine ops (negate, add_const, multiply_const ...) collapse to one op.
+Those folds need the folded value to have a single use (its only reader is the consumer, or the
+concat the consumer alone reads).
+
+Fanout (option `fanout`, default on): a linear with several readers is duplicated into a reader
+(folded into it, keeping the original for the others) when the linear is small (at most
+`max-duplicate-params` parameters) and the reader's sublayer slot in the critical-path floor
+(`twdialect.analysis.critical_path`) would drop, i.e. the duplicate takes a layer off its path.
+
+Never fused (unless `allow-inflate=true`): a fold whose result has more parameters than the
+separate ops (a bottleneck such as 64 -> 1 -> 64 would become a 64x64 matrix). Never fused
+either: across sequential-scope iterations (different `tw.scope`/`tw.iteration` tags) or away
+from a value marked `tw.scope_terminal`; the schedule hints must keep their anchors.
+
+The folded op takes the consumer's place in the block and its discardable attributes
+(annotation, scope tags). Products are computed in float64 and stored as f32. Cost: one or two
+sweeps over the block plus one critical-path analysis, O(ops + edges) beyond the matrix products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from twdialect.analysis import critical_path, next_slot, placement_kind
+from twdialect.dense import dense, shape_of, to_numpy
+from twdialect.dialect import (
+    ITERATION,
+    SCOPE,
+    SCOPE_TERMINAL,
+    ConcatOp,
+    GraphOp,
+    LinearOp,
+    MlpOp,
+    VecType,
+    width_of,
+)
+
+# --------------------------------------------------------------------------------------
+# Parameter accounting and affine pieces shared with other passes
+# --------------------------------------------------------------------------------------
+
+
+def op_params(op: Operation) -> int:
+    """Graph parameters of a linear or mlp: matrix entries plus the biases it carries."""
+    names = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1", "w2", "b2")
+    total = 0
+    for name in names:
+        attr = op.properties.get(name)
+        if attr is not None:
+            total += int(np.prod(shape_of(attr), dtype=np.int64))
+    return total
+
+
+def _vector(op: Operation, name: str, n: int) -> np.ndarray:
+    attr = op.properties.get(name)
+    return to_numpy(attr).reshape(-1) if attr is not None else np.zeros(n)
+
+
+def input_side(op: LinearOp | MlpOp) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(matrix applied to the op's input, its bias, whether that bias is present)."""
+    key_w, key_b = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1")
+    w = to_numpy(op.properties[key_w])
+    return w, _vector(op, key_b, w.shape[1]), op.properties.get(key_b) is not None
+
+
+def with_input_side(op: LinearOp | MlpOp, x: SSAValue, w: np.ndarray, b: np.ndarray,
+                    has_bias: bool) -> Operation:
+    """A copy of `op` reading `x` through matrix `w` (and bias `b` if `has_bias`)."""
+    key_w, key_b = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1")
+    props = dict(op.properties)
+    props[key_w] = dense(w)
+    props.pop(key_b, None)
+    if has_bias:
+        props[key_b] = dense(b)
+    new = type(op).create(operands=[x], result_types=[op.out.type], properties=props)
+    new.attributes.update(op.attributes)
+    return new
+
+
+def same_schedule_tags(producer: Operation, consumer: Operation) -> bool:
+    """Folding `producer` into `consumer` keeps every sequential-scope hint anchored."""
+    if SCOPE_TERMINAL in producer.attributes:
+        return False
+    return all(producer.attributes.get(k) == consumer.attributes.get(k) for k in (SCOPE, ITERATION))
+
+
+def replace_op(old: Operation, new_ops: list[Operation], new_value: SSAValue) -> None:
+    """Insert `new_ops` before `old`, reroute `old`'s result to `new_value`, erase `old`."""
+    block = old.parent_block()
+    for op in new_ops:
+        block.insert_op_before(op, old)
+    old.results[0].replace_all_uses_with(new_value)
+    block.erase_op(old)
+
+
+# --------------------------------------------------------------------------------------
+# The folds (each returns the replacement op, or None when it does not apply)
+# --------------------------------------------------------------------------------------
+
+
+def fold_linear_into_reader(producer: LinearOp, reader: LinearOp | MlpOp) -> Operation:
+    """reader(producer(x)) as one op reading x."""
+    a, a_bias, a_has = input_side(producer)
+    w, b, b_has = input_side(reader)
+    return with_input_side(reader, producer.x, a @ w, a_bias @ w + b, a_has or b_has)
+
+
+def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
+    """linear(mlp(x)) as one mlp whose second matrix absorbs the linear."""
+    w2 = to_numpy(mlp.w2)
+    m, m_bias, m_has = input_side(linear)
+    b2 = _vector(mlp, "b2", w2.shape[1])
+    props = dict(mlp.properties)
+    props["w2"] = dense(w2 @ m)
+    props.pop("b2", None)
+    if m_has or mlp.b2 is not None:
+        props["b2"] = dense(b2 @ m + m_bias)
+    new = MlpOp.create(operands=[mlp.x], result_types=[linear.out.type], properties=props)
+    new.attributes.update(linear.attributes)
+    return new
+
+
+def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, ConcatOp] | None:
+    """Fold the linears producing some operands of the concat that `reader` reads.
+
+    `absorb(value) -> bool` says which operand values to fold (each must be a `tw.linear`
+    result). Returns (new reader, new concat) or None when no operand qualifies."""
+    concat = reader.x.owner
+    assert isinstance(concat, ConcatOp)
+    w, b, has_bias = input_side(reader)
+    new_operands: list[SSAValue] = []
+    new_rows: list[np.ndarray] = []
+    offset = 0
+    folded = False
+    for v in concat.ins:
+        n = width_of(v)
+        rows = w[offset:offset + n]
+        offset += n
+        inner = v.owner
+        if isinstance(inner, LinearOp) and absorb(v):
+            a, a_bias, a_has = input_side(inner)
+            new_operands.append(inner.x)
+            new_rows.append(a @ rows)
+            b = b + a_bias @ rows
+            has_bias = has_bias or a_has
+            folded = True
+        else:
+            new_operands.append(v)
+            new_rows.append(rows)
+    if not folded:
+        return None
+    total = sum(width_of(v) for v in new_operands)
+    new_concat = ConcatOp.create(operands=new_operands, result_types=[VecType(total)])
+    new_concat.attributes.update(concat.attributes)
+    return with_input_side(reader, new_concat.out, np.vstack(new_rows), b, has_bias), new_concat
+
+
+def _concat_inner_ok(reader: Operation, concat: ConcatOp, value: SSAValue, rows: int,
+                     allow_inflate: bool) -> bool:
+    """May the linear producing concat operand `value` fold into `reader`'s matching rows?"""
+    inner = value.owner
+    if not isinstance(inner, LinearOp) or not same_schedule_tags(inner, reader):
+        return False
+    if allow_inflate:
+        return True
+    out = shape_of(reader.properties["weight" if isinstance(reader, LinearOp) else "w1"])[1]
+    # Rows for this block: width(v) x out before, width(u) x out after; the inner op goes away.
+    return width_of(inner.x) * out <= rows * out + op_params(inner)
+
+
+# --------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FuseStats:
+    folded: int = 0
+    duplicated: int = 0
+    skipped_inflate: int = 0
+
+
+@dataclass(frozen=True)
+class FuseLinears(ModulePass):
+    """Compose linear -> linear / linear -> mlp / mlp -> linear and concat-fed linears."""
+
+    name = "fuse-linears"
+
+    allow_inflate: bool = False
+    """Fold even when the fused op has more parameters than the separate ones."""
+
+    fanout: bool = True
+    """Duplicate small linears into readers whose critical-path slot then drops."""
+
+    max_duplicate_params: int = 64
+    """The largest linear (in parameters) that fanout duplication copies."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for graph in op.walk():
+            if isinstance(graph, GraphOp):
+                self.run_on_graph(graph)
+
+    def run_on_graph(self, graph: GraphOp) -> FuseStats:
+        stats = FuseStats()
+        self._fold_single_use(graph.block, stats)
+        if self.fanout and self._duplicate_fanout(graph, stats):
+            self._fold_single_use(graph.block, stats)
+        return stats
+
+    def _fits(self, new: Operation, old_params: int, stats: FuseStats) -> bool:
+        if self.allow_inflate or op_params(new) <= old_params:
+            return True
+        stats.skipped_inflate += 1
+        return False
+
+    # -- single-use folds: one forward sweep; chains collapse because each fused op takes its
+    #    consumer's place and is met again as the producer of the next op down the chain.
+    def _fold_single_use(self, block: Block, stats: FuseStats) -> None:
+        op = block.first_op
+        while op is not None:
+            nxt = op.next_op
+            if isinstance(op, (LinearOp, MlpOp)):
+                self._fold_into(op, stats)
+            op = nxt
+
+    def _fold_into(self, reader: LinearOp | MlpOp, stats: FuseStats) -> None:
+        producer = reader.x.owner
+        if not reader.x.has_one_use() or not isinstance(producer, Operation):
+            return
+        if isinstance(producer, LinearOp):
+            if not same_schedule_tags(producer, reader):
+                return
+            new = fold_linear_into_reader(producer, reader)
+            if self._fits(new, op_params(producer) + op_params(reader), stats):
+                replace_op(reader, [new], new.out)
+                producer.parent_block().erase_op(producer)
+                stats.folded += 1
+        elif isinstance(producer, MlpOp) and isinstance(reader, LinearOp):
+            if not same_schedule_tags(producer, reader):
+                return
+            new = fold_linear_into_mlp_output(producer, reader)
+            if self._fits(new, op_params(producer) + op_params(reader), stats):
+                replace_op(reader, [new], new.out)
+                producer.parent_block().erase_op(producer)
+                stats.folded += 1
+        elif isinstance(producer, ConcatOp):
+            def absorb(v: SSAValue) -> bool:
+                return v.has_one_use() and _concat_inner_ok(
+                    reader, producer, v, width_of(v), self.allow_inflate)
+
+            result = fold_concat_operands(reader, absorb)
+            if result is None:
+                return
+            new, new_concat = result
+            inners = [v.owner for v in producer.ins if isinstance(v.owner, LinearOp) and absorb(v)]
+            old = op_params(reader) + sum(op_params(i) for i in inners)
+            if not self._fits(new, old, stats):
+                return
+            replace_op(reader, [new_concat, new], new.out)
+            producer.parent_block().erase_op(producer)
+            for inner in inners:
+                inner.parent_block().erase_op(inner)
+            stats.folded += len(inners)
+
+    # -- fanout: duplicate a small multi-use linear into readers that then run earlier.
+    def _duplicate_fanout(self, graph: GraphOp, stats: FuseStats) -> bool:
+        floor = critical_path(graph)
+        slots, ready = dict(floor.slots), dict(floor.ready)
+        changed = False
+        op = graph.block.first_op
+        while op is not None:
+            duplicated = False
+            if isinstance(op, LinearOp) and op.out.has_more_than_one_use() \
+                    and op_params(op) <= self.max_duplicate_params:
+                duplicated = self._duplicate_one(op, slots, ready, stats)
+                changed |= duplicated
+            nxt = op.next_op
+            if duplicated and op.out.first_use is None:  # every reader got its own copy
+                op.parent_block().erase_op(op)
+            op = nxt
+        return changed
+
+    def _duplicate_one(self, producer: LinearOp, slots, ready, stats: FuseStats) -> bool:
+        # Readers in block order (use lists are linked lists; keep the order deterministic
+        # by deduplicating on first appearance).
+        readers: list[Operation] = []
+        seen: set[int] = set()
+        for use in producer.out.uses:
+            if id(use.operation) not in seen:
+                seen.add(id(use.operation))
+                readers.append(use.operation)
+        changed = False
+        for reader in readers:
+            target, concat = reader, None
+            if isinstance(reader, ConcatOp):
+                user = reader.out.get_user_of_unique_use()
+                if not isinstance(user, (LinearOp, MlpOp)) or user.x is not reader.out:
+                    continue
+                target, concat = user, reader
+            elif not isinstance(reader, (LinearOp, MlpOp)):
+                continue
+            if not same_schedule_tags(producer, target) or target not in slots \
+                    or producer.x not in ready:
+                continue
+            if concat is None:
+                new_ready = ready[producer.x]
+                new = fold_linear_into_reader(producer, target)
+                new_ops = [new]
+            else:
+                if sum(1 for v in concat.ins if v is producer.out) != 1:
+                    continue
+                if any(v not in ready for v in concat.ins):
+                    continue  # an operand made by this sweep: no floor estimate, leave it
+                new_ready = max(ready[producer.x] if v is producer.out else ready[v]
+                                for v in concat.ins)
+                if not _concat_inner_ok(target, concat, producer.out, width_of(producer.out),
+                                        self.allow_inflate):
+                    continue
+                result = fold_concat_operands(target, lambda v: v is producer.out)
+                if result is None:
+                    continue
+                new, new_concat = result
+                new_ops = [new_concat, new]
+            new_slot = next_slot(new_ready, placement_kind(target))
+            if new_slot >= slots[target]:
+                continue
+            if not self._fits(new, op_params(producer) + op_params(target), stats):
+                continue
+            replace_op(target, new_ops, new.out)
+            if concat is not None:
+                concat.parent_block().erase_op(concat)
+            slots[new] = new_slot
+            ready[new.out] = new_slot
+            stats.duplicated += 1
+            changed = True
+        return changed
