@@ -9,6 +9,8 @@ Where each op may run (the rules the scheduler follows, with unlimited capacity)
   attn                         attention sublayer (even slot)
   mlp, relu                    MLP sublayer (odd slot)
   linear, add                  either: a head in attention, or a bypass pair in the MLP
+  accumulating add             free: both addends are single-use writer outputs (or literals),
+                               so their writers add into one shared block of columns
   literal                      free: a constant written with the inputs or as an MLP bias
   concat, slice, after         free views of their operands
   input, embedding, pos_enc    sources, ready at slot -1
@@ -65,6 +67,33 @@ def placement_kind(op: Operation) -> str:
         case OutputOp():
             return SINK
     raise ValueError(f"no placement rule for {op.name}")
+
+
+WRITER_OPS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
+
+
+def accumulating_adds(graph: GraphOp) -> set[Operation]:
+    """Adds whose addends' writers can add straight into one shared block of columns.
+
+    An addend qualifies if it is a literal (folded into a writer's bias), or the single-use
+    result of a writer op or of another accumulating add. At least one addend must be a
+    non-literal, and the two addends must differ (add(x, x) needs a real op)."""
+    acc: set[Operation] = set()
+    for op in graph.block.ops:
+        if not isinstance(op, AddOp) or op.lhs is op.rhs:
+            continue
+        ok, writers = True, 0
+        for v in (op.lhs, op.rhs):
+            owner = v.owner
+            if isinstance(owner, LiteralOp):
+                continue
+            if isinstance(owner, WRITER_OPS) and len(v.uses) == 1:
+                writers += 1
+            else:
+                ok = False
+        if ok and writers:
+            acc.add(op)
+    return acc
 
 
 def mlp_depth(op: Operation) -> int:
@@ -161,6 +190,7 @@ def critical_path(graph: GraphOp) -> CriticalPath:
     ready: dict[SSAValue, int] = {}
     slots: dict[Operation, int] = {}
     pred: dict[Operation, Operation | None] = {}
+    accumulating = accumulating_adds(graph)
     last = -1
     last_op: Operation | None = None
     for op in graph.block.ops:
@@ -169,7 +199,7 @@ def critical_path(graph: GraphOp) -> CriticalPath:
             rv = ready[v]
             if rv > r:
                 r, p = rv, v.owner
-        kind = placement_kind(op)
+        kind = FREE if op in accumulating else placement_kind(op)
         if kind in (SOURCE,):
             s = -1
         elif kind == FREE:

@@ -1,0 +1,219 @@
+"""The lowering's view of a primitive graph: storage groups, component references, tasks.
+
+* A **group** is one block of residual columns: the output of a writer op (linear, add, relu,
+  mlp, attn) or of a source (input, embedding, pos_encoding). An *accumulating add* (both
+  addends single-use writer outputs, or a literal) has no op of its own: its addends' writers
+  all add into one shared group, so the add costs nothing and no layer.
+* Every value resolves to a list of **component references**: (group, index) pairs, or a
+  constant (literals; they ride on the machine's constant-1 column and cost nothing).
+  Views (concat, slice, after) only rearrange references.
+* A **task** is one writer op to place: its placement kind (attention, MLP, or either), the
+  groups it reads, the group it writes, and its extra ordering dependencies (`tw.after`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from twdialect.analysis import ATTN, EITHER, MLP, accumulating_adds
+from twdialect.dense import to_numpy
+from twdialect.dialect import (
+    LIBRARY_OPS,
+    AddOp,
+    AfterOp,
+    AttnOp,
+    ConcatOp,
+    EmbeddingOp,
+    GraphOp,
+    InputOp,
+    LinearOp,
+    LiteralOp,
+    MlpOp,
+    OutputOp,
+    PosEncodingOp,
+    ReluOp,
+    SliceOp,
+    describe,
+    width_of,
+)
+
+POS_GROUP = -1  # pseudo-group of the machine's position column (pos_encoding component 0)
+
+
+@dataclass
+class Refs:
+    """Components of a value: group[k] >= 0 with index idx[k], or group[k] == CONST with const[k]."""
+
+    group: np.ndarray  # int64
+    idx: np.ndarray  # int64
+    const: np.ndarray  # float64, used where group == CONST
+
+    CONST = -2
+
+    @staticmethod
+    def of_group(g: int, width: int) -> Refs:
+        return Refs(np.full(width, g, np.int64), np.arange(width, dtype=np.int64), np.zeros(width))
+
+    @staticmethod
+    def constant(values: np.ndarray) -> Refs:
+        n = len(values)
+        return Refs(np.full(n, Refs.CONST, np.int64), np.zeros(n, np.int64),
+                    np.asarray(values, np.float64))
+
+    @staticmethod
+    def cat(parts: list[Refs]) -> Refs:
+        return Refs(np.concatenate([p.group for p in parts]), np.concatenate([p.idx for p in parts]),
+                    np.concatenate([p.const for p in parts]))
+
+    def sub(self, start: int, length: int) -> Refs:
+        s = slice(start, start + length)
+        return Refs(self.group[s], self.idx[s], self.const[s])
+
+    def groups(self) -> set[int]:
+        return {int(g) for g in np.unique(self.group) if g >= 0}
+
+
+@dataclass
+class Group:
+    gid: int
+    width: int
+    value: SSAValue  # the value that names the group (the root of an accumulating add tree)
+    writers: list[int] = field(default_factory=list)  # task ids that write into it
+    bias: np.ndarray | None = None  # literal addends folded into the first writer's bias
+    source: Operation | None = None  # input/embedding/pos_encoding op, for source groups
+    is_output: bool = False
+    readers: list[int] = field(default_factory=list)  # task ids reading it (real reads)
+
+
+@dataclass
+class Task:
+    tid: int
+    op: Operation
+    kind: str  # ATTN, MLP or EITHER
+    out_group: int
+    reads: list[int]  # groups read (sorted)
+    waits: list[int]  # groups that must be complete first (reads + tw.after deps), sorted
+    index: int  # the op's position in the block (tie-breaks)
+
+
+class LoweringError(ValueError):
+    """The graph cannot be lowered as it is (library ops left, an op wider than the machine)."""
+
+
+class TaskGraph:
+    """Groups, references and tasks of one graph (see module docstring)."""
+
+    def __init__(self, graph: GraphOp):
+        self.graph = graph
+        self.ops = list(graph.block.ops)
+        self.index = {op: i for i, op in enumerate(self.ops)}
+        self.groups: list[Group] = []
+        self.tasks: list[Task] = []
+        self.refs: dict[SSAValue, Refs] = {}
+        self.waits_of: dict[SSAValue, frozenset[int]] = {}  # groups a value's readiness needs
+        self.outputs: list[tuple[str, SSAValue]] = []
+        self.sources: list[int] = []
+        self._build()
+
+    def _new_group(self, value: SSAValue, width: int, source: Operation | None = None) -> int:
+        g = Group(len(self.groups), width, value, source=source)
+        self.groups.append(g)
+        return g.gid
+
+    def _build(self) -> None:
+        accumulating = accumulating_adds(self.graph)
+        # Accumulating adds: the root add names the group; addends inherit it. Walk in reverse
+        # so a root is seen before its addends.
+        target: dict[SSAValue, SSAValue] = {}
+        for op in reversed(self.ops):
+            if op in accumulating:
+                root = target.get(op.results[0], op.results[0])
+                for v in op.operands:
+                    target[v] = root
+        group_of_value: dict[SSAValue, int] = {}
+        for op in self.ops:
+            if isinstance(op, LIBRARY_OPS):
+                raise LoweringError(f"{describe(op)}: library op left in the graph; run "
+                                    "`decompose` first (lowering.compile does it for you)")
+            if isinstance(op, OutputOp):
+                self.outputs.append((op.output_name.data, op.value))
+                continue
+            res = op.results[0]
+            w = width_of(res)
+            if isinstance(op, (InputOp, EmbeddingOp)):
+                g = self._new_group(res, w, source=op)
+                self.sources.append(g)
+                self.refs[res] = Refs.of_group(g, w)
+                self.waits_of[res] = frozenset()
+            elif isinstance(op, PosEncodingOp):
+                refs = Refs.of_group(POS_GROUP, 1)
+                if w > 1:
+                    g = self._new_group(res, w - 1, source=op)
+                    self.sources.append(g)
+                    rest = Refs.of_group(g, w - 1)
+                    refs = Refs.cat([refs, rest])
+                self.refs[res] = refs
+                self.waits_of[res] = frozenset()
+            elif isinstance(op, LiteralOp):
+                self.refs[res] = Refs.constant(to_numpy(op.value))
+                self.waits_of[res] = frozenset()
+            elif isinstance(op, ConcatOp):
+                self.refs[res] = Refs.cat([self.refs[v] for v in op.ins])
+                self.waits_of[res] = frozenset().union(*(self.waits_of[v] for v in op.ins))
+            elif isinstance(op, SliceOp):
+                self.refs[res] = self.refs[op.x].sub(op.start.value.data, w)
+                self.waits_of[res] = self.waits_of[op.x]
+            elif isinstance(op, AfterOp):
+                self.refs[res] = self.refs[op.x]
+                self.waits_of[res] = self.waits_of[op.x].union(*(self.waits_of[d] for d in op.deps))
+            elif op in accumulating:
+                root = target.get(res, res)
+                g = group_of_value.get(root)
+                if g is None:
+                    g = group_of_value[root] = self._new_group(root, w)
+                for v in op.operands:
+                    if isinstance(v.owner, LiteralOp):
+                        lit = to_numpy(v.owner.value)
+                        grp = self.groups[g]
+                        grp.bias = lit if grp.bias is None else grp.bias + lit
+                self.refs[res] = Refs.of_group(g, w)
+                self.waits_of[res] = frozenset([g])
+            elif isinstance(op, (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)):
+                root = target.get(res, res)
+                g = group_of_value.get(root)
+                if g is None:
+                    g = group_of_value[root] = self._new_group(root, w)
+                self._add_task(op, g)
+                self.refs[res] = Refs.of_group(g, w)
+                self.waits_of[res] = frozenset([g])
+            else:
+                raise LoweringError(f"{describe(op)}: the lowering does not know this op")
+        for _, v in self.outputs:
+            for g in self.refs[v].groups():
+                self.groups[g].is_output = True
+
+    def _add_task(self, op: Operation, g: int) -> None:
+        if isinstance(op, AttnOp):
+            kind = ATTN
+        elif isinstance(op, (MlpOp, ReluOp)):
+            kind = MLP
+        else:
+            kind = EITHER
+        reads: set[int] = set()
+        waits: set[int] = set()
+        for v in op.operands:
+            reads |= self.refs[v].groups()
+            waits |= self.waits_of[v]
+        tid = len(self.tasks)
+        t = Task(tid, op, kind, g, sorted(reads), sorted(waits | reads), self.index[op])
+        self.tasks.append(t)
+        self.groups[g].writers.append(tid)
+        for r in t.reads:
+            self.groups[r].readers.append(tid)
+
+    def in_refs(self, task: Task) -> Refs:
+        """The task's input components in operand order (attn: query, key, value concatenated)."""
+        return Refs.cat([self.refs[v] for v in task.op.operands])
