@@ -87,7 +87,7 @@ def accumulating_adds(graph: GraphOp) -> set[Operation]:
             owner = v.owner
             if isinstance(owner, LiteralOp):
                 continue
-            if isinstance(owner, WRITER_OPS) and len(v.uses) == 1:
+            if isinstance(owner, WRITER_OPS) and v.has_one_use():
                 writers += 1
             else:
                 ok = False
