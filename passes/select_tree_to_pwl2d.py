@@ -1,0 +1,420 @@
+"""`select-tree-to-pwl2d`: a tree of selects over compares of two scalars becomes one table.
+
+A depth-k tree of `tw.select` costs a compare chain plus k select chains on the critical path.
+When every condition is `tw.compare` of one of at most two scalar values x, y and every leaf is
+a function that is linear on each cell of the threshold grid, the whole tree is a
+piecewise-linear function of (x, y): one `tw.piecewise_linear_2d` (two MLP chains), or one
+`tw.piecewise_linear` (one chain) when only x occurs.
+
+Accepted leaves (each `!tw.vec<N>` like the tree): `tw.literal`; `tw.piecewise_linear` of x or
+y; `tw.linear` of x, of y, or of `concat(x, y)` (affine); x or y itself. Products of x and y
+are not linear on a triangle, so nothing else is accepted.
+
+Contract. The oracle's compare is a hard step at threshold t; its decomposition is exact
+outside the ramp zone (t - ramp, t). For each compare this pass puts grid lines at b_lo and
+b_hi, the f32 numbers just inside [t - ramp, t], and decides the compare at a grid vertex g as
+g >= b_hi. A point outside every ramp zone lies in a grid cell whose vertices all make the
+oracle's decisions, so there the table interpolates the chosen leaf, which is linear on the
+cell's triangles (leaf breakpoints are grid lines too): the result equals the oracle up to f32
+rounding of the table. Inside a ramp zone the result ramps between the branches, as the
+decomposed compare does. Beyond the grid the table is constant, so a tree with an affine leaf
+needs the declared value range of that leaf's variable (propagated from `tw.input` ranges);
+without a finite range it is left alone.
+
+Conditions: inner selects and compares must have no uses outside the tree (they disappear);
+the grid has at most `max-breakpoints` lines per axis; the replacement must not sit in a later
+critical-path slot than the root did. Leaves that become dead are erased.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from twdialect.analysis import MLP, critical_path, next_slot
+from twdialect.dense import dense, to_numpy
+from twdialect.dialect import (
+    AddOp,
+    AfterOp,
+    AttnOp,
+    ClampOp,
+    CompareOp,
+    ConcatOp,
+    EmbeddingOp,
+    GraphOp,
+    InputOp,
+    LinearOp,
+    LiteralOp,
+    MlpOp,
+    PiecewiseLinear2dOp,
+    PiecewiseLinearOp,
+    PosEncodingOp,
+    ReluOp,
+    SelectOp,
+    SliceOp,
+    VecType,
+    width_of,
+)
+from twdialect.interp import pwl_1d
+
+
+@dataclass(frozen=True)
+class SelectTreeToPwl2dPass(ModulePass):
+    """Rewrite each maximal eligible select tree into one piecewise-linear table op.
+
+    Option `max-breakpoints`: most grid lines per axis (the table has at most its square
+    entries per output column)."""
+
+    name = "select-tree-to-pwl2d"
+
+    max_breakpoints: int = 64
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.max_breakpoints < 2:
+            raise ValueError("select-tree-to-pwl2d: max-breakpoints must be at least 2, got "
+                             f"{self.max_breakpoints}")
+        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
+            rewrite_graph(graph, self.max_breakpoints)
+
+
+# --------------------------------------------------------------------------------------
+# Matching
+# --------------------------------------------------------------------------------------
+
+
+class _Reject(Exception):
+    """The tree is not eligible (the reason is kept for debugging)."""
+
+
+@dataclass
+class _Leaf:
+    kind: str  # "const" | "affine" | "pwl"
+    value: SSAValue
+    variables: tuple[SSAValue, ...] = ()
+    # const: (N,); affine: weight (len(variables), N) and bias (N,); pwl: breakpoints, values
+    data: tuple[np.ndarray, ...] = ()
+
+
+@dataclass
+class _Tree:
+    root: SelectOp
+    selects: list[SelectOp] = field(default_factory=list)
+    compares: list[CompareOp] = field(default_factory=list)
+    leaves: dict[SSAValue, _Leaf] = field(default_factory=dict)
+    variables: list[SSAValue] = field(default_factory=list)
+
+    def add_variable(self, v: SSAValue) -> None:
+        if v not in self.variables:
+            if len(self.variables) == 2:
+                raise _Reject("more than two scalar variables")
+            self.variables.append(v)
+
+
+def _classify_leaf(value: SSAValue, width: int) -> _Leaf:
+    owner = value.owner
+    if isinstance(owner, LiteralOp):
+        return _Leaf("const", value, (), (to_numpy(owner.value),))
+    if isinstance(owner, PiecewiseLinearOp):
+        return _Leaf("pwl", value, (owner.x,),
+                     (to_numpy(owner.breakpoints), to_numpy(owner.values)))
+    if isinstance(owner, LinearOp):
+        bias = to_numpy(owner.bias) if owner.bias is not None else np.zeros(width)
+        src = owner.x
+        if width_of(src) == 1:
+            return _Leaf("affine", value, (src,), (to_numpy(owner.weight), bias))
+        cat = src.owner
+        if isinstance(cat, ConcatOp) and len(cat.ins) == 2 and \
+                all(width_of(v) == 1 for v in cat.ins) and cat.ins[0] is not cat.ins[1]:
+            return _Leaf("affine", value, tuple(cat.ins), (to_numpy(owner.weight), bias))
+        raise _Reject("a linear leaf must read one scalar or a concat of two scalars")
+    if width == 1:
+        # The variable itself (identity is affine); counts against the two variables.
+        return _Leaf("affine", value, (value,), (np.ones((1, 1)), np.zeros(1)))
+    raise _Reject(f"leaf {owner.name if isinstance(owner, Operation) else 'argument'} "
+                  "is not piecewise linear in the tree's scalars")
+
+
+def _match(root: SelectOp) -> _Tree:
+    tree = _Tree(root)
+    members: set[Operation] = set()
+    width = width_of(root.out)
+    stack = [root]
+    while stack:
+        sel = stack.pop()
+        if sel in members:
+            continue  # shared sub-tree
+        members.add(sel)
+        tree.selects.append(sel)
+        cmp_op = sel.cond.owner
+        if not isinstance(cmp_op, CompareOp) or width_of(cmp_op.x) != 1:
+            raise _Reject("condition is not a compare of a scalar")
+        if cmp_op not in members:
+            members.add(cmp_op)
+            tree.compares.append(cmp_op)
+            tree.add_variable(cmp_op.x)
+        for branch in (sel.if_true, sel.if_false):
+            if isinstance(branch.owner, SelectOp):
+                stack.append(branch.owner)
+            elif branch not in tree.leaves:
+                leaf = _classify_leaf(branch, width)
+                for v in leaf.variables:
+                    tree.add_variable(v)
+                tree.leaves[branch] = leaf
+    # Intermediate values must be private to the tree: they are erased.
+    for op in tree.selects[1:] + tree.compares:
+        for use in op.results[0].uses:
+            if use.operation not in members:
+                raise _Reject("an intermediate select/compare has a use outside the tree")
+    return tree
+
+
+# --------------------------------------------------------------------------------------
+# Value ranges (only needed for affine leaves, whose tables must span the variable's range)
+# --------------------------------------------------------------------------------------
+
+
+def _box_linear(lo, hi, m, b=None):
+    c, r = (lo + hi) / 2, (hi - lo) / 2
+    with np.errstate(invalid="ignore"):
+        oc = c @ m + (0 if b is None else b)
+        orad = r @ np.abs(m)
+    orad = np.where(np.isnan(orad), np.inf, orad)
+    oc = np.where(np.isnan(oc), 0.0, oc)
+    return oc - orad, oc + orad
+
+
+def value_ranges(graph: GraphOp) -> dict[SSAValue, tuple[np.ndarray, np.ndarray]]:
+    """Per-component [lo, hi] bounds of every value, by interval arithmetic from the declared
+    input ranges (infinite where an op gives no bound). One walk, O(ops)."""
+    rng: dict[SSAValue, tuple[np.ndarray, np.ndarray]] = {}
+    for op in graph.block.ops:
+        if not op.results:
+            continue
+        w = width_of(op.results[0])
+        a = [rng[v] for v in op.operands]
+        match op:
+            case InputOp():
+                lo, hi = op.range.bounds
+                out = (np.full(w, lo), np.full(w, hi))
+            case EmbeddingOp():
+                t = to_numpy(op.table)
+                out = (t.min(axis=0), t.max(axis=0))
+            case PosEncodingOp():
+                n = float(op.max_len.value.data - 1)
+                lo, hi = np.full(w, -1.0), np.full(w, 1.0)
+                lo[0], hi[0] = 0.0, n
+                if w >= 2:
+                    lo[1], hi[1] = 0.0, n * n
+                out = (lo, hi)
+            case LiteralOp():
+                v = to_numpy(op.value)
+                out = (v, v)
+            case LinearOp():
+                out = _box_linear(*a[0], to_numpy(op.weight),
+                                  to_numpy(op.bias) if op.bias is not None else None)
+            case ReluOp():
+                out = (np.maximum(a[0][0], 0), np.maximum(a[0][1], 0))
+            case AddOp():
+                out = (a[0][0] + a[1][0], a[0][1] + a[1][1])
+            case ConcatOp():
+                out = (np.concatenate([x[0] for x in a]), np.concatenate([x[1] for x in a]))
+            case SliceOp():
+                s = op.start.value.data
+                out = (a[0][0][s:s + w], a[0][1][s:s + w])
+            case AfterOp():
+                out = a[0]
+            case AttnOp():
+                # A convex combination of the rows (v Wv) Wo: bounded by their box.
+                out = _box_linear(*a[2], to_numpy(op.wv) @ to_numpy(op.wo))
+            case MlpOp():
+                h = _box_linear(*a[0], to_numpy(op.w1),
+                                to_numpy(op.b1) if op.b1 is not None else None)
+                h = (np.maximum(h[0], 0), np.maximum(h[1], 0))
+                out = _box_linear(*h, to_numpy(op.w2),
+                                  to_numpy(op.b2) if op.b2 is not None else None)
+            case CompareOp():
+                out = (np.full(w, -1.0), np.full(w, 1.0))
+            case SelectOp():
+                out = (np.minimum(a[1][0], a[2][0]), np.maximum(a[1][1], a[2][1]))
+            case ClampOp():
+                lo, hi = op.lo.value.data, op.hi.value.data
+                out = (np.clip(a[0][0], lo, hi), np.clip(a[0][1], lo, hi))
+            case PiecewiseLinearOp():
+                v = to_numpy(op.values)
+                out = (v.min(axis=0), v.max(axis=0))
+            case PiecewiseLinear2dOp():
+                t = to_numpy(op.table)
+                out = (t.min(axis=(0, 1)), t.max(axis=(0, 1)))
+            case _:
+                out = (np.full(w, -np.inf), np.full(w, np.inf))
+        rng[op.results[0]] = (np.asarray(out[0], float), np.asarray(out[1], float))
+    return rng
+
+
+# --------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------
+
+
+def _f32_at_most(x: float) -> float:
+    f = np.float32(x)
+    return float(f if f <= x else np.nextafter(f, np.float32(-np.inf)))
+
+
+def _f32_at_least(x: float) -> float:
+    f = np.float32(x)
+    return float(f if f >= x else np.nextafter(f, np.float32(np.inf)))
+
+
+def _step_points(cmp_op: CompareOp) -> tuple[float, float]:
+    """(b_lo, b_hi): f32 grid lines inside [t - ramp, t] reproducing the compare's ramp."""
+    t, r = cmp_op.threshold.value.data, cmp_op.ramp.value.data
+    b_lo, b_hi = _f32_at_least(t - r), _f32_at_most(t)
+    if not b_lo < b_hi:
+        raise _Reject("ramp narrower than f32 resolution")
+    return b_lo, b_hi
+
+
+def _axis(tree: _Tree, var: SSAValue, ranges, max_bp: int) -> np.ndarray:
+    points: list[float] = []
+    for c in tree.compares:
+        if c.x is var:
+            points.extend(_step_points(c))
+    unbounded = False
+    for leaf in tree.leaves.values():
+        if leaf.kind == "pwl" and leaf.variables[0] is var:
+            points.extend(leaf.data[0].tolist())
+        elif leaf.kind == "affine" and var in leaf.variables:
+            unbounded = True
+    if unbounded:
+        lo, hi = ranges()[var]
+        if not (np.isfinite(lo[0]) and np.isfinite(hi[0])):
+            raise _Reject("an affine leaf's variable has no finite value range")
+        points.extend([_f32_at_most(lo[0]), _f32_at_least(hi[0])])
+    axis = np.unique(np.asarray(points, dtype=np.float32)).astype(np.float64)
+    if axis.size < 2:
+        axis = np.array([axis[0], float(np.nextafter(np.float32(axis[0]), np.float32(np.inf)))])
+    if axis.size > max_bp:
+        raise _Reject(f"{axis.size} grid lines exceed max-breakpoints={max_bp}")
+    return axis
+
+
+def _tabulate(tree: _Tree, coords: dict[SSAValue, np.ndarray]) -> np.ndarray:
+    """The tree's value at every grid vertex (rows), deciding each compare as g >= b_hi."""
+    n = next(iter(coords.values())).shape[0]
+    width = width_of(tree.root.out)
+    memo: dict[SSAValue, np.ndarray] = {}
+
+    def leaf_value(leaf: _Leaf) -> np.ndarray:
+        if leaf.kind == "const":
+            return np.broadcast_to(leaf.data[0], (n, width))
+        if leaf.kind == "pwl":
+            return pwl_1d(coords[leaf.variables[0]], *leaf.data)
+        w, b = leaf.data
+        return np.stack([coords[v] for v in leaf.variables], axis=1) @ w + b
+
+    def value(v: SSAValue) -> np.ndarray:
+        if v in memo:
+            return memo[v]
+        sel = v.owner
+        if isinstance(sel, SelectOp) and v not in tree.leaves:
+            c = sel.cond.owner
+            decide = coords[c.x] >= _step_points(c)[1]
+            out = np.where(decide[:, None], value(sel.if_true), value(sel.if_false))
+        else:
+            out = leaf_value(tree.leaves[v])
+        memo[v] = out
+        return out
+
+    return value(tree.root.out)
+
+
+def _replacement(tree: _Tree, ranges, max_bp: int) -> Operation:
+    axes = [_axis(tree, v, ranges, max_bp) for v in tree.variables]
+    width = width_of(tree.root.out)
+    if len(axes) == 1:
+        xs = axes[0]
+        values = _tabulate(tree, {tree.variables[0]: xs})
+        return PiecewiseLinearOp.create(
+            operands=[tree.variables[0]], result_types=[VecType(width)],
+            properties={"breakpoints": dense(xs), "values": dense(values)})
+    xs, ys = axes
+    gx, gy = np.meshgrid(xs, ys, indexing="ij")
+    flat = _tabulate(tree, {tree.variables[0]: gx.reshape(-1), tree.variables[1]: gy.reshape(-1)})
+    table = flat.reshape(xs.size, ys.size, width)
+    return PiecewiseLinear2dOp.create(
+        operands=list(tree.variables), result_types=[VecType(width)],
+        properties={"xs": dense(xs), "ys": dense(ys), "table": dense(table)})
+
+
+# --------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------
+
+
+def rewrite_graph(graph: GraphOp, max_bp: int = 64) -> int:
+    """Rewrite every eligible tree in `graph`, roots first; returns how many were rewritten."""
+    ops = list(graph.block.ops)
+    index = {op: i for i, op in enumerate(ops)}
+    cp = critical_path(graph)
+    cached: list = []
+
+    def ranges():
+        if not cached:
+            cached.append(value_ranges(graph))
+        return cached[0]
+
+    erased: set[Operation] = set()
+    count = 0
+    # Reverse block order visits a tree's root before its inner selects; trees rewritten later
+    # lie earlier in the block and cannot read a rewritten root, so `cp` stays valid for them.
+    for root in reversed(ops):
+        if not isinstance(root, SelectOp) or root in erased:
+            continue
+        try:
+            tree = _match(root)
+            new = _replacement(tree, ranges, max_bp)
+        except _Reject:
+            continue
+        ready = max(cp.ready[v] for v in tree.variables)
+        if next_slot(ready, MLP) + 2 * (len(tree.variables) - 1) > cp.slots[root]:
+            continue  # would deepen the graph (a leaf variable is ready late)
+        new.attributes.update(root.attributes)
+        if root.out.name_hint:
+            new.results[0].name_hint = root.out.name_hint
+        Rewriter.insert_op(new, InsertPoint.before(root))
+        root.out.replace_all_uses_with(new.results[0])
+        dead = sorted(tree.selects + tree.compares, key=index.__getitem__, reverse=True)
+        for op in dead:
+            Rewriter.erase_op(op)
+            erased.add(op)
+        _erase_dead_leaves(tree, index, erased)
+        count += 1
+    return count
+
+
+def _erase_dead_leaves(tree: _Tree, index: dict[Operation, int], erased: set) -> None:
+    """Leaf ops (and a leaf's private concat) that only fed the tree are pure and now dead."""
+    candidates = []
+    for leaf in tree.leaves.values():
+        owner = leaf.value.owner
+        if isinstance(owner, (LiteralOp, LinearOp, PiecewiseLinearOp)) and owner not in candidates:
+            candidates.append(owner)
+    for op in sorted(candidates, key=index.__getitem__, reverse=True):
+        if op.results[0].uses:
+            continue
+        src = op.operands[0].owner if op.operands else None
+        Rewriter.erase_op(op)
+        erased.add(op)
+        if isinstance(src, ConcatOp) and not src.out.uses:
+            Rewriter.erase_op(src)
+            erased.add(src)
+
+
+__all__ = ["SelectTreeToPwl2dPass", "rewrite_graph", "value_ranges"]
