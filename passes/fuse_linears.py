@@ -101,6 +101,13 @@ def same_schedule_tags(producer: Operation, consumer: Operation) -> bool:
     return all(producer.attributes.get(k) == consumer.attributes.get(k) for k in (SCOPE, ITERATION))
 
 
+def discard(*ops: Operation) -> None:
+    """Drop candidate ops that were built but never inserted (users first): their operand
+    uses would otherwise linger and make single-use values look shared."""
+    for op in ops:
+        op.erase()
+
+
 def replace_op(old: Operation, new_ops: list[Operation], new_value: SSAValue) -> None:
     """Insert `new_ops` before `old`, reroute `old`'s result to `new_value`, erase `old`."""
     block = old.parent_block()
@@ -248,18 +255,22 @@ class FuseLinears(ModulePass):
             if not same_schedule_tags(producer, reader):
                 return
             new = fold_linear_into_reader(producer, reader)
-            if self._fits(new, op_params(producer) + op_params(reader), stats):
-                replace_op(reader, [new], new.out)
-                producer.parent_block().erase_op(producer)
-                stats.folded += 1
+            if not self._fits(new, op_params(producer) + op_params(reader), stats):
+                discard(new)
+                return
+            replace_op(reader, [new], new.out)
+            producer.parent_block().erase_op(producer)
+            stats.folded += 1
         elif isinstance(producer, MlpOp) and isinstance(reader, LinearOp):
             if not same_schedule_tags(producer, reader):
                 return
             new = fold_linear_into_mlp_output(producer, reader)
-            if self._fits(new, op_params(producer) + op_params(reader), stats):
-                replace_op(reader, [new], new.out)
-                producer.parent_block().erase_op(producer)
-                stats.folded += 1
+            if not self._fits(new, op_params(producer) + op_params(reader), stats):
+                discard(new)
+                return
+            replace_op(reader, [new], new.out)
+            producer.parent_block().erase_op(producer)
+            stats.folded += 1
         elif isinstance(producer, ConcatOp):
             def absorb(v: SSAValue) -> bool:
                 return v.has_one_use() and _concat_inner_ok(
@@ -272,6 +283,7 @@ class FuseLinears(ModulePass):
             inners = [v.owner for v in producer.ins if isinstance(v.owner, LinearOp) and absorb(v)]
             old = op_params(reader) + sum(op_params(i) for i in inners)
             if not self._fits(new, old, stats):
+                discard(new, new_concat)
                 return
             replace_op(reader, [new_concat, new], new.out)
             producer.parent_block().erase_op(producer)
@@ -321,8 +333,6 @@ class FuseLinears(ModulePass):
                 continue
             if concat is None:
                 new_ready = ready[producer.x]
-                new = fold_linear_into_reader(producer, target)
-                new_ops = [new]
             else:
                 if sum(1 for v in concat.ins if v is producer.out) != 1:
                     continue
@@ -333,15 +343,17 @@ class FuseLinears(ModulePass):
                 if not _concat_inner_ok(target, concat, producer.out, width_of(producer.out),
                                         self.allow_inflate):
                     continue
-                result = fold_concat_operands(target, lambda v: v is producer.out)
-                if result is None:
-                    continue
-                new, new_concat = result
-                new_ops = [new_concat, new]
             new_slot = next_slot(new_ready, placement_kind(target))
             if new_slot >= slots[target]:
                 continue
+            if concat is None:
+                new = fold_linear_into_reader(producer, target)
+                new_ops = [new]
+            else:
+                new, new_concat = fold_concat_operands(target, lambda v: v is producer.out)
+                new_ops = [new_concat, new]
             if not self._fits(new, op_params(producer) + op_params(target), stats):
+                discard(*reversed(new_ops))
                 continue
             replace_op(target, new_ops, new.out)
             if concat is not None:
