@@ -1,0 +1,206 @@
+"""The compiled artifact: a standard transformer as a `torch.nn.Module`.
+
+Each layer is `x = x + Attn(x)` (causal softmax, scale 1, output bias) then
+`x = x + W2 relu(W1 x + b1) + b2`, with per-layer head counts and hidden widths trimmed to
+what the schedule uses. `run` evaluates a whole sequence; `generate` steps autoregressively
+with a KV cache and matches `run` on the same sequence to fp32 round-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from lowering.machine import Machine
+from lowering.materialize import LayerWeights, OutputSlot, SourceSlot, position_rows
+
+
+class Projection(nn.Module):
+    """A linear map laid out like nn.Linear (`weight` is (out, in), optional `bias`)."""
+
+    def __init__(self, w: np.ndarray, b: np.ndarray | None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w.T)), requires_grad=False)
+        self.bias = (nn.Parameter(torch.from_numpy(np.ascontiguousarray(b)), requires_grad=False)
+                     if b is not None else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+def _linear(w: np.ndarray, b: np.ndarray | None) -> Projection:
+    """A projection computing x @ w + b."""
+    return Projection(w, b)
+
+
+class Attention(nn.Module):
+    def __init__(self, w: LayerWeights, d_head: int):
+        super().__init__()
+        self.d_head = d_head
+        self.n_heads = w.wq.shape[1] // d_head
+        self.q_proj = _linear(w.wq, None)
+        self.k_proj = _linear(w.wk, None)
+        self.v_proj = _linear(w.wv, None)
+        self.o_proj = _linear(w.wo, w.bo)
+
+    def forward(self, x: torch.Tensor, cache: list | None, start: int) -> torch.Tensor:
+        n = x.shape[0]
+        if self.n_heads == 0:
+            return self.o_proj.bias.expand(n, -1)
+        h, dh = self.n_heads, self.d_head
+        q = self.q_proj(x).view(n, h, dh).transpose(0, 1)
+        k = self.k_proj(x).view(n, h, dh).transpose(0, 1)
+        v = self.v_proj(x).view(n, h, dh).transpose(0, 1)
+        if cache is not None:
+            if cache[0] is not None:
+                k = torch.cat([cache[0], k], dim=1)
+                v = torch.cat([cache[1], v], dim=1)
+            cache[0], cache[1] = k, v
+        logits = q @ k.transpose(1, 2)  # no 1/sqrt(d_head): the graph's attention is unscaled
+        m = k.shape[1]
+        qpos = torch.arange(start, start + n).unsqueeze(1)
+        kpos = torch.arange(m).unsqueeze(0) + (m - (start + n))
+        logits = logits.masked_fill(kpos > qpos, float("-inf"))
+        p = torch.softmax(logits, dim=-1)
+        out = (p @ v).transpose(0, 1).reshape(n, h * dh)
+        return self.o_proj(out)
+
+
+class Mlp(nn.Module):
+    def __init__(self, w: LayerWeights):
+        super().__init__()
+        self.n_neurons = w.w1.shape[1]
+        self.fc1 = _linear(w.w1, w.b1)
+        self.fc2 = _linear(w.w2, w.b2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.n_neurons == 0:
+            return self.fc2.bias.expand(x.shape[0], -1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, w: LayerWeights, d_head: int):
+        super().__init__()
+        self.attn = Attention(w, d_head)
+        self.mlp = Mlp(w)
+
+    def forward(self, x, cache, start):
+        x = x + self.attn(x, cache, start)
+        return x + self.mlp(x)
+
+
+class CompiledTransformer(nn.Module):
+    """A compiled tw graph. `run(inputs)` has the contract of `twdialect.evaluate`."""
+
+    def __init__(self, machine: Machine, weights: list[LayerWeights], sources: list[SourceSlot],
+                 outputs: list[OutputSlot], stats=None, schedule=None):
+        super().__init__()
+        self.machine = machine
+        self.layers = nn.ModuleList(Layer(w, machine.d_head) for w in weights)
+        self.sources = sources
+        self.outputs = outputs
+        self.stats = stats
+        self.schedule = schedule
+        self.snapshots: list[torch.Tensor] | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    # -- the input stage ------------------------------------------------------------------
+    def embed(self, inputs: Mapping[str, np.ndarray], start: int = 0) -> torch.Tensor:
+        """The residual stream before layer 0 for positions start..start+n-1."""
+        m = self.machine
+        n = None
+        cols: list[tuple[np.ndarray, np.ndarray]] = []
+        for s in self.sources:
+            if s.kind == "pos":
+                continue
+            if s.name not in inputs:
+                raise ValueError(f"missing input \"{s.name}\"")
+            a = np.asarray(inputs[s.name])
+            if s.kind == "embedding":
+                ids = a.reshape(-1)
+                if ids.size and (not np.all(ids == np.round(ids)) or ids.min() < 0
+                                 or ids.max() >= s.table.shape[0]):
+                    raise ValueError(f"token input \"{s.name}\" must hold integer ids in "
+                                     f"[0, {s.table.shape[0]})")
+                vals = s.table[ids.astype(np.int64)]
+            else:
+                vals = a.reshape(a.shape[0], -1) if a.ndim <= 1 else a
+                if vals.shape[1] != len(s.cols):
+                    raise ValueError(f"input \"{s.name}\" must be shaped (n_positions, "
+                                     f"{len(s.cols)}), got {a.shape}")
+            if n is None:
+                n = vals.shape[0]
+            elif vals.shape[0] != n:
+                raise ValueError(f"input \"{s.name}\" has {vals.shape[0]} positions, expected {n}")
+            cols.append((s.cols, vals))
+        if n is None:
+            n = int(inputs.get("__n_positions__", 0)) if isinstance(inputs, dict) else 0
+            if n <= 0:
+                raise ValueError("the graph has no inputs: pass __n_positions__")
+        x = np.zeros((n, m.d), np.float32)
+        x[:, m.CONST_COL] = 1.0
+        x[:, m.POS_COL] = np.arange(start, start + n)
+        for c, vals in cols:
+            x[:, c] = vals
+        for s in self.sources:
+            if s.kind == "pos":
+                x[:, s.cols] = position_rows(start, n, s.pos_width)[:, 1:]
+        return torch.from_numpy(x)
+
+    def read_outputs(self, x: torch.Tensor) -> dict[str, np.ndarray]:
+        xn = x.detach().numpy().astype(np.float64)
+        return {o.name: xn[:, o.rows] * o.scale for o in self.outputs}
+
+    # -- running ----------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, caches: list | None = None, start: int = 0,
+                record: bool = False) -> torch.Tensor:
+        snaps = [] if record else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, caches[i] if caches is not None else None, start)
+            if record:
+                snaps.append(x.clone())
+        if record:
+            self.snapshots = snaps
+        return x
+
+    def run(self, inputs: Mapping[str, np.ndarray], n_positions: int | None = None
+            ) -> dict[str, np.ndarray]:
+        feeds = dict(inputs)
+        if n_positions is not None:
+            feeds["__n_positions__"] = n_positions
+        return self.read_outputs(self.forward(self.embed(feeds)))
+
+    def generate(self, inputs: Mapping[str, np.ndarray], steps: int,
+                 feedback: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+                 ) -> dict[str, np.ndarray]:
+        """Prefill `inputs`, then `steps` times feed `feedback(last outputs)` back as the next
+        position, with a KV cache. Same contract as `twdialect.generate`."""
+        caches = [[None, None] for _ in self.layers]
+        x = self.forward(self.embed(inputs), caches, 0)
+        outs = self.read_outputs(x)
+        pos = x.shape[0]
+        rows = [outs]
+        for _ in range(steps):
+            nxt = feedback({k: v[-1] for k, v in rows[-1].items()})
+            step_inputs = {k: np.asarray(v).reshape((1,) + np.asarray(v).shape) if
+                           np.asarray(v).ndim == 1 else np.asarray(v).reshape(1, -1)
+                           for k, v in nxt.items()}
+            for s in self.sources:
+                if s.kind == "embedding" and s.name in nxt:
+                    step_inputs[s.name] = np.asarray(nxt[s.name]).reshape(1)
+            x = self.forward(self.embed(step_inputs, pos), caches, pos)
+            pos += 1
+            rows.append(self.read_outputs(x))
+        return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
+
+    # -- sizes ------------------------------------------------------------------------
+    def allocated_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

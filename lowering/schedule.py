@@ -1,0 +1,361 @@
+"""The scheduler: place every task in a sublayer slot, give every group its residual columns.
+
+A greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP), in the seed's
+spirit: small, no hidden state, every decision local.
+
+* Readiness: a task may run in slot s once every group it waits on is complete before s.
+* Priority: least slack first: the latest slot a task can take without pushing the graph past
+  its critical-path floor (ALAP), then block order. Under residual pressure (under a quarter of
+  the columns free or reclaimable) tasks that free more columns than they take go first.
+* Routing: attention tasks take heads; MLP tasks take neurons; a linear or add (either) runs
+  in the MLP as a bypass pair (cheap neurons) unless it has no slack left, then as head work.
+  All position-local head work of a sublayer (linears, adds, cancels) shares heads: each needs
+  min(inputs, outputs) value dims, packed d_head to a head.
+* Columns: a group takes columns when its first writer runs and dies after its last reader;
+  dead columns are reclaimed lazily, only when a writer needs room: a cancel in the same
+  sublayer (attention: V=I, O=-I dims; MLP: two neurons per column) zeroes them while the
+  writer fills them (both land in the same residual add).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lowering.machine import GeometryError, Machine
+from lowering.tasks import POS_GROUP, Refs, Task, TaskGraph
+from twdialect.analysis import ATTN, EITHER, MLP, critical_path
+from twdialect.dense import shape_of
+from twdialect.dialect import AttnOp, LinearOp, MlpOp, describe
+
+PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
+
+
+@dataclass
+class Schedule:
+    machine: Machine
+    tg: TaskGraph
+    slot: list[int]  # task id -> slot (-1: dead code, never placed)
+    cols: list[np.ndarray | None]  # group id -> its residual columns
+    born: list[int]  # group id -> slot it took columns (-1: before layer 0)
+    died: list[int]  # group id -> slot from which its columns were reusable (inf: never)
+    cancels: list[tuple[int, int]]  # (slot, group id): cancel emitted in that slot
+    n_layers: int
+    floor: int
+    attn_heads: list[int] = field(default_factory=list)  # per layer, heads used
+    neurons: list[int] = field(default_factory=list)  # per layer, MLP neurons used
+    occupancy: list[int] = field(default_factory=list)  # per layer, live columns (max)
+
+    def route(self, tid: int) -> str:
+        return "attn" if self.slot[tid] % 2 == 0 else "mlp"
+
+
+def attn_value_dims(op: AttnOp, v_support: int) -> int:
+    """Value dims an attn op needs: min over the factorizations of (v Wv) Wo."""
+    return min(shape_of(op.wv)[1], v_support, shape_of(op.wo)[1])
+
+
+def task_cost(tg: TaskGraph, t: Task, machine: Machine) -> tuple[int, int]:
+    """(attention cost, MLP cost): attn: heads for attn ops, value dims for head work;
+    MLP: neurons."""
+    op = t.op
+    refs = tg.in_refs(t)
+    if isinstance(op, AttnOp):
+        wv = tg.refs[op.value]
+        support = len({(g, i) for g, i in zip(wv.group.tolist(), wv.idx.tolist()) if g != Refs.CONST})
+        dims = attn_value_dims(op, support)
+        return (math.ceil(max(dims, 1) / machine.d_head), 0)
+    if isinstance(op, MlpOp):
+        return (0, shape_of(op.w1)[1])
+    support = len({(g, i) for g, i in zip(refs.group.tolist(), refs.idx.tolist()) if g != Refs.CONST})
+    out = tg.groups[t.out_group].width
+    if t.kind == MLP:  # relu: one neuron per non-constant component
+        return (0, support)
+    dims = min(support, out)
+    return (dims, 2 * dims)
+
+
+def check_fits(tg: TaskGraph, machine: Machine) -> None:
+    """Structural checks: an op too wide for any layer of this geometry."""
+    for t in tg.tasks:
+        op = t.op
+        if isinstance(op, AttnOp):
+            d_qk = shape_of(op.wq)[1]
+            if d_qk > machine.d_head:
+                raise GeometryError(f"{describe(op)}: query/key width {d_qk} exceeds d_head="
+                                    f"{machine.d_head}; smallest d_head that fits: {d_qk}")
+            heads = task_cost(tg, t, machine)[0]
+            if heads > machine.n_heads:
+                raise GeometryError(f"{describe(op)}: needs {heads} heads, a layer has "
+                                    f"{machine.n_heads}; smallest d that fits: "
+                                    f"{heads * machine.d_head}")
+        if isinstance(op, MlpOp) and shape_of(op.w1)[1] > machine.d_hidden:
+            raise GeometryError(f"{describe(op)}: needs {shape_of(op.w1)[1]} MLP neurons, "
+                                f"d_hidden={machine.d_hidden}; smallest d_hidden that fits: "
+                                f"{shape_of(op.w1)[1]}")
+        if t.kind == MLP and not isinstance(op, MlpOp):
+            n = task_cost(tg, t, machine)[1]
+            if n > machine.d_hidden:
+                raise GeometryError(f"{describe(op)}: needs {n} MLP neurons, d_hidden="
+                                    f"{machine.d_hidden}; smallest d_hidden that fits: {n}")
+        if t.kind == EITHER:
+            dims = task_cost(tg, t, machine)[0]
+            if dims > machine.n_heads * machine.d_head and 2 * dims > machine.d_hidden:
+                raise GeometryError(f"{describe(op)}: a {dims}-dim linear fits neither the heads "
+                                    f"of a layer ({machine.n_heads * machine.d_head} dims) nor its "
+                                    f"MLP ({machine.d_hidden} neurons, needs {2 * dims})")
+        width = tg.groups[t.out_group].width
+        if width > machine.free_columns:
+            raise GeometryError(f"{describe(op)}: its {width}-wide result exceeds the residual "
+                                f"width ({machine.free_columns} free of d={machine.d})")
+    src = sum(tg.groups[g].width for g in tg.sources)
+    if src > machine.free_columns:
+        raise GeometryError(f"residual width binds: the inputs alone need {src} columns, "
+                            f"d={machine.d} leaves {machine.free_columns}; smallest d that "
+                            f"fits them: {src + machine.RESERVED}")
+
+
+def _needed_tasks(tg: TaskGraph) -> list[bool]:
+    """Tasks whose result reaches an output (reads or ordering edges); the rest is dead code."""
+    needed_groups = [g.is_output for g in tg.groups]
+    needed = [False] * len(tg.tasks)
+    for t in reversed(tg.tasks):
+        if needed_groups[t.out_group]:
+            needed[t.tid] = True
+            for g in t.waits:
+                needed_groups[g] = True
+    return needed
+
+
+def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int]:
+    """ALAP: the latest slot of each task that keeps every output ready by `last_slot`."""
+    deadline = [last_slot + 1 if g.is_output else 1 << 40 for g in tg.groups]
+    latest = [0] * len(tg.tasks)
+    for t in reversed(tg.tasks):
+        if not needed[t.tid]:
+            continue
+        s = deadline[t.out_group] - 1
+        if t.kind == ATTN and s % 2:
+            s -= 1
+        elif t.kind == MLP and s % 2 == 0:
+            s -= 1
+        latest[t.tid] = s
+        for g in t.waits:
+            deadline[g] = min(deadline[g], s)
+    return latest
+
+
+class _Columns:
+    """Residual columns: clean free columns and dead groups whose columns await a cancel."""
+
+    def __init__(self, machine: Machine):
+        self.free = list(range(machine.RESERVED, machine.d))
+        heapq.heapify(self.free)
+        self.dirty: deque[int] = deque()
+        self.dirty_width = 0
+
+    def take(self, n: int) -> np.ndarray:
+        return np.array(sorted(heapq.heappop(self.free) for _ in range(n)), dtype=np.int64)
+
+    def give(self, cols: np.ndarray) -> None:
+        for c in cols.tolist():
+            heapq.heappush(self.free, c)
+
+
+def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
+    check_fits(tg, machine)
+    cp = critical_path(tg.graph)
+    last_slot = max([s for op, s in cp.slots.items()] + [-1])
+    floor = cp.n_layers
+    needed = _needed_tasks(tg)
+    latest = _latest_slots(tg, needed, max(last_slot, 0))
+    costs = [task_cost(tg, t, machine) if needed[t.tid] else (0, 0) for t in tg.tasks]
+
+    n_groups = len(tg.groups)
+    cols: list[np.ndarray | None] = [None] * n_groups
+    born = [1 << 40] * n_groups
+    died = [1 << 40] * n_groups
+    writers_left = [sum(1 for w in g.writers if needed[w]) for g in tg.groups]
+    readers_left = [sum(1 for r in g.readers if needed[r]) for g in tg.groups]
+    waits_left = [len(t.waits) for t in tg.tasks]
+    waiters: list[list[int]] = [[] for _ in range(n_groups)]
+    for t in tg.tasks:
+        if needed[t.tid]:
+            for g in t.waits:
+                waiters[g].append(t.tid)
+    slot = [-1] * len(tg.tasks)
+    cancels: list[tuple[int, int]] = []
+    columns = _Columns(machine)
+    pending: dict[int, list[int]] = {}
+
+    def complete(g: int, s: int) -> None:
+        for tid in waiters[g]:
+            waits_left[tid] -= 1
+            if waits_left[tid] == 0:
+                pending.setdefault(s + 1, []).append(tid)
+
+    def maybe_die(g: int, s: int) -> None:
+        grp = tg.groups[g]
+        if readers_left[g] == 0 and writers_left[g] == 0 and not grp.is_output \
+                and cols[g] is not None and died[g] > s:
+            died[g] = s
+            columns.dirty.append(g)
+            columns.dirty_width += grp.width
+
+    for g in tg.sources:
+        cols[g] = columns.take(tg.groups[g].width)
+        born[g] = -1
+    for g in tg.sources:
+        complete(g, -1)
+        maybe_die(g, 0)
+    for t in tg.tasks:
+        if needed[t.tid] and not t.waits:
+            pending.setdefault(0, []).append(t.tid)
+
+    heaps: dict[str, list[tuple[int, int, int]]] = {ATTN: [], MLP: [], EITHER: []}
+    n_todo = sum(needed)
+    s = 0
+    stall = 0
+    last_used = -1
+    occupancy_by_slot: list[int] = []
+    usage: list[tuple[int, int]] = []  # per slot: (heads, neurons)
+    live = sum(tg.groups[g].width for g in tg.sources)
+    while n_todo:
+        for tid in pending.pop(s, ()):
+            t = tg.tasks[tid]
+            heapq.heappush(heaps[t.kind], (latest[tid], t.index, tid))
+        attention = s % 2 == 0
+        if attention:
+            cands = _pop_all(heaps[ATTN]) + _pop_while(heaps[EITHER], lambda e: e[0] <= s)
+        else:
+            cands = _pop_all(heaps[MLP]) + _pop_all(heaps[EITHER])
+        cands.sort()
+        free_share = (len(columns.free) + columns.dirty_width) / machine.free_columns
+        if free_share < PRESSURE and cands:
+            cands.sort(key=lambda e: (_net_columns(tg, tg.tasks[e[2]], cols, readers_left) > 0,) + e)
+        heads = pool = neurons = 0
+        placed = 0
+        for entry in cands:
+            tid = entry[2]
+            t = tg.tasks[tid]
+            a_cost, m_cost = costs[tid]
+            g = t.out_group
+            need_cols = tg.groups[g].width if cols[g] is None else 0
+            reclaim, reclaim_w = _reclaim_plan(columns, need_cols, tg)
+            if reclaim is None:
+                heapq.heappush(heaps[t.kind], entry)
+                continue
+            if attention:
+                if isinstance(t.op, AttnOp):
+                    h2, p2 = heads + a_cost, pool + reclaim_w
+                else:
+                    h2, p2 = heads, pool + a_cost + reclaim_w
+                fits = h2 + math.ceil(p2 / machine.d_head) <= machine.n_heads
+            else:
+                n2 = neurons + m_cost + 2 * reclaim_w
+                fits = n2 <= machine.d_hidden
+            if not fits:
+                heapq.heappush(heaps[t.kind], entry)
+                continue
+            # Commit.
+            if attention:
+                heads, pool = h2, p2
+            else:
+                neurons = n2
+            for rg in reclaim:
+                columns.dirty.remove(rg)
+                columns.dirty_width -= tg.groups[rg].width
+                columns.give(cols[rg])
+                cancels.append((s, rg))
+                live -= tg.groups[rg].width
+            if need_cols:
+                cols[g] = columns.take(need_cols)
+                born[g] = s
+                live += need_cols
+            slot[tid] = s
+            placed += 1
+            n_todo -= 1
+            last_used = s
+            for rg in t.reads:
+                readers_left[rg] -= 1
+                maybe_die(rg, s)
+            writers_left[g] -= 1
+            if writers_left[g] == 0:
+                complete(g, s)
+                maybe_die(g, s + 1)
+        usage.append((heads + math.ceil(pool / machine.d_head) if attention else 0,
+                      0 if attention else neurons))
+        occupancy_by_slot.append(live)
+        waiting = any(heaps.values()) or any(k > s for k in pending)
+        if placed == 0 and n_todo:
+            stall = stall + 1 if any(heaps.values()) else 0
+            if stall > max_stall:
+                raise _stall_error(tg, machine, heaps, columns, live)
+            if not waiting:
+                raise GeometryError("scheduler invariant broken: tasks remain but none can "
+                                    "ever become ready (a cycle through tw.after?)")
+        else:
+            stall = 0
+        s += 1
+
+    n_layers = last_used // 2 + 1 if last_used >= 0 else 0
+    sched = Schedule(machine, tg, slot, cols, born, died, cancels, n_layers, floor)
+    for layer in range(n_layers):
+        a = usage[2 * layer] if 2 * layer < len(usage) else (0, 0)
+        m = usage[2 * layer + 1] if 2 * layer + 1 < len(usage) else (0, 0)
+        sched.attn_heads.append(a[0])
+        sched.neurons.append(m[1])
+        occ = occupancy_by_slot[2 * layer: 2 * layer + 2] or [0]
+        sched.occupancy.append(max(occ) + machine.RESERVED)
+    return sched
+
+
+def _pop_all(heap: list) -> list:
+    out = heap[:]
+    heap.clear()
+    return out
+
+
+def _pop_while(heap: list, pred) -> list:
+    out = []
+    while heap and pred(heap[0]):
+        out.append(heapq.heappop(heap))
+    return out
+
+
+def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph):
+    """Dead groups to cancel so `need` clean columns exist (oldest deaths first)."""
+    if need <= len(columns.free):
+        return [], 0
+    if need > len(columns.free) + columns.dirty_width:
+        return None, 0
+    plan, got = [], len(columns.free)
+    for g in columns.dirty:
+        if got >= need:
+            break
+        plan.append(g)
+        got += tg.groups[g].width
+    return plan, sum(tg.groups[g].width for g in plan)
+
+
+def _net_columns(tg: TaskGraph, t: Task, cols, readers_left) -> int:
+    """Columns a task takes minus the columns its placement lets die."""
+    grp = tg.groups[t.out_group]
+    take = grp.width if cols[t.out_group] is None else 0
+    frees = sum(tg.groups[g].width for g in t.reads
+                if readers_left[g] == 1 and not tg.groups[g].is_output and g != POS_GROUP)
+    return take - frees
+
+
+def _stall_error(tg: TaskGraph, machine: Machine, heaps, columns: _Columns, live: int):
+    waiting = sorted(e for h in heaps.values() for e in h)
+    t = tg.tasks[waiting[0][2]]
+    need = tg.groups[t.out_group].width
+    return GeometryError(
+        f"residual width binds at d={machine.d}: {live} of {machine.free_columns} free columns "
+        f"hold live values and {len(waiting)} ready ops cannot get room (next: {describe(t.op)} "
+        f"needs {need}); try a larger d")

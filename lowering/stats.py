@@ -1,0 +1,110 @@
+"""Compile statistics: depth against the floor, per-layer use, parameters, per-annotation costs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from lowering.schedule import Schedule, task_cost
+from twdialect.dialect import ANNOTATION, AttnOp, GraphOp
+
+
+def graph_params(graph: GraphOp) -> int:
+    """Non-zero weight entries of the graph's ops (its irreducible information)."""
+    from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+
+    total = 0
+    for op in graph.block.ops:
+        for name, attr in op.properties.items():
+            if isinstance(attr, DenseIntOrFPElementsAttr) and name not in ("table",):
+                total += int(np.count_nonzero(np.frombuffer(attr.data.data, "<f4")))
+    return total
+
+
+@dataclass
+class Stats:
+    n_layers: int
+    floor: int
+    d: int
+    d_head: int
+    d_hidden: int
+    n_ops: int
+    heads_per_layer: list[int]
+    neurons_per_layer: list[int]
+    occupancy_per_layer: list[int]
+    cancels: int
+    graph_params: int
+    allocated_params: int
+    total_capacity: int
+    per_annotation: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def depth_ratio(self) -> float:
+        return self.n_layers / self.floor if self.floor else 1.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["depth_ratio"] = round(self.depth_ratio, 4)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def report(self) -> str:
+        lines = [
+            f"layers {self.n_layers} (floor {self.floor}, ratio {self.depth_ratio:.3f})  "
+            f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
+            f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
+            f"capacity {self.total_capacity}  cancels {self.cancels}",
+            "layer  heads  neurons  residual",
+        ]
+        for i in range(self.n_layers):
+            lines.append(f"{i:5d}  {self.heads_per_layer[i]:5d}  {self.neurons_per_layer[i]:7d}  "
+                         f"{self.occupancy_per_layer[i]:5d}/{self.d}")
+        if self.per_annotation:
+            lines.append("annotation                      ops  heads  head_dims  neurons  layers")
+            for name, a in sorted(self.per_annotation.items()):
+                lines.append(f"{name[:30]:30s} {a['ops']:4d}  {a['heads']:5d}  {a['head_dims']:9d}  "
+                             f"{a['neurons']:7d}  {a['first_layer']}-{a['last_layer']}")
+        if self.seconds:
+            lines.append("seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in self.seconds.items()))
+        return "\n".join(lines)
+
+
+def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
+    m = sched.machine
+    tg = sched.tg
+    heads = [w.wq.shape[1] // m.d_head for w in weights]
+    neurons = [w.w1.shape[1] for w in weights]
+    allocated = sum(h * m.head_params() + n * m.neuron_params() + 2 * m.d
+                    for h, n in zip(heads, neurons))
+    per_ann: dict[str, dict] = {}
+    for t in tg.tasks:
+        s = sched.slot[t.tid]
+        if s < 0:
+            continue
+        ann = t.op.attributes.get(ANNOTATION)
+        name = ann.data if ann is not None else "(none)"
+        a = per_ann.setdefault(name, {"ops": 0, "heads": 0, "head_dims": 0, "neurons": 0,
+                                      "first_layer": s // 2, "last_layer": s // 2})
+        a["ops"] += 1
+        a_cost, m_cost = task_cost(tg, t, m)
+        if s % 2 == 0:
+            if isinstance(t.op, AttnOp):
+                a["heads"] += a_cost
+            else:
+                a["head_dims"] += a_cost
+        else:
+            a["neurons"] += m_cost
+        a["first_layer"] = min(a["first_layer"], s // 2)
+        a["last_layer"] = max(a["last_layer"], s // 2)
+    return Stats(
+        n_layers=sched.n_layers, floor=sched.floor, d=m.d, d_head=m.d_head, d_hidden=m.d_hidden,
+        n_ops=len(tg.ops), heads_per_layer=heads, neurons_per_layer=neurons,
+        occupancy_per_layer=sched.occupancy, cancels=len(sched.cancels),
+        graph_params=graph_params(tg.graph), allocated_params=allocated,
+        total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=per_ann,
+        seconds=dict(seconds or {}))
