@@ -24,7 +24,9 @@ the fused op reads their union and runs in slot s as well, and each slice is rea
 the original result was. The critical path cannot grow (the tests assert it).
 
 "Standalone" excludes a linear that reads a `tw.relu` or feeds only `tw.relu`s: those belong to
-MLP chains that the lowering places in the MLP sublayer, where they cost no head. Ops carrying
+MLP chains that the lowering places in the MLP sublayer, where they cost no head. A writer
+feeding an accumulating add (`twdialect.analysis.accumulating_adds`) is left alone: it adds
+straight into the add's columns, which a slice cannot. Ops carrying
 different `tw.scope`/`tw.iteration` tags, and iteration terminals, are never merged, so the
 iteration structure that `sequential-scope` reads survives.
 """
@@ -40,7 +42,12 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from twdialect.analysis import critical_path, first_use_before_def, sort_block_topologically
+from twdialect.analysis import (
+    accumulating_adds,
+    critical_path,
+    first_use_before_def,
+    sort_block_topologically,
+)
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
     ANNOTATION,
@@ -155,11 +162,19 @@ class _Bucket:
         return self.groups
 
 
+def _feeds_accumulating_add(op: Operation, accumulating: set[Operation]) -> bool:
+    return any(use.operation in accumulating for use in op.results[0].uses)
+
+
 def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int, d_head: int):
     linear_buckets: dict[tuple, _Bucket] = {}
     attn_buckets: dict[tuple, _Bucket] = {}
+    # A writer adding straight into an accumulating add's columns makes that add free; read
+    # through a slice it would not be, and the add would cost a slot: leave those writers.
+    accumulating = accumulating_adds(graph)
     for op in graph.block.ops:
-        if SCOPE_TERMINAL in op.attributes:
+        if not isinstance(op, (LinearOp, AttnOp)) or SCOPE_TERMINAL in op.attributes \
+                or _feeds_accumulating_add(op, accumulating):
             continue
         if isinstance(op, LinearOp):
             if not _is_standalone_linear(op) or width_of(op.x) > d_head:
@@ -167,7 +182,7 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
             key = (slots[op],) + _tags(op)
             bucket = linear_buckets.setdefault(key, _Bucket(max_group, d_head))
             bucket.add(op, (op.x,))
-        elif isinstance(op, AttnOp):
+        else:
             d_v = shape_of(op.wv)[1]
             if d_v > d_head:
                 continue

@@ -1,0 +1,232 @@
+"""horizontal-fuse: same-slot linears / same-q-k attentions become one op; values unchanged,
+the critical path never grows, dependent or oversized candidates are left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from passes import PipelineError, run_pipeline
+from twdialect import evaluate, ops as tw, print_module
+from twdialect.analysis import critical_path, first_use_before_def
+from twdialect.dialect import AttnOp, LinearOp, SliceOp
+from twdialect.interp import find_graph
+from twdialect.random_graphs import random_graph, sample_inputs
+
+
+def count(module, cls) -> int:
+    return sum(isinstance(op, cls) for op in find_graph(module).block.ops)
+
+
+def floor(module) -> tuple[int, int]:
+    """(layers, last slot) of the critical path: both must not grow."""
+    cp = critical_path(find_graph(module))
+    return cp.n_layers, max(cp.slots.values())
+
+
+def check_preserved(module, spec: str, n_positions: int = 5, seed: int = 0):
+    """Apply `spec`; assert same outputs, no deeper floor, ordered block. Returns the module."""
+    inputs = sample_inputs(module, n_positions, seed)
+    before = evaluate(module, inputs)
+    floor_before = floor(module)
+    run_pipeline(module, spec)
+    module.verify()
+    assert first_use_before_def(find_graph(module).block) is None
+    after = evaluate(module, inputs)
+    assert before.keys() == after.keys()
+    for name in before:
+        np.testing.assert_allclose(after[name], before[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    layers, last_slot = floor(module)
+    assert layers <= floor_before[0] and last_slot <= floor_before[1], "critical path grew"
+    return module
+
+
+def negates(n: int, shared_input: bool = False):
+    with tw.Graph("main") as g:
+        xs = [tw.input(f"x{i}", 1, (-2.0, 2.0)) for i in range(1 if shared_input else n)]
+        for i in range(n):
+            tw.output(f"y{i}", tw.negate(xs[0 if shared_input else i]))
+    return g.module
+
+
+def test_sixteen_scalar_negates_become_one_linear():
+    m = check_preserved(negates(16), "horizontal-fuse")
+    assert count(m, LinearOp) == 1
+    assert count(m, SliceOp) == 16
+    (lin,) = [op for op in find_graph(m).block.ops if isinstance(op, LinearOp)]
+    np.testing.assert_array_equal(tw.weights(lin.out, "weight"), -np.eye(16))
+
+
+def test_group_size_is_capped():
+    m = check_preserved(negates(20), "horizontal-fuse")
+    assert count(m, LinearOp) == 2  # 16 + 4
+    m = check_preserved(negates(20), "horizontal-fuse{max-group=5}")
+    assert count(m, LinearOp) == 4
+
+
+def test_shared_input_is_read_once():
+    m = check_preserved(negates(12, shared_input=True), "horizontal-fuse")
+    (lin,) = [op for op in find_graph(m).block.ops if isinstance(op, LinearOp)]
+    assert tw.weights(lin.out, "weight").shape == (1, 12)
+
+
+def test_dependent_pair_is_not_fused():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        a = tw.negate(x)
+        b = tw.add_const(a, 1.0)
+        tw.output("a", a)
+        tw.output("b", b)
+    m = check_preserved(g.module, "horizontal-fuse")
+    assert count(m, LinearOp) == 2 and count(m, SliceOp) == 0
+
+
+def test_group_that_does_not_fit_a_head_is_not_fused():
+    def build():
+        with tw.Graph("main") as g:
+            a = tw.input("a", 10, (-1.0, 1.0))
+            b = tw.input("b", 10, (-1.0, 1.0))
+            tw.output("p", tw.linear(a, np.eye(10)[:, :2]))
+            tw.output("q", tw.linear(b, np.eye(10)[:, :3]))
+        return g.module
+
+    assert count(check_preserved(build(), "horizontal-fuse"), LinearOp) == 2
+    assert count(check_preserved(build(), "horizontal-fuse{d-head=20}"), LinearOp) == 1
+
+
+def test_bias_and_mixed_widths():
+    with tw.Graph("main") as g:
+        a = tw.input("a", 2, (-1.0, 1.0))
+        b = tw.input("b", 3, (-1.0, 1.0))
+        tw.output("p", tw.linear(a, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [0.5, -0.5, 1.0]))
+        tw.output("q", tw.linear(b, np.ones((3, 1))))
+        tw.output("r", tw.linear(a, [[1.0], [-1.0]]))
+    m = check_preserved(g.module, "horizontal-fuse")
+    assert count(m, LinearOp) == 1
+
+
+def test_mlp_chain_linears_are_not_standalone():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        y = tw.input("y", 1, (-1.0, 1.0))
+        h = tw.relu(tw.linear(x, [[1.0, -1.0]]))  # chain head: feeds only a relu
+        tw.output("h", h)
+        tw.output("n", tw.negate(y))
+    m = check_preserved(g.module, "horizontal-fuse")
+    assert count(m, LinearOp) == 2
+
+
+def test_accumulating_add_writers_are_left_alone():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        y = tw.input("y", 1, (-1.0, 1.0))
+        tw.output("s", tw.add(tw.negate(x), tw.multiply_const(y, 2.0)))
+    m = check_preserved(g.module, "horizontal-fuse")
+    assert count(m, LinearOp) == 2
+
+
+def test_different_iterations_are_not_merged():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        ts = tw.sequential_scope([lambda: tw.relu(tw.negate(x)) for _ in range(3)], "loop")
+        tw.output("y", tw.concat(ts))
+    m = check_preserved(g.module, "horizontal-fuse")
+    assert count(m, LinearOp) == 3
+
+
+def attn_family(shared_wk: bool = True, dv: int = 2, n: int = 3):
+    rng = np.random.default_rng(3)
+    with tw.Graph("main") as g:
+        p = tw.pos_encoding(2, max_len=16)
+        x = tw.input("x", 3, (-1.0, 1.0))
+        k = tw.concat(p, x)
+        wq, wk = rng.uniform(-1, 1, (5, 2)), rng.uniform(-1, 1, (5, 2))
+        for i in range(n):
+            v = x if i % 2 == 0 else tw.concat(tw.slice(x, 1, 2), tw.slice(x, 0, 1))
+            wk_i = wk if shared_wk or i == 0 else wk + 0.5
+            tw.output(f"o{i}", tw.attn(k, k, v, wq, wk_i, rng.uniform(-1, 1, (3, dv)),
+                                       rng.uniform(-1, 1, (dv, 2))))
+    return g.module
+
+
+def test_attentions_sharing_query_and_key_fuse():
+    m = check_preserved(attn_family(), "horizontal-fuse", n_positions=7)
+    assert count(m, AttnOp) == 1
+
+
+def test_attentions_with_different_wk_do_not_fuse():
+    m = check_preserved(attn_family(shared_wk=False, n=2), "horizontal-fuse", n_positions=7)
+    assert count(m, AttnOp) == 2
+
+
+def test_attention_value_width_is_capped():
+    m = check_preserved(attn_family(dv=6, n=4), "horizontal-fuse{d-head=16}", n_positions=7)
+    assert count(m, AttnOp) == 2  # 6 + 6 fit in 16, a third does not
+
+
+def test_bad_options_are_reported():
+    with pytest.raises((ValueError, PipelineError), match="d-head"):
+        run_pipeline(negates(2), "horizontal-fuse{d-head=0}")
+
+
+def test_output_is_deterministic():
+    texts = set()
+    for _ in range(2):
+        m = run_pipeline(random_graph(11, 40, kinds=("linear", "attn", "add", "concat")),
+                         "horizontal-fuse")
+        texts.add(print_module(m))
+    assert len(texts) == 1
+
+
+def wide_random(seed: int, n_ops: int):
+    """Random graphs rich in same-depth linears and q/k-sharing attentions."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph("main") as g:
+        vals = [tw.input(f"in{i}", int(rng.integers(1, 4)), (-2.0, 2.0)) for i in range(4)]
+        pos = tw.pos_encoding(2, max_len=32)
+        qk = tw.concat(pos, vals[0])
+        wq, wk = rng.uniform(-1, 1, (2 + vals[0].type.width.data, 2)), \
+            rng.uniform(-1, 1, (2 + vals[0].type.width.data, 2))
+        for _ in range(n_ops):
+            x = vals[int(rng.integers(len(vals)))]
+            w = x.type.width.data
+            r = rng.random()
+            if r < 0.5:
+                v = tw.linear(x, np.round(rng.uniform(-1, 1, (w, int(rng.integers(1, 3)))), 2),
+                              np.round(rng.uniform(-1, 1, 1), 2) if rng.random() < 0.5 else None)
+                if v.type.width.data == 1 and rng.random() < 0.3:
+                    v = tw.linear(v, [[1.0, -1.0]])
+            elif r < 0.7:
+                v = tw.attn(qk, qk, x, wq, wk, rng.uniform(-1, 1, (w, 2)), np.eye(2))
+            elif r < 0.85:
+                v = tw.relu(x)
+            else:
+                y = vals[int(rng.integers(len(vals)))]
+                v = tw.concat(x, y) if x is not y else tw.relu(x)
+            vals.append(v)
+        for i, v in enumerate(vals[4:]):
+            if not v.uses:
+                tw.output(f"o{i}", v)
+    return g.module
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n_ops=st.integers(2, 40), d_head=st.sampled_from([1, 2, 4, 16]))
+def test_random_graphs_keep_values_and_depth(seed, n_ops, d_head):
+    check_preserved(wide_random(seed, n_ops), f"horizontal-fuse{{d-head={d_head}}}",
+                    n_positions=6, seed=seed)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_library_random_graphs_keep_values_and_depth(seed):
+    check_preserved(random_graph(seed, 25), "horizontal-fuse", n_positions=6, seed=seed)
+
+
+@pytest.mark.slow
+def test_random_sweep():
+    for seed in range(300):
+        check_preserved(wide_random(seed, 80), "horizontal-fuse{d-head=4}", n_positions=6,
+                        seed=seed)
