@@ -1,0 +1,341 @@
+"""`decompose`: lower every library op to primitive MLP chains.
+
+compare, select, clamp and piecewise_linear each become ONE `tw.mlp` (one MLP sublayer);
+piecewise_linear_2d becomes two chained `tw.mlp`s. Operands with several values are read
+through a free `tw.concat`. The constructions, their costs and their numeric contracts are in
+`twdialect/contracts.py` (and docs/decompose.md).
+
+Attributes: every replacement op receives the library op's discardable attributes
+(`tw.annotation`, `tw.scope`, `tw.iteration`, ...); `tw.scope_terminal` goes only on the op
+that produces the replacement value. The final value keeps the original name hint.
+
+Cost: value ranges (needed by select) are computed once per graph, then one walk over the
+block replaces each library op in place: linear in the graph size. A select whose branch
+ranges are unbounded or larger than `SELECT_MAX_MAGNITUDE`, or a compare whose ramp cannot be
+encoded exactly in f32, fails with a `DecomposeError` naming the op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from twdialect.contracts import (
+    SELECT_COND_TOLERANCE,
+    SELECT_MAX_MAGNITUDE,
+    ContractError,
+    compare_params,
+    f32,
+    unit_grid_round,
+)
+from twdialect.dense import dense, to_numpy
+from twdialect.dialect import (
+    SCOPE_TERMINAL,
+    LIBRARY_OPS,
+    ClampOp,
+    CompareOp,
+    ConcatOp,
+    GraphOp,
+    MlpOp,
+    PiecewiseLinear2dOp,
+    PiecewiseLinearOp,
+    SelectOp,
+    VecType,
+    describe,
+    width_of,
+)
+from twdialect.ranges import Box, value_ranges
+
+
+class DecomposeError(ValueError):
+    """A library op that cannot be decomposed; `op` is the op (tools locate it)."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message)
+        self.op = op
+
+
+# --------------------------------------------------------------------------------------
+# Op construction helpers
+# --------------------------------------------------------------------------------------
+
+
+class _Emitter:
+    """Collects the replacement ops of one library op."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def concat(self, values: list[SSAValue]) -> SSAValue:
+        if len(values) == 1:
+            return values[0]
+        total = sum(width_of(v) for v in values)
+        op = ConcatOp.create(operands=values, result_types=[VecType(total)])
+        self.ops.append(op)
+        return op.results[0]
+
+    def mlp(self, x: SSAValue, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
+            b2: np.ndarray) -> SSAValue:
+        props = {"w1": dense(w1), "w2": dense(w2)}
+        if np.any(b1 != 0):
+            props["b1"] = dense(b1)
+        if np.any(b2 != 0):
+            props["b2"] = dense(b2)
+        op = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
+        self.ops.append(op)
+        return op.results[0]
+
+
+# --------------------------------------------------------------------------------------
+# The decompositions (contracts: twdialect/contracts.py)
+# --------------------------------------------------------------------------------------
+
+
+def _compare(op: CompareOp, em: _Emitter) -> SSAValue:
+    p = compare_params(op)
+    n = width_of(op.out)
+    w1 = np.zeros((n, 2 * n))
+    b1 = np.zeros(2 * n)
+    w2 = np.zeros((2 * n, n))
+    for k in range(n):
+        w1[k, 2 * k] = w1[k, 2 * k + 1] = p.w
+        b1[2 * k], b1[2 * k + 1] = p.beta + 1.0, p.beta  # relu(z + 1), relu(z)
+        w2[2 * k, k], w2[2 * k + 1, k] = 2.0, -2.0
+    return em.mlp(op.x, w1, b1, w2, np.full(n, -1.0))
+
+
+def _pow2_ceil(x: np.ndarray) -> np.ndarray:
+    return np.exp2(np.ceil(np.log2(x)))
+
+
+def select_offsets(a: Box, b: Box) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(o_a, K_a, o_b, K_b) per component: offsets on a common f32-exact grid below each
+    branch's range and power-of-two gains with K (2 - tolerance) >= hi - o."""
+    (alo, ahi), (blo, bhi) = a, b
+    mag = np.maximum.reduce([np.abs(alo), np.abs(ahi), np.abs(blo), np.abs(bhi),
+                             ahi - alo, bhi - blo, np.ones_like(alo)])
+    step = np.exp2(np.floor(np.log2(mag)) - 20)
+    o_a = np.floor(alo / step) * step
+    o_b = np.floor(blo / step) * step
+    k_a = np.maximum(_pow2_ceil(np.maximum((ahi - o_a) / (2 - SELECT_COND_TOLERANCE), step)), step)
+    k_b = np.maximum(_pow2_ceil(np.maximum((bhi - o_b) / (2 - SELECT_COND_TOLERANCE), step)), step)
+    return o_a, k_a, o_b, k_b
+
+
+def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue:
+    n = width_of(op.out)
+    c_w = width_of(op.cond)
+    boxes = []
+    for name, v in (("true", op.if_true), ("false", op.if_false)):
+        lo, hi = ranges[v]
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            raise DecomposeError(f"{describe(op)}: the {name} branch has an unbounded value "
+                                 "range; select needs finite ranges (bound it with tw.clamp)", op)
+        m = float(max(np.abs(lo).max(), np.abs(hi).max()))
+        if m > SELECT_MAX_MAGNITUDE:
+            raise DecomposeError(f"{describe(op)}: the {name} branch's value range "
+                                 f"[{lo.min():.6g}, {hi.max():.6g}] exceeds +/-"
+                                 f"{SELECT_MAX_MAGNITUDE:.6g}; select's offsets would lose "
+                                 "f32 precision (bound it with tw.clamp)", op)
+        boxes.append((lo, hi))
+    o_a, k_a, o_b, k_b = select_offsets(boxes[0], boxes[1])
+    for arr in (o_a, o_b, o_a + k_a, o_b + k_b, (o_a - o_b) / 2):
+        assert np.array_equal(f32(arr), arr), "select offsets must be exact in f32"
+
+    # Input columns: c at [0, c_w), a at [c_w, c_w + n), b at [c_w + n, c_w + 2n).
+    diff = (o_a - o_b) / 2
+    if c_w == 1:
+        gated = [[k for k in range(n)]] if np.any(diff != 0) else []
+    else:
+        gated = [[k] for k in range(n) if diff[k] != 0]
+    hidden = 2 * n + len(gated)
+    w1 = np.zeros((c_w + 2 * n, hidden))
+    b1 = np.zeros(hidden)
+    w2 = np.zeros((hidden, n))
+    for k in range(n):
+        c_row = 0 if c_w == 1 else k
+        w1[c_w + k, 2 * k] = 1.0  # h_a = relu(a - o_a + K_a (c - 1))
+        w1[c_row, 2 * k] = k_a[k]
+        b1[2 * k] = -(o_a[k] + k_a[k])
+        w1[c_w + n + k, 2 * k + 1] = 1.0  # h_b = relu(b - o_b - K_b (c + 1))
+        w1[c_row, 2 * k + 1] = -k_b[k]
+        b1[2 * k + 1] = -(o_b[k] + k_b[k])
+        w2[2 * k, k] = w2[2 * k + 1, k] = 1.0
+    for g, comps in enumerate(gated):  # g = relu(c + 1): 0 when c = -1, 2 when c = +1
+        col = 2 * n + g
+        w1[0 if c_w == 1 else comps[0], col] = 1.0
+        b1[col] = 1.0
+        for k in comps:
+            w2[col, k] = diff[k]
+    x = em.concat([op.cond, op.if_true, op.if_false])
+    return em.mlp(x, w1, b1, w2, o_b)
+
+
+def _clamp(op: ClampOp, em: _Emitter) -> SSAValue:
+    n = width_of(op.out)
+    lo, hi = float(f32(op.lo.value.data)), float(f32(op.hi.value.data))
+    w1 = np.zeros((n, 2 * n))
+    b1 = np.tile([-lo, -hi], n)
+    w2 = np.zeros((2 * n, n))
+    for k in range(n):
+        w1[k, 2 * k] = w1[k, 2 * k + 1] = 1.0
+        w2[2 * k, k], w2[2 * k + 1, k] = 1.0, -1.0
+    return em.mlp(op.x, w1, b1, w2, np.full(n, lo))
+
+
+def pwl_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hinge coefficients for values[0] + sum_k C[k] relu(x - bp[k]) + tail relu(x - bp[-1]).
+
+    C (n, O) is exact in f32 and chosen breakpoint by breakpoint, so the interpolant hits
+    values[k+1] at bp[k+1] given the already rounded earlier coefficients (the error at each
+    breakpoint is the rounding of one coefficient, not an accumulation). C[n-1] = f32(-sum C[:n-1])
+    flattens the right tail; `tail` (O,) is its f32 rounding remainder, so the tail's slope is
+    0 up to about 2^-48 |sum C| (a second neuron on the last breakpoint, needed only where the
+    remainder is non-zero)."""
+    n = bp.size
+    coef = np.zeros_like(values)
+    for k in range(n - 1):
+        # The interpolant built so far (coefficients 0..k-1, already rounded) at bp[k+1].
+        reached = values[0] + (coef[:k] * (bp[k + 1] - bp[:k])[:, None]).sum(axis=0)
+        coef[k] = f32((values[k + 1] - reached) / (bp[k + 1] - bp[k]))
+    flatten = -coef[:n - 1].sum(axis=0)
+    coef[n - 1] = f32(flatten)
+    tail = f32(flatten - coef[n - 1])
+    return coef, tail
+
+
+def _pwl(op: PiecewiseLinearOp, em: _Emitter) -> SSAValue:
+    bp = to_numpy(op.breakpoints)
+    values = to_numpy(op.values)
+    coef, tail = pwl_coefficients(bp, values)
+    keep = [k for k in range(bp.size) if np.any(coef[k] != 0)]
+    rows = [coef[k] for k in keep]
+    biases = [-bp[k] for k in keep]
+    if np.any(tail != 0):
+        rows.append(tail)
+        biases.append(-bp[-1])
+    if not rows:  # a constant function: one idle neuron keeps the chain well-formed
+        rows, biases = [np.zeros(values.shape[1])], [0.0]
+    return em.mlp(op.x, np.ones((1, len(rows))), np.array(biases), np.array(rows), values[0])
+
+
+def _strip_neurons(grid: np.ndarray, op: Operation, axis: str):
+    """Weights and biases of relu(z_i), relu(z_i - 1) per strip, z_i = (v - g_i) / gap_i."""
+    gap = np.diff(grid)
+    w = f32(1.0 / gap)
+    beta = unit_grid_round(-grid[:-1] * w)
+    if not np.all(f32(beta - 1.0) == beta - 1.0):
+        raise DecomposeError(f"{describe(op)}: {axis} grid offsets are too large relative to "
+                             "its spacing for exact f32 strips", op)
+    return w, beta
+
+
+def pwl2d_coefficients(table: np.ndarray):
+    """(a (n1-1, O), b (n2-1, O), c (n1-1, n2-1, O)) of the strip form (contracts.py)."""
+    a = table[1:, 0] - table[:-1, 0]
+    b = table[0, 1:] - table[0, :-1]
+    c = table[1:, 1:] - table[1:, :-1] - table[:-1, 1:] + table[:-1, :-1]
+    return a, b, c
+
+
+def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
+    xs, ys, table = to_numpy(op.xs), to_numpy(op.ys), to_numpy(op.table)
+    n1, n2, n_out = table.shape
+    nx, ny = n1 - 1, n2 - 1
+    # Chain 1: r_i = relu(z_i) - relu(z_i - 1) over x, s_j likewise over y.
+    w1 = np.zeros((2, 2 * (nx + ny)))
+    b1 = np.zeros(2 * (nx + ny))
+    w2 = np.zeros((2 * (nx + ny), nx + ny))
+    for row, grid, first, axis in ((0, xs, 0, "xs"), (1, ys, nx, "ys")):
+        w, beta = _strip_neurons(grid, op, axis)
+        for i in range(grid.size - 1):
+            col = 2 * (first + i)
+            w1[row, col] = w1[row, col + 1] = w[i]
+            b1[col], b1[col + 1] = beta[i], beta[i] - 1.0
+            w2[col, first + i], w2[col + 1, first + i] = 1.0, -1.0
+    rs = em.mlp(em.concat([op.x, op.y]), w1, b1, w2, np.zeros(nx + ny))
+    # Chain 2: f = T00 + sum a_i r_i + sum b_j s_j + sum c_ij (r_i - relu(r_i - s_j)).
+    a, b, c = pwl2d_coefficients(table)
+    pairs = [(i, j) for i in range(nx) for j in range(ny) if np.any(c[i, j] != 0)]
+    hidden = nx + ny + len(pairs)
+    w1 = np.zeros((nx + ny, hidden))
+    w2 = np.zeros((hidden, n_out))
+    for i in range(nx):
+        w1[i, i] = 1.0
+        w2[i] = a[i] + c[i].sum(axis=0)
+    for j in range(ny):
+        w1[nx + j, nx + j] = 1.0
+        w2[nx + j] = b[j]
+    for p, (i, j) in enumerate(pairs):
+        w1[i, nx + ny + p], w1[nx + j, nx + ny + p] = 1.0, -1.0
+        w2[nx + ny + p] = -c[i, j]
+    return em.mlp(rs, w1, np.zeros(hidden), w2, table[0, 0])
+
+
+# --------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------
+
+
+def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
+    """The replacement ops of library op `op`; the last one produces its value."""
+    em = _Emitter()
+    try:
+        match op:
+            case CompareOp():
+                _compare(op, em)
+            case SelectOp():
+                _select(op, em, ranges)
+            case ClampOp():
+                _clamp(op, em)
+            case PiecewiseLinearOp():
+                _pwl(op, em)
+            case PiecewiseLinear2dOp():
+                _pwl2d(op, em)
+            case _:
+                raise DecomposeError(f"{describe(op)}: not a library op", op)
+    except ContractError as e:
+        raise DecomposeError(str(e), op) from None
+    return em.ops
+
+
+def decompose_graph(graph: GraphOp) -> int:
+    """Replace every library op of `graph` in place; returns how many were replaced."""
+    library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
+    if not library:
+        return 0
+    ranges = value_ranges(graph, strict=False)
+    for op in library:
+        new_ops = decompose_op(op, ranges)
+        result = new_ops[-1].results[0]
+        old = op.results[0]
+        inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
+        for new in new_ops:
+            new.attributes.update(inherited)
+            if new is not new_ops[-1] and old.name_hint:
+                new.results[0].name_hint = f"{old.name_hint}_in"
+        if SCOPE_TERMINAL in op.attributes:
+            new_ops[-1].attributes[SCOPE_TERMINAL] = op.attributes[SCOPE_TERMINAL]
+        result.name_hint = old.name_hint
+        ranges[result] = ranges[old]
+        Rewriter.insert_op(new_ops, InsertPoint.before(op))
+        old.replace_all_uses_with(result)
+        Rewriter.erase_op(op)
+    return len(library)
+
+
+@dataclass(frozen=True)
+class DecomposePass(ModulePass):
+    """Lower compare/select/clamp/piecewise_linear(_2d) to `tw.mlp` chains (see module doc)."""
+
+    name = "decompose"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
+            decompose_graph(graph)

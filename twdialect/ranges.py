@@ -1,0 +1,232 @@
+"""Value-range analysis: a sound per-component box [lo, hi] for every SSA value of a graph.
+
+`value_ranges(graph)` walks the graph's block once (O(ops), each op costing about as much as
+evaluating it on one position) and returns `{value: (lo, hi)}` with `lo`, `hi` float64 arrays
+of the value's width. Soundness contract: for any inputs inside their declared `#tw.range`,
+token ids inside the embedding table, and sequence lengths up to each `tw.pos_encoding`'s
+`max_len`, the oracle's value (`twdialect.interp`) at every position lies inside the box.
+
+Library ops are bounded by their *ideal* meaning (the oracle's), which also bounds their
+decomposition where its contract holds (`twdialect/contracts.py`); compare's ramp zone stays
+inside [-1, 1] too.
+
+Every arithmetic op (linear, add, mlp, attn) widens its box outward by a tiny padding that
+covers float64 rounding of the oracle's own arithmetic, so the boxes hold without tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+from twdialect.dense import to_numpy
+from twdialect.dialect import (
+    AddOp,
+    AfterOp,
+    AttnOp,
+    ClampOp,
+    CompareOp,
+    ConcatOp,
+    EmbeddingOp,
+    GraphOp,
+    InputOp,
+    LinearOp,
+    LiteralOp,
+    MlpOp,
+    OutputOp,
+    PiecewiseLinear2dOp,
+    PiecewiseLinearOp,
+    PosEncodingOp,
+    ReluOp,
+    SelectOp,
+    SliceOp,
+    describe,
+    width_of,
+)
+from twdialect.interp import find_graph, pwl_1d
+
+Box = tuple[np.ndarray, np.ndarray]
+
+# Relative padding per arithmetic op: far above float64 rounding (~1e-16 per term), far
+# below anything a consumer of the bounds cares about.
+_ROUNDING_PAD = 1e-12
+
+
+class RangeError(ValueError):
+    """A value range that cannot be computed (for example a non-finite bound)."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message)
+        self.op = op
+
+
+def _pad(lo: np.ndarray, hi: np.ndarray, scale: np.ndarray) -> Box:
+    """Widen [lo, hi] by a rounding allowance proportional to `scale` (sum of |terms|)."""
+    pad = _ROUNDING_PAD * (1.0 + scale)
+    return lo - pad, hi + pad
+
+
+def affine_box(lo: np.ndarray, hi: np.ndarray, weight: np.ndarray,
+               bias: np.ndarray | None = None) -> Box:
+    """Interval image of x @ weight + bias for x in the box [lo, hi] (exact for a box)."""
+    pos = np.maximum(weight, 0.0)
+    neg = np.minimum(weight, 0.0)
+    out_lo = lo @ pos + hi @ neg
+    out_hi = hi @ pos + lo @ neg
+    mag = np.maximum(np.abs(lo), np.abs(hi)) @ np.abs(weight)
+    if bias is not None:
+        out_lo = out_lo + bias
+        out_hi = out_hi + bias
+        mag = mag + np.abs(bias)
+    return _pad(out_lo, out_hi, mag)
+
+
+def _prop(op: Operation, name: str) -> np.ndarray:
+    return to_numpy(op.properties[name])
+
+
+def _opt_prop(op: Operation, name: str) -> np.ndarray | None:
+    a = op.properties.get(name)
+    return None if a is None else to_numpy(a)
+
+
+def pos_encoding_box(width: int, max_len: int) -> Box:
+    """Column 0 is the index i in [0, max_len - 1], column 1 is i*i, the rest sin/cos."""
+    last = float(max_len - 1)
+    lo = np.full(width, -1.0)
+    hi = np.full(width, 1.0)
+    lo[0], hi[0] = 0.0, last
+    if width >= 2:
+        lo[1], hi[1] = 0.0, last * last
+    return lo, hi
+
+
+def _pwl_1d_box(x_lo: float, x_hi: float, bp: np.ndarray, values: np.ndarray) -> Box:
+    """The interpolant's extremes over [x_lo, x_hi] are at the ends or at breakpoints inside."""
+    inner = bp[(bp > x_lo) & (bp < x_hi)]
+    xs = np.concatenate([[x_lo, x_hi], inner])
+    v = pwl_1d(xs, bp, values)
+    return v.min(axis=0), v.max(axis=0)
+
+
+def _grid_span(lo: float, hi: float, grid: np.ndarray) -> tuple[int, int]:
+    """Indices [first, last] of the grid vertices whose cells meet [lo, hi] (clamped)."""
+    lo = min(max(lo, grid[0]), grid[-1])
+    hi = min(max(hi, grid[0]), grid[-1])
+    first = max(0, int(np.searchsorted(grid, lo, side="right")) - 1)
+    last = min(len(grid) - 1, int(np.searchsorted(grid, hi, side="left")))
+    return first, max(first, last)
+
+
+def _pwl_2d_box(x: Box, y: Box, xs: np.ndarray, ys: np.ndarray, table: np.ndarray) -> Box:
+    """On each cell the interpolant is a convex combination of the cell's vertices."""
+    i0, i1 = _grid_span(float(x[0][0]), float(x[1][0]), xs)
+    j0, j1 = _grid_span(float(y[0][0]), float(y[1][0]), ys)
+    sub = table[i0:i1 + 1, j0:j1 + 1].reshape(-1, table.shape[2])
+    return sub.min(axis=0), sub.max(axis=0)
+
+
+def op_box(op: Operation, boxes: list[Box]) -> Box:
+    """The output box of one op given its operands' boxes."""
+    match op:
+        case InputOp():
+            lo, hi = op.range.bounds
+            w = width_of(op.out)
+            return np.full(w, lo), np.full(w, hi)
+        case EmbeddingOp():
+            t = _prop(op, "table")
+            return t.min(axis=0), t.max(axis=0)
+        case PosEncodingOp():
+            return pos_encoding_box(width_of(op.out), op.max_len.value.data)
+        case LiteralOp():
+            v = _prop(op, "value")
+            return v.copy(), v.copy()
+        case LinearOp():
+            (lo, hi), = boxes
+            return affine_box(lo, hi, _prop(op, "weight"), _opt_prop(op, "bias"))
+        case ReluOp():
+            (lo, hi), = boxes
+            return np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+        case AddOp():
+            (alo, ahi), (blo, bhi) = boxes
+            return _pad(alo + blo, ahi + bhi, np.maximum(np.abs(alo), np.abs(ahi))
+                        + np.maximum(np.abs(blo), np.abs(bhi)))
+        case ConcatOp():
+            return (np.concatenate([b[0] for b in boxes]), np.concatenate([b[1] for b in boxes]))
+        case SliceOp():
+            (lo, hi), = boxes
+            s = op.start.value.data
+            e = s + width_of(op.out)
+            return lo[s:e].copy(), hi[s:e].copy()
+        case AfterOp():
+            return boxes[0][0].copy(), boxes[0][1].copy()
+        case MlpOp():
+            (lo, hi), = boxes
+            hlo, hhi = affine_box(lo, hi, _prop(op, "w1"), _opt_prop(op, "b1"))
+            return affine_box(np.maximum(hlo, 0.0), np.maximum(hhi, 0.0), _prop(op, "w2"),
+                              _opt_prop(op, "b2"))
+        case AttnOp():
+            # Softmax weights are a convex combination over positions j <= i, so each output
+            # row lies in the hull of the rows (v_j Wv) Wo: bound v Wv, then apply Wo; bound
+            # v (Wv Wo) directly as well and keep the intersection of the two sound boxes.
+            vlo, vhi = boxes[2]
+            wv, wo = _prop(op, "wv"), _prop(op, "wo")
+            mlo, mhi = affine_box(vlo, vhi, wv)
+            lo1, hi1 = affine_box(mlo, mhi, wo)
+            lo2, hi2 = affine_box(vlo, vhi, wv @ wo)
+            lo, hi = np.maximum(lo1, lo2), np.minimum(hi1, hi2)
+            return _pad(lo, hi, np.maximum(np.abs(lo), np.abs(hi)))
+        case CompareOp():
+            (lo, hi), = boxes
+            t = op.threshold.value.data
+            out_lo = np.where(lo >= t, 1.0, -1.0)
+            out_hi = np.where(hi >= t, 1.0, -1.0)
+            return out_lo, out_hi
+        case SelectOp():
+            (clo, chi), (alo, ahi), (blo, bhi) = boxes
+            n = alo.size
+            clo, chi = np.broadcast_to(clo, n), np.broadcast_to(chi, n)
+            true_only, false_only = clo > 0, chi <= 0
+            lo = np.where(true_only, alo, np.where(false_only, blo, np.minimum(alo, blo)))
+            hi = np.where(true_only, ahi, np.where(false_only, bhi, np.maximum(ahi, bhi)))
+            return lo, hi
+        case ClampOp():
+            (lo, hi), = boxes
+            a, b = op.lo.value.data, op.hi.value.data
+            return np.clip(lo, a, b), np.clip(hi, a, b)
+        case PiecewiseLinearOp():
+            (lo, hi), = boxes
+            return _pwl_1d_box(float(lo[0]), float(hi[0]), _prop(op, "breakpoints"),
+                               _prop(op, "values"))
+        case PiecewiseLinear2dOp():
+            return _pwl_2d_box(boxes[0], boxes[1], _prop(op, "xs"), _prop(op, "ys"),
+                               _prop(op, "table"))
+    raise RangeError(f"{describe(op)}: no value-range rule for this op", op)
+
+
+def value_ranges(graph: GraphOp | ModuleOp, name: str = "main",
+                 strict: bool = True) -> dict[SSAValue, Box]:
+    """Sound per-component bounds of every value in `graph` (a GraphOp, or a module holding
+    graph `name`). One walk over the block; see the module docstring for the contract.
+
+    A bound that overflows to infinity raises `RangeError` naming the op when `strict`;
+    otherwise it is kept as -inf/+inf and consumers that need finite ranges decide."""
+    g = find_graph(graph, name) if not isinstance(graph, GraphOp) else graph
+    ranges: dict[SSAValue, Box] = {}
+    for op in g.block.ops:
+        if isinstance(op, OutputOp):
+            continue
+        lo, hi = op_box(op, [ranges[v] for v in op.operands])
+        lo = np.asarray(lo, dtype=np.float64).reshape(-1)
+        hi = np.asarray(hi, dtype=np.float64).reshape(-1)
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            if not strict:
+                lo = np.where(np.isnan(lo), -np.inf, lo)
+                hi = np.where(np.isnan(hi), np.inf, hi)
+                ranges[op.results[0]] = (lo, hi)
+                continue
+            raise RangeError(f"{describe(op)}: value range is not finite "
+                             f"(lo={lo.tolist()}, hi={hi.tolist()})", op)
+        ranges[op.results[0]] = (lo, hi)
+    return ranges
