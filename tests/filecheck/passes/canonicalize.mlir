@@ -1,0 +1,122 @@
+// canonicalize on tw ops: identity/zero linears, constant folding, add of zeros, concat and
+// slice simplification. Ops that cannot simplify stay.
+// RUN: tw-opt %s --split-input-file -p canonicalize | filecheck %s
+
+// Identity linear (square identity, no bias) -> its input; an identity with a non-zero bias
+// is a real op and stays.
+builtin.module {
+  tw.graph @identity {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+    %i = tw.linear %x weight dense<[[1.0, 0.0], [0.0, 1.0]]> : tensor<2x2xf32> : !tw.vec<2> -> !tw.vec<2>
+    %j = tw.linear %x weight dense<[[1.0, 0.0], [0.0, 1.0]]> : tensor<2x2xf32> bias dense<[0.0, 0.0]> : tensor<2xf32> : !tw.vec<2> -> !tw.vec<2>
+    %k = tw.linear %x weight dense<[[1.0, 0.0], [0.0, 1.0]]> : tensor<2x2xf32> bias dense<[1.0, 0.0]> : tensor<2xf32> : !tw.vec<2> -> !tw.vec<2>
+    tw.output "i" %i : !tw.vec<2>
+    tw.output "j" %j : !tw.vec<2>
+    tw.output "k" %k : !tw.vec<2>
+  }
+}
+// CHECK-LABEL: tw.graph @identity
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %k = tw.linear %x
+// CHECK-NEXT: tw.output "i" %x
+// CHECK-NEXT: tw.output "j" %x
+// CHECK-NEXT: tw.output "k" %k
+
+// -----
+
+// Zero linear -> literal bias; linear / relu / mlp of a literal -> literal.
+builtin.module {
+  tw.graph @fold {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+    %z = tw.linear %x weight dense<0.0> : tensor<2x1xf32> bias dense<[3.0]> : tensor<1xf32> : !tw.vec<2> -> !tw.vec<1>
+    %c = tw.literal dense<[1.0, -2.0]> : tensor<2xf32> : !tw.vec<2>
+    %l = tw.linear %c weight dense<[[1.0], [1.0]]> : tensor<2x1xf32> bias dense<[0.5]> : tensor<1xf32> : !tw.vec<2> -> !tw.vec<1>
+    %r = tw.relu %c : !tw.vec<2>
+    %m = tw.mlp %c w1 dense<[[1.0], [0.0]]> : tensor<2x1xf32> w2 dense<[[4.0]]> : tensor<1x1xf32> : !tw.vec<2> -> !tw.vec<1>
+    tw.output "z" %z : !tw.vec<1>
+    tw.output "l" %l : !tw.vec<1>
+    tw.output "r" %r : !tw.vec<2>
+    tw.output "m" %m : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @fold
+// CHECK-NOT: tw.linear
+// CHECK-DAG: %[[Z:.*]] = tw.literal dense<3.000000e+00> : tensor<1xf32> : !tw.vec<1>
+// CHECK-DAG: %[[L:.*]] = tw.literal dense<-5.000000e-01> : tensor<1xf32> : !tw.vec<1>
+// CHECK-DAG: %[[R:.*]] = tw.literal dense<[1.000000e+00, 0.000000e+00]> : tensor<2xf32> : !tw.vec<2>
+// CHECK-DAG: %[[M:.*]] = tw.literal dense<4.000000e+00> : tensor<1xf32> : !tw.vec<1>
+// CHECK: tw.output "z" %[[Z]]
+// CHECK-NEXT: tw.output "l" %[[L]]
+// CHECK-NEXT: tw.output "r" %[[R]]
+// CHECK-NEXT: tw.output "m" %[[M]]
+
+// -----
+
+// add with a zero literal -> the other operand; add of two literals -> literal; an add of two
+// live values stays.
+builtin.module {
+  tw.graph @add {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+    %zero = tw.literal dense<0.0> : tensor<2xf32> : !tw.vec<2>
+    %one = tw.literal dense<[1.0, 2.0]> : tensor<2xf32> : !tw.vec<2>
+    %a = tw.add %zero, %x : !tw.vec<2>
+    %b = tw.add %one, %one : !tw.vec<2>
+    %c = tw.add %a, %x : !tw.vec<2>
+    tw.output "a" %a : !tw.vec<2>
+    tw.output "b" %b : !tw.vec<2>
+    tw.output "c" %c : !tw.vec<2>
+  }
+}
+// CHECK-LABEL: tw.graph @add
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %b = tw.literal dense<[2.000000e+00, 4.000000e+00]>
+// CHECK-NEXT: %c = tw.add %x, %x
+// CHECK-NEXT: tw.output "a" %x
+// CHECK-NEXT: tw.output "b" %b
+// CHECK-NEXT: tw.output "c" %c
+
+// -----
+
+// Nested concats flatten; a slice of the whole value is the value; a slice inside one concat
+// operand reads that operand; a slice of a slice is one slice.
+builtin.module {
+  tw.graph @views {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+    %y = tw.input "y" <-1.0, 1.0> : !tw.vec<3>
+    %i = tw.concat(%x, %y) : !tw.vec<2>, !tw.vec<3> -> !tw.vec<5>
+    %o = tw.concat(%i, %x) : !tw.vec<5>, !tw.vec<2> -> !tw.vec<7>
+    %w = tw.slice %o[0] : !tw.vec<7> -> !tw.vec<7>
+    %s = tw.slice %o[2] : !tw.vec<7> -> !tw.vec<3>
+    %t = tw.slice %s[1] : !tw.vec<3> -> !tw.vec<2>
+    tw.output "w" %w : !tw.vec<7>
+    tw.output "s" %s : !tw.vec<3>
+    tw.output "t" %t : !tw.vec<2>
+  }
+}
+// CHECK-LABEL: tw.graph @views
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %y = tw.input "y"
+// CHECK-NEXT: %o = tw.concat(%x, %y, %x) : !tw.vec<2>, !tw.vec<3>, !tw.vec<2> -> !tw.vec<7>
+// CHECK-NEXT: %t = tw.slice %y[1] : !tw.vec<3> -> !tw.vec<2>
+// CHECK-NEXT: tw.output "w" %o
+// CHECK-NEXT: tw.output "s" %y
+// CHECK-NEXT: tw.output "t" %t
+
+// -----
+
+// Nothing to simplify: a relu of an input, a partial slice, a two-operand concat.
+builtin.module {
+  tw.graph @fixed {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+    %r = tw.relu %x : !tw.vec<2>
+    %s = tw.slice %x[1] : !tw.vec<2> -> !tw.vec<1>
+    %c = tw.concat(%r, %s) : !tw.vec<2>, !tw.vec<1> -> !tw.vec<3>
+    tw.output "c" %c : !tw.vec<3>
+  }
+}
+// CHECK-LABEL: tw.graph @fixed
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %r = tw.relu %x
+// CHECK-NEXT: %s = tw.slice %x[1]
+// CHECK-NEXT: %c = tw.concat(%r, %s)
+// CHECK-NEXT: tw.output "c" %c
