@@ -82,6 +82,8 @@ class _Emitter:
 
     def mlp(self, x: SSAValue, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
             b2: np.ndarray) -> SSAValue:
+        # + 0.0 turns -0.0 into 0.0 (no sign noise in printed weights).
+        w1, b1, w2, b2 = (np.asarray(a, dtype=np.float64) + 0.0 for a in (w1, b1, w2, b2))
         props = {"w1": dense(w1), "w2": dense(w2)}
         if np.any(b1 != 0):
             props["b1"] = dense(b1)

@@ -217,7 +217,8 @@ def value_ranges(graph: GraphOp | ModuleOp, name: str = "main",
     for op in g.block.ops:
         if isinstance(op, OutputOp):
             continue
-        lo, hi = op_box(op, [ranges[v] for v in op.operands])
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below
+            lo, hi = op_box(op, [ranges[v] for v in op.operands])
         lo = np.asarray(lo, dtype=np.float64).reshape(-1)
         hi = np.asarray(hi, dtype=np.float64).reshape(-1)
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
