@@ -1,0 +1,175 @@
+"""Shared machinery of the ops library: errors that name the op, an MLP-chain builder, the
+registry of exported ops (the docs generator and the tests walk it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from twdialect import ops as tw
+from twdialect.dialect import PosEncodingOp, width_of
+
+
+class LibraryError(ValueError):
+    """A library op was called with arguments outside its contract (the message names the op)."""
+
+
+def fail(op: str, message: str):
+    raise LibraryError(f"tw.{op}: {message}")
+
+
+# name -> (category, function), in definition order: the public surface of the library.
+REGISTRY: dict[str, tuple[str, Callable]] = {}
+
+
+def library_op(category: str):
+    """Register a builder function as an exported library op of `category`."""
+
+    def register(fn: Callable) -> Callable:
+        REGISTRY[fn.__name__] = (category, fn)
+        return fn
+
+    return register
+
+
+def check_value(op: str, v, name: str, width: int | None = None) -> SSAValue:
+    if not isinstance(v, SSAValue):
+        fail(op, f"{name} must be a tw value, got {type(v).__name__}")
+    if width is not None and width_of(v) != width:
+        fail(op, f"{name} must be {width} wide, got {width_of(v)}")
+    return v
+
+
+def check_values(op: str, values, name: str) -> list[SSAValue]:
+    if isinstance(values, SSAValue):
+        values = [values]
+    values = list(values)
+    if not values:
+        fail(op, f"{name} must not be empty")
+    for k, v in enumerate(values):
+        check_value(op, v, f"{name}[{k}]")
+    return values
+
+
+def check_bound(op: str, value, name: str, positive: bool = True) -> float:
+    try:
+        b = float(value)
+    except (TypeError, ValueError):
+        fail(op, f"{name} must be a number, got {value!r}")
+    if not np.isfinite(b):
+        fail(op, f"{name} must be finite, got {b}")
+    if positive and not b > 0:
+        fail(op, f"{name} must be positive, got {b}")
+    return b
+
+
+def check_range(op: str, lo, hi, name: str = "range") -> tuple[float, float]:
+    lo = check_bound(op, lo, f"{name} lower bound", positive=False)
+    hi = check_bound(op, hi, f"{name} upper bound", positive=False)
+    if not lo < hi:
+        fail(op, f"{name} must satisfy lo < hi, got [{lo}, {hi}]")
+    return lo, hi
+
+
+def check_int(op: str, value, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not float(value) == int(value):
+        fail(op, f"{name} must be an integer, got {value!r}")
+    v = int(value)
+    if v < minimum:
+        fail(op, f"{name} must be at least {minimum}, got {v}")
+    return v
+
+
+class MlpChain:
+    """Collects the neurons of one `tw.mlp` (one MLP sublayer) reading a fixed input vector.
+
+    Each neuron is relu(w_in . x + b) with output weights w_out; `out_bias` is b2. Building
+    custom one-layer functions this way keeps every library op a single chain where the
+    math allows (a linear pre-map of the input folds into W1 for free)."""
+
+    def __init__(self, n_in: int, n_out: int):
+        self.n_in, self.n_out = n_in, n_out
+        self.w1: list[np.ndarray] = []
+        self.b1: list[float] = []
+        self.w2: list[np.ndarray] = []
+        self.out_bias = np.zeros(n_out)
+
+    def neuron(self, w_in, bias: float, w_out) -> None:
+        self.w1.append(np.asarray(w_in, dtype=np.float64).reshape(self.n_in))
+        self.b1.append(float(bias))
+        self.w2.append(np.asarray(w_out, dtype=np.float64).reshape(self.n_out))
+
+    def unit_in(self, i: int) -> np.ndarray:
+        e = np.zeros(self.n_in)
+        e[i] = 1.0
+        return e
+
+    def unit_out(self, j: int, scale: float = 1.0) -> np.ndarray:
+        e = np.zeros(self.n_out)
+        e[j] = scale
+        return e
+
+    def passthrough(self, w_in, w_out, nonnegative: bool = False) -> None:
+        """Add (w_in . x) * w_out exactly: one neuron if the form is never negative, else a
+        +/- pair (relu(f) - relu(-f) = f)."""
+        w_in = np.asarray(w_in, dtype=np.float64)
+        w_out = np.asarray(w_out, dtype=np.float64)
+        self.neuron(w_in, 0.0, w_out)
+        if not nonnegative:
+            self.neuron(-w_in, 0.0, -w_out)
+
+    def gate(self, w_val, val_bias: float, w_cond, cond_bias: float, bound: float,
+             w_out, shared: dict | None = None) -> None:
+        """Add [c > 0] * v * w_out with v = w_val.x + val_bias (|v| <= bound) and
+        c = w_cond.x + cond_bias, exactly whenever |c| >= bound / gain.
+
+        relu(v + K c) - K relu(c) with K = 2 * bound: c >= 1/2 gives v, c <= -1/2 gives 0. The
+        K relu(c) neuron depends only on the condition, so callers gating many components on
+        one condition pass `shared` (a dict) to emit it once per distinct condition."""
+        gain = 2.0 * bound
+        w_out = np.asarray(w_out, dtype=np.float64)
+        self.neuron(np.asarray(w_val) + gain * np.asarray(w_cond), val_bias + gain * cond_bias, w_out)
+        key = (tuple(np.asarray(w_cond, dtype=np.float64).tolist()), float(cond_bias))
+        if shared is None:
+            self.neuron(w_cond, cond_bias, -gain * w_out)
+        else:
+            acc = shared.get(key)
+            if acc is None:
+                shared[key] = acc = [len(self.w1), np.zeros(self.n_out)]
+                self.neuron(w_cond, cond_bias, np.zeros(self.n_out))
+            # Accumulate the shared neuron's output weights (gain may differ per caller).
+            self.w2[acc[0]] = self.w2[acc[0]] - gain * w_out
+
+    @property
+    def hidden(self) -> int:
+        return len(self.w1)
+
+    def emit(self, x: SSAValue) -> SSAValue:
+        if not self.w1:
+            # Nothing input-dependent: the output is the constant bias.
+            return tw.literal(self.out_bias)
+        w1 = np.stack(self.w1, axis=1)
+        w2 = np.stack(self.w2, axis=0)
+        b2 = self.out_bias if np.any(self.out_bias) else None
+        return tw.mlp(x, w1, np.asarray(self.b1), w2, b2)
+
+
+def pos_max_len(op: str, pos: SSAValue) -> int:
+    """The max_len of a `tw.pos_encoding` value (attention ops size their gains from it)."""
+    check_value(op, pos, "pos")
+    owner = pos.owner
+    if not isinstance(owner, PosEncodingOp):
+        fail(op, "pos must be the value of tw.pos_encoding (columns [i, i*i, ...])")
+    if width_of(pos) < 2:
+        fail(op, f"pos must be at least 2 wide ([i, i*i]), got {width_of(pos)}")
+    return owner.max_len.value.data
+
+
+def ones_literal() -> SSAValue:
+    return tw.literal([1.0])
+
+
+def as_pairs(values: Sequence) -> list:
+    return list(values)
