@@ -375,3 +375,4 @@ def sum(values: Sequence[Value]) -> Value:  # noqa: A001
 def weights(op_value: Value, name: str) -> np.ndarray:
     """Read a dense property of the op that produced `op_value` as a numpy array."""
     return to_numpy(op_value.owner.properties[name])
+from twdialect.library import *  # noqa: E402,F401,F403 - the ops library: tw.abs, tw.floor_int, ...
