@@ -260,7 +260,7 @@ class GraphOp(IRDLOperation):
         printer.print_symbol_name(self.sym_name.data)
         extra = {k: v for k, v in self.attributes.items()}
         if extra:
-            printer.print_string(" attributes")
+            printer.print_string(" attributes ")
             printer.print_attr_dict(extra)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
