@@ -116,26 +116,49 @@ class _Tree:
             self.variables.append(v)
 
 
-def _classify_leaf(value: SSAValue, width: int) -> _Leaf:
+def _affine_forms(value: SSAValue, width: int):
+    """Ways to write `value` as an affine function of one or two scalars, walking down a chain
+    of linears: ([(s, W, b)] for each scalar s on the chain, shallowest first;
+    ((s1, s2), W, b) if the chain ends in a linear of concat(s1, s2), else None)."""
+    chain: list[tuple[SSAValue, np.ndarray, np.ndarray]] = []
+    w, b = np.eye(width), np.zeros(width)  # value == current @ w + b
+    current = value
+    while True:
+        if width_of(current) == 1:
+            chain.append((current, w, b))
+        owner = current.owner
+        if not isinstance(owner, LinearOp):
+            return chain, None
+        m = to_numpy(owner.weight)
+        bias = to_numpy(owner.bias) if owner.bias is not None else np.zeros(m.shape[1])
+        w, b = m @ w, bias @ w + b
+        current = owner.x
+        if width_of(current) != 1:
+            cat = current.owner
+            if isinstance(cat, ConcatOp) and len(cat.ins) == 2 and \
+                    all(width_of(v) == 1 for v in cat.ins) and cat.ins[0] is not cat.ins[1]:
+                return chain, (tuple(cat.ins), w, b)
+            return chain, None
+
+
+def _classify_leaf(value: SSAValue, width: int, variables: list[SSAValue]) -> _Leaf:
     owner = value.owner
     if isinstance(owner, LiteralOp):
         return _Leaf("const", value, (), (to_numpy(owner.value),))
     if isinstance(owner, PiecewiseLinearOp):
         return _Leaf("pwl", value, (owner.x,),
                      (to_numpy(owner.breakpoints), to_numpy(owner.values)))
-    if isinstance(owner, LinearOp):
-        bias = to_numpy(owner.bias) if owner.bias is not None else np.zeros(width)
-        src = owner.x
-        if width_of(src) == 1:
-            return _Leaf("affine", value, (src,), (to_numpy(owner.weight), bias))
-        cat = src.owner
-        if isinstance(cat, ConcatOp) and len(cat.ins) == 2 and \
-                all(width_of(v) == 1 for v in cat.ins) and cat.ins[0] is not cat.ins[1]:
-            return _Leaf("affine", value, tuple(cat.ins), (to_numpy(owner.weight), bias))
-        raise _Reject("a linear leaf must read one scalar or a concat of two scalars")
-    if width == 1:
-        # The variable itself (identity is affine); counts against the two variables.
-        return _Leaf("affine", value, (value,), (np.ones((1, 1)), np.zeros(1)))
+    chain, pair = _affine_forms(value, width)
+    # Prefer a variable the tree already has; else the deepest form (the same for every leaf
+    # on one chain, so such leaves share their variables).
+    for base, w, b in chain:
+        if base in variables:
+            return _Leaf("affine", value, (base,), (w, b))
+    if pair is not None:
+        return _Leaf("affine", value, pair[0], (pair[1], pair[2]))
+    if chain:
+        base, w, b = chain[-1]
+        return _Leaf("affine", value, (base,), (w, b))
     raise _Reject(f"leaf {owner.name if isinstance(owner, Operation) else 'argument'} "
                   "is not piecewise linear in the tree's scalars")
 
@@ -144,6 +167,7 @@ def _match(root: SelectOp) -> _Tree:
     tree = _Tree(root)
     members: set[Operation] = set()
     width = width_of(root.out)
+    leaf_values: list[SSAValue] = []
     stack = [root]
     while stack:
         sel = stack.pop()
@@ -161,11 +185,15 @@ def _match(root: SelectOp) -> _Tree:
         for branch in (sel.if_true, sel.if_false):
             if isinstance(branch.owner, SelectOp):
                 stack.append(branch.owner)
-            elif branch not in tree.leaves:
-                leaf = _classify_leaf(branch, width)
-                for v in leaf.variables:
-                    tree.add_variable(v)
-                tree.leaves[branch] = leaf
+            elif branch not in leaf_values:
+                leaf_values.append(branch)
+    # Leaves after compares, so a leaf on a chain of scalar linears through a compared variable
+    # is written in that variable (a computed variable is not replaced by its input).
+    for value in leaf_values:
+        leaf = _classify_leaf(value, width, tree.variables)
+        for v in leaf.variables:
+            tree.add_variable(v)
+        tree.leaves[value] = leaf
     # Intermediate values must be private to the tree: they are erased.
     for op in tree.selects[1:] + tree.compares:
         for use in op.results[0].uses:
@@ -262,14 +290,15 @@ def value_ranges(graph: GraphOp) -> dict[SSAValue, tuple[np.ndarray, np.ndarray]
 # --------------------------------------------------------------------------------------
 
 
+# Comparisons in float64: numpy 2 would compare a float32 with a Python float in float32.
 def _f32_at_most(x: float) -> float:
     f = np.float32(x)
-    return float(f if f <= x else np.nextafter(f, np.float32(-np.inf)))
+    return float(f) if float(f) <= x else float(np.nextafter(f, np.float32(-np.inf)))
 
 
 def _f32_at_least(x: float) -> float:
     f = np.float32(x)
-    return float(f if f >= x else np.nextafter(f, np.float32(np.inf)))
+    return float(f) if float(f) >= x else float(np.nextafter(f, np.float32(np.inf)))
 
 
 def _step_points(cmp_op: CompareOp) -> tuple[float, float]:
@@ -400,21 +429,20 @@ def rewrite_graph(graph: GraphOp, max_bp: int = 64) -> int:
 
 
 def _erase_dead_leaves(tree: _Tree, index: dict[Operation, int], erased: set) -> None:
-    """Leaf ops (and a leaf's private concat) that only fed the tree are pure and now dead."""
-    candidates = []
-    for leaf in tree.leaves.values():
-        owner = leaf.value.owner
-        if isinstance(owner, (LiteralOp, LinearOp, PiecewiseLinearOp)) and owner not in candidates:
-            candidates.append(owner)
-    for op in sorted(candidates, key=index.__getitem__, reverse=True):
-        if op.results[0].uses:
-            continue
-        src = op.operands[0].owner if op.operands else None
-        Rewriter.erase_op(op)
-        erased.add(op)
-        if isinstance(src, ConcatOp) and not src.out.uses:
-            Rewriter.erase_op(src)
-            erased.add(src)
+    """Leaf ops that only fed the tree are pure and now dead; so are the linears and concats
+    below them that only fed those (walked down, latest first)."""
+    prunable = (LiteralOp, LinearOp, PiecewiseLinearOp, ConcatOp, SliceOp)
+    work = [leaf.value.owner for leaf in tree.leaves.values()]
+    while work:
+        work = [op for op in dict.fromkeys(work) if isinstance(op, prunable)
+                and op not in erased and op in index and not op.results[0].uses]
+        work.sort(key=index.__getitem__, reverse=True)
+        below = []
+        for op in work:
+            below.extend(v.owner for v in op.operands)
+            Rewriter.erase_op(op)
+            erased.add(op)
+        work = below
 
 
 __all__ = ["SelectTreeToPwl2dPass", "rewrite_graph", "value_ranges"]
