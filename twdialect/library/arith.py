@@ -184,7 +184,9 @@ def reciprocal(x: Value, lo: float, hi: float, rel_error: float = 1e-3) -> Value
 
     Contract: a `tw.piecewise_linear` through 1/x on a geometric grid; the chord
     over-estimates |1/x| by a relative error of at most `rel_error` (exact at the
-    breakpoints, the two ends included); constant 1/lo, 1/hi outside the range.
+    breakpoints, the two ends included); constant 1/lo, 1/hi outside the range. In fp32 the
+    decomposed staircase of slopes adds an absolute error of about 4e-7 (hi - lo) / lo^2
+    (its largest terms are the slope at the end nearest 0 times the range).
     Cost: 1 MLP sublayer; about ln(hi/lo) / (2 sqrt(rel_error)) + 1 breakpoints (neurons).
     """
     check_value("reciprocal", x, "x", 1)
