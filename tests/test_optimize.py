@@ -1,0 +1,104 @@
+"""The default pipeline (`optimize` / DEFAULT_PIPELINE): meaning kept, depth never worse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from passes import parse_pipeline, run_pipeline
+from passes.optimize import DEFAULT_PIPELINE, has_library_ops, pipeline_stages
+from twdialect import evaluate, print_module
+from twdialect.analysis import critical_path, first_use_before_def
+from twdialect.interp import find_graph
+from twdialect.random_graphs import layered_graph, random_graph, sample_inputs
+
+N_POS = 5
+
+
+def assert_same(before: dict, after: dict, rtol: float = 1e-4) -> None:
+    assert before.keys() == after.keys()
+    for name in before:
+        scale = max(1.0, float(np.max(np.abs(before[name]))))
+        err = float(np.max(np.abs(after[name] - before[name])))
+        assert err <= rtol * scale, f"output {name}: error {err} vs scale {scale}"
+
+
+def test_default_pipeline_parses_and_starts_with_decompose():
+    stages = pipeline_stages(DEFAULT_PIPELINE)
+    assert stages[0] == "decompose"
+    assert {"canonicalize", "fuse-linears", "balance-sums", "cse", "dce"} <= set(stages)
+    parse_pipeline(DEFAULT_PIPELINE)
+    assert pipeline_stages("a{x=1,y=2},b") == ["a{x=1,y=2}", "b"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n_ops=st.integers(3, 40))
+def test_primitive_graphs_keep_meaning_and_never_get_deeper(seed, n_ops):
+    module = random_graph(seed, n_ops, library=False)
+    inputs = sample_inputs(module, N_POS, seed)
+    before, floor = evaluate(module, inputs), critical_path(find_graph(module)).floor
+    run_pipeline(module, "optimize")
+    module.verify()
+    assert first_use_before_def(find_graph(module).block) is None
+    assert_same(before, evaluate(module, inputs, n_positions=N_POS))
+    assert critical_path(find_graph(module)).floor <= floor
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n_ops=st.integers(3, 25))
+def test_library_graphs_match_plain_decomposition(seed, n_ops):
+    # Decomposition is approximate by contract (ramps near thresholds), so compare the
+    # optimized graph with the merely decomposed one, not with the ideal oracle.
+    module = random_graph(seed, n_ops, library=True)
+    plain = module.clone()
+    run_pipeline(plain, "decompose")
+    inputs = sample_inputs(module, N_POS, seed)
+    run_pipeline(module, "optimize")
+    assert not has_library_ops(module)
+    assert_same(evaluate(plain, inputs), evaluate(module, inputs, n_positions=N_POS))
+
+
+def test_default_is_deterministic_and_idempotent_on_a_layered_graph():
+    texts = []
+    for _ in range(2):
+        module, _ = layered_graph(400, seed=3)
+        run_pipeline(module, DEFAULT_PIPELINE)
+        texts.append(print_module(module))
+    assert texts[0] == texts[1]
+    module, _ = layered_graph(400, seed=3)
+    run_pipeline(module, DEFAULT_PIPELINE)
+    run_pipeline(module, DEFAULT_PIPELINE)
+    assert print_module(module) == texts[0]
+
+
+def test_optimize_rejects_itself_in_its_pipeline():
+    module = random_graph(1, 5, library=False)
+    with pytest.raises(Exception, match="optimize"):
+        run_pipeline(module, 'optimize{pipeline="optimize"}')
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_default_pipeline_matches_oracle(seed):
+    from lowering import compile
+
+    module = random_graph(seed, 16, library=False)
+    inputs = sample_inputs(module, N_POS, seed)
+    reference = evaluate(module, inputs)
+    try:
+        assert_same(reference, compile(module, d=128, d_head=8).run(inputs, n_positions=N_POS))
+    except AssertionError:
+        pytest.skip("the lowering does not match the oracle on this graph even without passes")
+    compiled = compile(module, d=128, d_head=8, pipeline="default")
+    assert_same(reference, compiled.run(inputs, n_positions=N_POS))
+
+
+@pytest.mark.slow
+def test_sweep_default_pipeline():
+    for seed in range(200):
+        module = random_graph(seed, 80, library=False)
+        inputs = sample_inputs(module, N_POS, seed)
+        before = evaluate(module, inputs)
+        run_pipeline(module, DEFAULT_PIPELINE)
+        assert_same(before, evaluate(module, inputs, n_positions=N_POS))
