@@ -1,0 +1,287 @@
+"""What each rewrite pass (and the default pipeline) does to graphs: one JSON line per case.
+
+    python bench/passes_effect.py                 # every case, compiled stats included
+    python bench/passes_effect.py --no-compile    # graph-level figures only
+    python bench/passes_effect.py --only balance  # cases whose name contains "balance"
+    python bench/passes_effect.py --timing-ops 100000   # pass run time on a layered graph
+
+Each line: {"case", "pipeline", "graph", "before": {...}, "after": {...}, "pass_seconds"}, where
+before/after hold ops (ops in the graph body, outputs excluded), floor (critical-path floor in
+layers), slots (last sublayer slot of the floor) and, when the lowering is compiled, layers,
+heads, neurons, graph_params and allocated_params. Timing lines: {"timing", "pipeline",
+"ops", "seconds"}.
+
+CASES is a table of (name, pipeline, graph factory, compile geometry); add rows for new passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from passes import run_pipeline  # noqa: E402
+from passes.optimize import DEFAULT_PIPELINE  # noqa: E402
+from twdialect import ops as tw  # noqa: E402
+from twdialect.analysis import critical_path  # noqa: E402
+from twdialect.interp import find_graph  # noqa: E402
+from twdialect.random_graphs import layered_graph, random_graph  # noqa: E402
+
+# --------------------------------------------------------------------------------------
+# Graphs
+# --------------------------------------------------------------------------------------
+
+
+def serial_sum(n: int = 64, width: int = 2):
+    """x0 + x1 + ... + x(n-1) folded left: n-1 adds in a row."""
+    with tw.Graph() as g:
+        xs = [tw.input(f"x{i}", width, (-1.0, 1.0)) for i in range(n)]
+        s = xs[0]
+        for x in xs[1:]:
+            s = tw.add(s, x)
+        tw.output("s", s)
+    return g.module
+
+
+def serial_linear_sums(n: int = 16, width: int = 2):
+    """The same fold written with tw.sum (a linear over a concat per step)."""
+    with tw.Graph() as g:
+        xs = [tw.input(f"x{i}", width, (-1.0, 1.0)) for i in range(n)]
+        s = xs[0]
+        for x in xs[1:]:
+            s = tw.sum([s, x])
+        tw.output("s", s)
+    return g.module
+
+
+def weighted_sum_of_products(n: int = 32):
+    """A sum of n MLP outputs (single-use writers): adds accumulate, nothing to balance."""
+    rng = np.random.default_rng(0)
+    with tw.Graph() as g:
+        x = tw.input("x", 2, (-1.0, 1.0))
+        terms = [tw.mlp(x, rng.normal(size=(2, 2)), None, rng.normal(size=(2, 2))) for _ in range(n)]
+        s = terms[0]
+        for t in terms[1:]:
+            s = tw.add(s, t)
+        tw.output("s", s)
+    return g.module
+
+
+def affine_chain(n: int = 8):
+    """n scalar affine ops in a row (add_const / multiply_const / negate)."""
+    steps = [lambda u: tw.add_const(u, 0.5), lambda u: tw.multiply_const(u, 1.5), tw.negate]
+    with tw.Graph() as g:
+        v = tw.input("x", 1, (-1.0, 1.0))
+        for i in range(n):
+            v = steps[i % 3](v)
+        tw.output("y", v)
+    return g.module
+
+
+def bottleneck(width: int = 64):
+    """width -> 1 -> width: fusing would turn 2*width parameters into width*width."""
+    with tw.Graph() as g:
+        x = tw.input("x", width, (-1.0, 1.0))
+        tw.output("y", tw.linear(tw.linear(x, np.ones((width, 1))), np.ones((1, width))))
+    return g.module
+
+
+def fanout_affine(readers: int = 4):
+    """A small linear read by several linears and by an output."""
+    rng = np.random.default_rng(1)
+    with tw.Graph() as g:
+        x = tw.input("x", 2, (-1.0, 1.0))
+        a = tw.linear(x, rng.normal(size=(2, 2)), rng.normal(size=2))
+        tw.output("a", a)
+        for i in range(readers):
+            tw.output(f"r{i}", tw.linear(a, rng.normal(size=(2, 1))))
+    return g.module
+
+
+def concat_of_affines(n: int = 6):
+    """subtract / add_scaled over linears: a linear reading a concat of linears."""
+    with tw.Graph() as g:
+        xs = [tw.input(f"x{i}", 2, (-1.0, 1.0)) for i in range(n)]
+        scaled = [tw.multiply_const(x, float(i + 1)) for i, x in enumerate(xs)]
+        tw.output("s", tw.linear(tw.concat(scaled), np.vstack([np.eye(2)] * n)))
+    return g.module
+
+
+def random_primitives(seed: int = 0, n_ops: int = 60):
+    return random_graph(seed, n_ops, library=False)
+
+
+def layered(n_ops: int = 2000):
+    return layered_graph(n_ops, seed=0)[0]
+
+
+def library_mix(seed: int = 0, n_ops: int = 40):
+    return random_graph(seed, n_ops, library=True)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    pipeline: str
+    graph: Callable[[], object]
+    d: int = 256
+    d_head: int = 16
+
+
+PIPELINES = {
+    "canonicalize": "canonicalize",
+    "fuse-linears": "fuse-linears",
+    "fuse-linears{allow-inflate=true}": "fuse-linears{allow-inflate=true}",
+    "balance-sums": "balance-sums",
+    "default": DEFAULT_PIPELINE,
+}
+
+# (pass, graph) cases. Targeted cases first, then synthetic graphs under every pipeline.
+CASES: list[Case] = [
+    Case("balance/serial_sum_64", "balance-sums", serial_sum, d=512),
+    Case("balance/serial_linear_sums_16", "balance-sums", serial_linear_sums),
+    Case("balance/accumulating_sum_32", "balance-sums", weighted_sum_of_products),
+    Case("fuse/affine_chain_8", "fuse-linears", affine_chain),
+    Case("fuse/bottleneck_64", "fuse-linears", bottleneck),
+    Case("fuse/bottleneck_64_inflate", "fuse-linears{allow-inflate=true}", bottleneck),
+    Case("fuse/fanout_4", "fuse-linears", fanout_affine),
+    Case("fuse/fanout_4_off", "fuse-linears{fanout=false}", fanout_affine),
+    Case("fuse/concat_of_affines_6", "fuse-linears", concat_of_affines),
+    Case("fuse/serial_linear_sums_16", "fuse-linears,canonicalize", serial_linear_sums),
+    Case("default/serial_sum_64", DEFAULT_PIPELINE, serial_sum, d=512),
+    Case("default/affine_chain_8", DEFAULT_PIPELINE, affine_chain),
+]
+for _spec_name, _spec in PIPELINES.items():
+    CASES.append(Case(f"{_spec_name}/layered_2000", _spec, layered, d=2048, d_head=16))
+    CASES.append(Case(f"{_spec_name}/random_60_x20", _spec, lambda: None))
+CASES.append(Case("default/library_40_x10", DEFAULT_PIPELINE, lambda: None))
+
+# Candidate orders measured against the default (docs/passes.md quotes the results).
+ORDER_CANDIDATES = [
+    DEFAULT_PIPELINE,
+    "decompose,fuse-linears,balance-sums,cse,dce",
+    "decompose,cse,canonicalize,fuse-linears,balance-sums,canonicalize,dce",
+    "decompose,canonicalize,balance-sums,fuse-linears,canonicalize,cse,dce",
+    "decompose,canonicalize,fuse-linears,balance-sums,canonicalize,fuse-linears,cse,dce",
+]
+
+# --------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------
+
+
+def graph_figures(module) -> dict:
+    g = find_graph(module)
+    body = [op for op in g.block.ops if op.name != "tw.output"]
+    cp = critical_path(g)
+    return {"ops": len(body), "floor": cp.floor,
+            "slots": max(cp.ready.values()) + 1 if cp.ready else 0}
+
+
+def compiled_figures(module, d: int, d_head: int) -> dict:
+    from lowering import compile
+
+    try:
+        ct = compile(module, d=d, d_head=d_head)
+    except Exception as e:  # noqa: BLE001 - report, keep measuring the other cases
+        return {"compile_error": f"{type(e).__name__}: {str(e)[:160]}"}
+    s = ct.stats
+    return {"layers": s.n_layers, "heads": int(sum(s.heads_per_layer)),
+            "neurons": int(sum(s.neurons_per_layer)), "graph_params": int(s.graph_params),
+            "allocated_params": int(s.allocated_params)}
+
+
+def measure(module, pipeline: str, compiled: bool, d: int, d_head: int) -> dict:
+    before = graph_figures(module)
+    if compiled:
+        before.update(compiled_figures(module, d, d_head))
+    t0 = time.perf_counter()
+    run_pipeline(module, pipeline)
+    seconds = time.perf_counter() - t0
+    after = graph_figures(module)
+    if compiled:
+        after.update(compiled_figures(module, d, d_head))
+    return {"before": before, "after": after, "pass_seconds": round(seconds, 4)}
+
+
+def _sum_dicts(rows: list[dict]) -> dict:
+    out: dict = {}
+    for row in rows:
+        for k, v in row.items():
+            if isinstance(v, (int, float)):
+                out[k] = out.get(k, 0) + v
+            else:
+                out.setdefault("errors", []).append(v)
+    return out
+
+
+def run_case(case: Case, compiled: bool) -> dict:
+    if case.name.endswith("_x20") or case.name.endswith("_x10"):
+        # Aggregates over seeds: sums of every figure.
+        count = 20 if case.name.endswith("_x20") else 10
+        make = (lambda s: library_mix(s)) if "library" in case.name else \
+            (lambda s: random_primitives(s))
+        results = [measure(make(seed), case.pipeline, compiled, case.d, case.d_head)
+                   for seed in range(count)]
+        return {"before": _sum_dicts([r["before"] for r in results]),
+                "after": _sum_dicts([r["after"] for r in results]),
+                "pass_seconds": round(sum(r["pass_seconds"] for r in results), 4),
+                "graphs": count}
+    return measure(case.graph(), case.pipeline, compiled, case.d, case.d_head)
+
+
+def timing(n_ops: int, pipelines: list[str]) -> list[dict]:
+    rows = []
+    for spec in pipelines:
+        module, build_s = layered_graph(n_ops, seed=0)
+        ops = graph_figures(module)["ops"]
+        t0 = time.perf_counter()
+        run_pipeline(module, spec)
+        rows.append({"timing": True, "pipeline": spec, "ops": ops,
+                     "ops_after": graph_figures(module)["ops"],
+                     "seconds": round(time.perf_counter() - t0, 3),
+                     "build_seconds": round(build_s, 3)})
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--no-compile", action="store_true", help="graph-level figures only")
+    ap.add_argument("--only", default="", help="run cases whose name contains this")
+    ap.add_argument("--timing-ops", type=int, default=0,
+                    help="also time each pass on a layered graph of this many ops (e.g. 100000)")
+    ap.add_argument("--orders", action="store_true",
+                    help="also compare candidate pipeline orders on the synthetic graphs")
+    args = ap.parse_args(argv)
+    compiled = not args.no_compile
+    for case in CASES:
+        if args.only and args.only not in case.name:
+            continue
+        row = {"case": case.name, "pipeline": case.pipeline}
+        row.update(run_case(case, compiled))
+        print(json.dumps(row, sort_keys=True), flush=True)
+    if args.orders:
+        for spec in ORDER_CANDIDATES:
+            for name, make in (("layered_2000", layered), ("random_60_x20", None)):
+                if make is None:
+                    row = run_case(Case("order/random_60_x20", spec, lambda: None), compiled)
+                else:
+                    row = measure(make(), spec, compiled, 2048, 16)
+                print(json.dumps({"order": spec, "graph": name, **row}, sort_keys=True),
+                      flush=True)
+    if args.timing_ops:
+        specs = ["canonicalize", "fuse-linears", "balance-sums", DEFAULT_PIPELINE]
+        for row in timing(args.timing_ops, specs):
+            print(json.dumps(row, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()
