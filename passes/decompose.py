@@ -71,6 +71,8 @@ class _Emitter:
 
     def __init__(self) -> None:
         self.ops: list[Operation] = []
+        # Name-hint suffix of each op's result (the last op takes the library op's name).
+        self.suffixes: list[str] = []
 
     def concat(self, values: list[SSAValue]) -> SSAValue:
         if len(values) == 1:
@@ -78,10 +80,11 @@ class _Emitter:
         total = sum(width_of(v) for v in values)
         op = ConcatOp.create(operands=values, result_types=[VecType(total)])
         self.ops.append(op)
+        self.suffixes.append("in")
         return op.results[0]
 
     def mlp(self, x: SSAValue, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
-            b2: np.ndarray) -> SSAValue:
+            b2: np.ndarray, suffix: str = "h") -> SSAValue:
         # + 0.0 turns -0.0 into 0.0 (no sign noise in printed weights).
         w1, b1, w2, b2 = (np.asarray(a, dtype=np.float64) + 0.0 for a in (w1, b1, w2, b2))
         props = {"w1": dense(w1), "w2": dense(w2)}
@@ -91,6 +94,7 @@ class _Emitter:
             props["b2"] = dense(b2)
         op = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
         self.ops.append(op)
+        self.suffixes.append(suffix)
         return op.results[0]
 
 
@@ -261,7 +265,7 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
             w1[row, col] = w1[row, col + 1] = w[i]
             b1[col], b1[col + 1] = beta[i], beta[i] - 1.0
             w2[col, first + i], w2[col + 1, first + i] = 1.0, -1.0
-    rs = em.mlp(em.concat([op.x, op.y]), w1, b1, w2, np.zeros(nx + ny))
+    rs = em.mlp(em.concat([op.x, op.y]), w1, b1, w2, np.zeros(nx + ny), suffix="strips")
     # Chain 2: f = T00 + sum a_i r_i + sum b_j s_j + sum c_ij (r_i - relu(r_i - s_j)).
     a, b, c = pwl2d_coefficients(table)
     pairs = [(i, j) for i in range(nx) for j in range(ny) if np.any(c[i, j] != 0)]
@@ -286,7 +290,8 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
 
 
 def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
-    """The replacement ops of library op `op`; the last one produces its value."""
+    """The replacement ops of library op `op`; the last one produces its value. Intermediate
+    results get name hints `<name>_in` (operand concat) and `<name>_strips` (pwl_2d chain 1)."""
     em = _Emitter()
     try:
         match op:
@@ -304,6 +309,9 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
                 raise DecomposeError(f"{describe(op)}: not a library op", op)
     except ContractError as e:
         raise DecomposeError(str(e), op) from None
+    if op.results[0].name_hint:
+        for new, suffix in zip(em.ops[:-1], em.suffixes):
+            new.results[0].name_hint = f"{op.results[0].name_hint}_{suffix}"
     return em.ops
 
 
@@ -320,8 +328,6 @@ def decompose_graph(graph: GraphOp) -> int:
         inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
         for new in new_ops:
             new.attributes.update(inherited)
-            if new is not new_ops[-1] and old.name_hint:
-                new.results[0].name_hint = f"{old.name_hint}_in"
         if SCOPE_TERMINAL in op.attributes:
             new_ops[-1].attributes[SCOPE_TERMINAL] = op.attributes[SCOPE_TERMINAL]
         result.name_hint = old.name_hint
