@@ -434,10 +434,12 @@ def column_digits(ys: Sequence[tuple[Form, int, int]], n_digits: int) -> tuple[l
 
 
 def number_logits(vocab: str, digits: Sequence[Form], count: Form, t: Form,
-                  negative: Form | None, end: str, minus: str = "-") -> list[Expr]:
+                  negative: Form | None, end: str, minus: str = "-",
+                  extra_flags: Mapping[str, Expr] | None = None) -> list[Expr]:
     """Logits that spell a number MSB first, one character per step t = 0, 1, ...:
     an optional minus sign (when the 0/1 `negative` is set), the `count` digits of
-    `digits` (LSB first, each an integer in [0, 9]), then `end`."""
+    `digits` (LSB first, each an integer in [0, 9]), then `end`. `extra_flags` add
+    characters that override the digits where their 0/1 flag is set."""
     k = len(digits)
     shifted = t - negative if negative is not None else t  # step within the digits
     radix = float(k + 3)  # > the range of `shifted` that matters ([-1, k + 1])
@@ -449,4 +451,5 @@ def number_logits(vocab: str, digits: Sequence[Form], count: Form, t: Form,
     flags = {end: eq(shifted - count)}
     if negative is not None:
         flags[minus] = step(negative - t - 1.0)
+    flags.update(extra_flags or {})
     return emit_logits(vocab, value, flags)
