@@ -14,8 +14,9 @@ and which becomes readable only when its dependencies are. Values are unchanged.
 
 Options:
   `batch-size=K`     gate iteration i on iteration i-K (K >= 1; K >= #iterations gates nothing).
-  `batch-size=auto`  (default) K = clamp(d // (4 * peak), 2, #iterations - 1), where `d` is the
-                     residual width (option `d`) and `peak` the peak intermediate width of one
+  `batch-size=auto`  (default) K = clamp(d // (headroom * peak), 2, #iterations - 1), where `d` is
+                     the residual width (option `d`), `headroom` a safety factor (option, default
+                     4: the seed's rule of thumb) and `peak` the peak intermediate width of one
                      iteration: the largest total width of the iteration's non-view values alive
                      at once, with lifetimes taken from critical-path slots (a value lives from
                      its own slot to its last reader's, following reads through free views,
@@ -23,6 +24,8 @@ Options:
                      the natural in-flight count lets wide intermediates fill the residual
                      stream, hence the clamp; a loop of fewer than 3 iterations is not gated.
   `d`                residual stream width the auto rule budgets for (default 256).
+  `headroom`         divisor of the auto rule (default 4). The rule only sizes K; sweeping K
+                     finds the optimum (bench/passes_effect.py records one sweep).
 
 Scopes are told apart by name: two loops built with the same name are reported, not merged.
 Running the pass twice adds no second gate.
@@ -64,19 +67,21 @@ class SequentialScopePass(ModulePass):
 
     batch_size: int | str = "auto"
     d: int = 256
+    headroom: int = 4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if isinstance(self.batch_size, str):
             if self.batch_size != "auto":
                 raise ValueError(f"sequential-scope: batch-size must be an integer or 'auto', "
                                  f"got {self.batch_size!r}")
-            if self.d < 1:
-                raise ValueError(f"sequential-scope: d must be positive, got {self.d}")
+            if self.d < 1 or self.headroom < 1:
+                raise ValueError(f"sequential-scope: d and headroom must be positive, got "
+                                 f"d={self.d} headroom={self.headroom}")
         elif self.batch_size < 1:
             raise ValueError(f"sequential-scope: batch-size must be at least 1, got "
                              f"{self.batch_size}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            gate_graph(graph, self.batch_size, self.d)
+            gate_graph(graph, self.batch_size, self.d, self.headroom)
 
 
 @dataclass
@@ -160,13 +165,14 @@ def last_reads(graph: GraphOp, slots: dict[Operation, int]) -> dict[SSAValue, in
     return last
 
 
-def auto_batch_size(n_iterations: int, d: int, peak: int) -> int:
-    """K ~ d / (4 * peak), clamped to [2, n_iterations - 1] (see the module docstring)."""
-    k = d // (4 * max(peak, 1))
+def auto_batch_size(n_iterations: int, d: int, peak: int, headroom: int = 4) -> int:
+    """K ~ d / (headroom * peak), clamped to [2, n_iterations - 1] (see the module docstring)."""
+    k = d // (headroom * max(peak, 1))
     return max(2, min(n_iterations - 1, k))
 
 
-def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256) -> dict[str, int]:
+def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256,
+               headroom: int = 4) -> dict[str, int]:
     """Gate every scope of `graph`; returns {scope name: K used} (K == 0: not gated)."""
     scopes = find_scopes(graph)
     if not scopes:
@@ -179,7 +185,8 @@ def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256) -> dict[str,
     for scope in scopes:
         n = len(scope.indices)
         if batch_size == "auto":
-            k = auto_batch_size(n, d, peak_width(scope, slots, reads)) if n >= 3 else 0
+            peak = peak_width(scope, slots, reads)
+            k = auto_batch_size(n, d, peak, headroom) if n >= 3 else 0
         else:
             k = int(batch_size) if batch_size < n else 0
         chosen[scope.name] = k

@@ -1,0 +1,243 @@
+"""sequential-scope: iteration i's entry reads go through `tw.after` on iteration i-K's terminal;
+values never change, the gating is visible in the IR, and bad tags give clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from xdsl.dialects.builtin import StringAttr, UnitAttr
+
+from passes import PipelineError, run_pipeline
+from passes.sequential_scope import (
+    SequentialScopeError,
+    auto_batch_size,
+    find_scopes,
+    gate_graph,
+    last_reads,
+    peak_width,
+)
+from twdialect import evaluate, ops as tw, print_module
+from twdialect.analysis import critical_path, first_use_before_def
+from twdialect.dialect import ITERATION, SCOPE, SCOPE_TERMINAL, AfterOp, int_prop
+from twdialect.interp import find_graph
+from twdialect.random_graphs import sample_inputs
+
+
+def afters(module) -> list[AfterOp]:
+    return [op for op in find_graph(module).block.ops if isinstance(op, AfterOp)]
+
+
+def loop(n_iter: int = 5, wide: int = 8, depth: int = 1, name: str = "loop", seed: int = 0,
+         carried: bool = False):
+    """`n_iter` iterations reading input x (and, if `carried`, the previous terminal), each a
+    chain of `depth` wide mlps narrowed to a scalar terminal."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph("main") as g:
+        x = tw.input("x", 3, (-1.0, 1.0))
+        prev = [tw.input("c", 1, (-1.0, 1.0))]
+
+        def body():
+            src = tw.concat(x, prev[-1]) if carried else x
+            h = tw.mlp(src, rng.uniform(-1, 1, (src.type.width.data, wide)), None, np.eye(wide))
+            for _ in range(depth - 1):
+                h = tw.mlp(h, rng.uniform(-1, 1, (wide, wide)) / wide, None, np.eye(wide))
+            t = tw.linear(h, rng.uniform(-1, 1, (wide, 1)) / wide)
+            prev.append(t)
+            return t
+
+        ts = tw.sequential_scope([body for _ in range(n_iter)], name)
+        tw.output("y", tw.concat(ts))
+    return g.module
+
+
+def check_values(module, spec: str):
+    inputs = sample_inputs(module, 4, 0)
+    before = evaluate(module, inputs)
+    run_pipeline(module, spec)
+    module.verify()
+    assert first_use_before_def(find_graph(module).block) is None
+    after = evaluate(module, inputs)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
+    return module
+
+
+def assert_gated(module, k: int) -> None:
+    """Every op of iteration i >= k reads outside values only via tw.after on terminal i-k."""
+    (scope,) = find_scopes(find_graph(module))
+    for pos, it in enumerate(scope.indices):
+        members = set(scope.ops[it])
+        for op in scope.ops[it]:
+            for v in op.operands:
+                if v.owner in members:
+                    continue
+                if pos >= k:
+                    term = scope.terminals[scope.indices[pos - k]]
+                    assert v is term or (isinstance(v.owner, AfterOp) and term in v.owner.deps), \
+                        f"iteration {it} reads {v} ungated"
+                else:
+                    assert not isinstance(v.owner, AfterOp)
+
+
+def test_batch_size_two_gates_each_iteration_on_the_one_two_back():
+    m = check_values(loop(5), "sequential-scope{batch-size=2}")
+    assert len(afters(m)) == 3  # iterations 2, 3, 4: one outside value each
+    assert_gated(m, 2)
+
+
+def test_gating_deepens_only_as_the_batch_size_says():
+    floors = {}
+    for k in (1, 2, 4, 8):
+        m = check_values(loop(8), f"sequential-scope{{batch-size={k}}}")
+        floors[k] = critical_path(find_graph(m)).n_layers
+    ungated = critical_path(find_graph(loop(8))).n_layers
+    assert floors[1] > floors[2] > floors[4] > floors[8] == ungated
+
+
+def test_loop_carried_terminal_is_not_gated_twice():
+    m = check_values(loop(4, carried=True), "sequential-scope{batch-size=1}")
+    assert_gated(m, 1)
+    # Iteration i reads terminal i-1 directly (that is already the gate) and x through a gate.
+    assert len(afters(m)) == 3
+
+
+def test_running_twice_adds_nothing():
+    m = check_values(loop(6), "sequential-scope{batch-size=2}")
+    text = print_module(m)
+    run_pipeline(m, "sequential-scope{batch-size=2}")
+    assert print_module(m) == text
+
+
+def test_batch_size_at_least_iterations_is_a_no_op():
+    m = check_values(loop(4), "sequential-scope{batch-size=4}")
+    assert not afters(m)
+
+
+def test_auto_rule():
+    assert auto_batch_size(32, 1024, 32) == 8
+    assert auto_batch_size(32, 1024, 1000) == 2  # never serialises
+    assert auto_batch_size(32, 1 << 20, 1) == 31  # never lets every iteration in
+    assert auto_batch_size(32, 1024, 32, headroom=2) == 16
+
+
+def test_auto_peak_width_counts_live_intermediates():
+    m = loop(6, wide=8, depth=3)
+    g = find_graph(m)
+    slots = critical_path(g).slots
+    (scope,) = find_scopes(g)
+    # Two wide mlp results are live at once (one read while the next is written).
+    assert peak_width(scope, slots, last_reads(g, slots)) == 16
+    assert gate_graph(g, "auto", d=256) == {"loop": 256 // (4 * 16)}
+
+
+def test_auto_gates_with_the_chosen_k():
+    # Peak 9: the 8-wide mlp result is still read while the scalar terminal is written.
+    expected = gate_graph(find_graph(loop(10, wide=8)), "auto", d=128)
+    assert expected == {"loop": 128 // (4 * 9)}
+    m = check_values(loop(10, wide=8), "sequential-scope{batch-size=auto d=128}")
+    assert_gated(m, 3)
+
+
+def test_short_loops_are_not_gated_by_auto():
+    m = check_values(loop(2), "sequential-scope")
+    assert not afters(m)
+
+
+def test_graph_without_scopes_is_untouched():
+    with tw.Graph("main") as g:
+        tw.output("y", tw.relu(tw.input("x", 2, (-1.0, 1.0))))
+    text = print_module(g.module)
+    run_pipeline(g.module, "sequential-scope{batch-size=1}")
+    assert print_module(g.module) == text
+
+
+def test_two_loops_are_gated_independently():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        a = tw.sequential_scope([lambda: tw.relu(tw.negate(x)) for _ in range(4)], "a")
+        b = tw.sequential_scope([lambda: tw.relu(tw.add_const(x, 1.0)) for _ in range(4)], "b")
+        tw.output("y", tw.concat(a + b))
+    m = check_values(g.module, "sequential-scope{batch-size=3}")
+    assert len(afters(m)) == 2
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+def test_two_loops_with_one_name_are_reported():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        a = tw.sequential_scope([lambda: tw.relu(x) for _ in range(3)])
+        b = tw.sequential_scope([lambda: tw.relu(x) for _ in range(3)])
+        tw.output("y", tw.concat(a + b))
+    with pytest.raises(SequentialScopeError, match="second terminal.*own name"):
+        run_pipeline(g.module, "sequential-scope{batch-size=1}")
+
+
+def test_missing_terminal_is_reported():
+    m = loop(3)
+    for op in find_graph(m).block.ops:
+        if op.attributes.get(ITERATION) == int_prop(1):
+            op.attributes.pop(SCOPE_TERMINAL, None)
+    with pytest.raises(SequentialScopeError, match="iteration 1 has no op marked"):
+        run_pipeline(m, "sequential-scope{batch-size=1}")
+
+
+def test_terminal_built_outside_the_loop_is_reported():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        ts = tw.sequential_scope([lambda: x], "loop")
+        tw.output("y", ts[0])
+    with pytest.raises(SequentialScopeError, match="'tw.input'.*no tw.scope"):
+        run_pipeline(g.module, "sequential-scope{batch-size=1}")
+
+
+def test_gate_cycle_is_reported():
+    # Iteration 0's terminal reads iteration 1's value: gating 1 on 0 would deadlock.
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, (-1.0, 1.0))
+        early = tw.relu(x)
+        t0 = tw.negate(early)
+        t1 = tw.negate(x)
+        tw.output("y", tw.concat(t0, t1))
+    for op, it, term in ((early.owner, 1, False), (t0.owner, 0, True), (t1.owner, 1, True)):
+        op.attributes[SCOPE] = StringAttr("loop")
+        op.attributes[ITERATION] = int_prop(it)
+        if term:
+            op.attributes[SCOPE_TERMINAL] = UnitAttr()
+    # Iteration 1 holds two ops; its terminal t1 comes after t0, which reads `early`.
+    with pytest.raises(SequentialScopeError, match="cycle"):
+        run_pipeline(g.module, "sequential-scope{batch-size=1}")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("sequential-scope{batch-size=0}", "at least 1"),
+    ("sequential-scope{batch-size=\"fast\"}", "integer or 'auto'"),
+    ("sequential-scope{d=0}", "positive"),
+])
+def test_bad_options_are_reported(spec, message):
+    with pytest.raises((ValueError, PipelineError), match=message):
+        run_pipeline(loop(3), spec)
+
+
+# --------------------------------------------------------------------------------------
+# Differential
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n_iter=st.integers(1, 9), k=st.integers(1, 10),
+       depth=st.integers(1, 3), carried=st.booleans())
+def test_random_loops_keep_values_and_are_gated(seed, n_iter, k, depth, carried):
+    m = loop(n_iter, wide=4, depth=depth, seed=seed, carried=carried)
+    floor_before = critical_path(find_graph(m)).n_layers
+    m = check_values(m, f"sequential-scope{{batch-size={k}}}")
+    if k < n_iter:
+        assert_gated(m, k)
+    else:
+        assert not afters(m)
+        assert critical_path(find_graph(m)).n_layers == floor_before
