@@ -19,6 +19,9 @@ def prepare(module, pipeline: str | None = None):
     from passes import run_pipeline
     from twdialect.dialect import LIBRARY_OPS
 
+    has_library = any(isinstance(op, LIBRARY_OPS) for op in module.walk())
+    if not pipeline and not has_library:
+        return module  # the lowering only reads the graph: no copy needed
     module = module.clone()
     if pipeline:
         if pipeline == "default":

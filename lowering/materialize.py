@@ -21,24 +21,49 @@ from twdialect.interp import position_features
 
 
 @dataclass
+class Matrix:
+    """A weight matrix as summed coordinates (rows, cols, vals) of a given shape.
+
+    Kept sparse: compiled layers are mostly zeros (a self-attention head's Q has one entry);
+    `dense()` gives the (float32) array for exports and small models."""
+
+    shape: tuple[int, int]
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray  # float32, duplicates already summed
+
+    @property
+    def nnz(self) -> int:
+        return len(self.vals)
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, np.float32)
+        out[self.rows, self.cols] = self.vals
+        return out
+
+
+@dataclass
 class LayerWeights:
     """One layer: attention (heads of width d_head) then MLP. Shapes use the trimmed sizes."""
 
-    wq: np.ndarray  # (d, H*d_head)
-    wk: np.ndarray
-    wv: np.ndarray
-    wo: np.ndarray  # (H*d_head, d)
+    wq: Matrix  # (d, H*d_head)
+    wk: Matrix
+    wv: Matrix
+    wo: Matrix  # (H*d_head, d)
     bo: np.ndarray  # (d,)
-    w1: np.ndarray  # (d, N)
+    w1: Matrix  # (d, N)
     b1: np.ndarray  # (N,)
-    w2: np.ndarray  # (N, d)
+    w2: Matrix  # (N, d)
     b2: np.ndarray  # (d,)
+    d_head: int = 1
 
     @property
     def n_heads(self) -> int:
-        return self.wq.shape[1] // max(1, self._d_head)
+        return self.wq.shape[1] // self.d_head
 
-    _d_head: int = 1
+    @property
+    def n_neurons(self) -> int:
+        return self.w1.shape[1]
 
 
 @dataclass
@@ -72,11 +97,20 @@ class _Coo:
         self.c.append(cols.ravel())
         self.v.append(vals.ravel())
 
-    def dense(self, shape) -> np.ndarray:
-        out = np.zeros(shape, np.float64)
-        if self.r:
-            np.add.at(out, (np.concatenate(self.r), np.concatenate(self.c)), np.concatenate(self.v))
-        return out.astype(np.float32)
+    def matrix(self, shape) -> Matrix:
+        """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros."""
+        if not self.r:
+            e = np.zeros(0, np.int64)
+            return Matrix(shape, e, e, np.zeros(0, np.float32))
+        r, c, v = np.concatenate(self.r), np.concatenate(self.c), np.concatenate(self.v)
+        key = r * shape[1] + c
+        order = np.argsort(key, kind="stable")
+        key, v = key[order], v[order]
+        uniq, start = np.unique(key, return_index=True)
+        sums = np.add.reduceat(v, start) if len(v) else v
+        keep = sums != 0
+        uniq = uniq[keep]
+        return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(np.float32))
 
 
 class _Layer:
@@ -123,14 +157,12 @@ class _Layer:
             self.q.add(m.CONST_COL, h * dh, m.self_attend_gain)
             self.k.add(m.POS_COL, h * dh, 1.0)
         H = n_heads * dh
-        lw = LayerWeights(
-            wq=self.q.dense((m.d, H)), wk=self.k.dense((m.d, H)), wv=self.v.dense((m.d, H)),
-            wo=self.o.dense((H, m.d)), bo=self.bo.astype(np.float32),
-            w1=self.w1.dense((m.d, self.neurons)),
+        return LayerWeights(
+            wq=self.q.matrix((m.d, H)), wk=self.k.matrix((m.d, H)), wv=self.v.matrix((m.d, H)),
+            wo=self.o.matrix((H, m.d)), bo=self.bo.astype(np.float32),
+            w1=self.w1.matrix((m.d, self.neurons)),
             b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(np.float32),
-            w2=self.w2.dense((self.neurons, m.d)), b2=self.b2.astype(np.float32))
-        lw._d_head = dh
-        return lw
+            w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh)
 
 
 def _rows(sched: Schedule, refs: Refs) -> tuple[np.ndarray, np.ndarray]:
@@ -188,27 +220,28 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
                 first_writer[g] = t.tid
     by_slot = sorted((s, t.index, t.tid) for t in tg.tasks if (s := sched.slot[t.tid]) >= 0)
     # Attn ops take whole heads first in each layer, then pooled head work packs after them.
+    def extra_bias(t: Task):
+        grp = tg.groups[t.out_group]
+        return grp.bias if grp.bias is not None and first_writer[t.out_group] == t.tid else None
+
     for s, _, tid in by_slot:
         t = tg.tasks[tid]
         if isinstance(t.op, AttnOp):
-            _write_attn(sched, layers[s // 2], t)
+            _write_attn(sched, layers[s // 2], t, extra_bias(t))
     for s, _, tid in by_slot:
         t = tg.tasks[tid]
         if isinstance(t.op, AttnOp):
             continue
         layer = layers[s // 2]
-        grp = tg.groups[t.out_group]
-        extra_bias = grp.bias if (grp.bias is not None and first_writer[t.out_group] == tid) \
-            else None
         out_cols = sched.cols[t.out_group]
         if isinstance(t.op, MlpOp):
-            _write_mlp(sched, layer, t, out_cols, extra_bias)
+            _write_mlp(sched, layer, t, out_cols, extra_bias(t))
         elif isinstance(t.op, ReluOp):
-            _write_relu(sched, layer, t, out_cols, extra_bias)
+            _write_relu(sched, layer, t, out_cols, extra_bias(t))
         else:
             mat, bias = _affine(t.op)
-            if extra_bias is not None:
-                bias = bias + extra_bias
+            if (extra := extra_bias(t)) is not None:
+                bias = bias + extra
             rows, scale = _rows(sched, tg.in_refs(t))
             urows, umat, const = _combine(rows, scale, mat)
             bias = bias + const
@@ -234,7 +267,7 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
     return weights, _sources(sched), _outputs(sched)
 
 
-def _write_attn(sched: Schedule, layer: _Layer, t: Task) -> None:
+def _write_attn(sched: Schedule, layer: _Layer, t: Task, extra_bias) -> None:
     op: AttnOp = t.op
     tg = sched.tg
     dh = sched.machine.d_head
@@ -256,6 +289,8 @@ def _write_attn(sched: Schedule, layer: _Layer, t: Task) -> None:
         urows, uwv, _ = _combine(vr, vs, wv)
         vmat, omat = uwv, wo
     layer.bo[out_cols] += const  # softmax weights sum to 1: constant values pass unchanged
+    if extra_bias is not None:
+        layer.bo[out_cols] += extra_bias
     n_heads = max(1, math.ceil(dims / dh))
     h0 = layer.take_heads(n_heads)
     qrows, qmat, qconst = _combine(qr, qs, wq)

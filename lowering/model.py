@@ -15,23 +15,46 @@ import torch
 from torch import nn
 
 from lowering.machine import Machine
-from lowering.materialize import LayerWeights, OutputSlot, SourceSlot, position_rows
+from lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
+
+
+SPARSE_BELOW = 0.02  # store a projection sparse when under 2% of its entries are non-zero
+SPARSE_MIN_SIZE = 1 << 16
 
 
 class Projection(nn.Module):
-    """A linear map laid out like nn.Linear (`weight` is (out, in), optional `bias`)."""
+    """x @ w + b, laid out like nn.Linear (`weight` is (out, in)).
 
-    def __init__(self, w: np.ndarray, b: np.ndarray | None):
+    Big, nearly empty matrices (most of a compiled layer) are kept as sparse (COO) tensors so a
+    10^5-op graph compiles in little memory; `dense_weight()` always gives the real matrix."""
+
+    def __init__(self, w: Matrix, b: np.ndarray | None):
         super().__init__()
-        self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w.T)), requires_grad=False)
+        n_in, n_out = w.shape
+        size = n_in * n_out
+        self.sparse = size >= SPARSE_MIN_SIZE and w.nnz < SPARSE_BELOW * size
+        if self.sparse:
+            idx = torch.from_numpy(np.stack([w.cols, w.rows]))
+            t = torch.sparse_coo_tensor(idx, torch.from_numpy(w.vals), (n_out, n_in),
+                                        check_invariants=False)
+            self.register_buffer("weight", t.coalesce())
+        else:
+            self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w.dense().T)),
+                                       requires_grad=False)
         self.bias = (nn.Parameter(torch.from_numpy(np.ascontiguousarray(b)), requires_grad=False)
                      if b is not None else None)
 
+    def dense_weight(self) -> torch.Tensor:
+        return self.weight.to_dense() if self.sparse else self.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sparse:
+            y = torch.sparse.mm(self.weight, x.T).T
+            return y + self.bias if self.bias is not None else y
         return nn.functional.linear(x, self.weight, self.bias)
 
 
-def _linear(w: np.ndarray, b: np.ndarray | None) -> Projection:
+def _linear(w: Matrix, b: np.ndarray | None) -> Projection:
     """A projection computing x @ w + b."""
     return Projection(w, b)
 
@@ -203,4 +226,10 @@ class CompiledTransformer(nn.Module):
 
     # -- sizes ------------------------------------------------------------------------
     def allocated_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Entries of every weight matrix and bias as laid out (dense count, sparse or not)."""
+        total = 0
+        for mod in self.modules():
+            if isinstance(mod, Projection):
+                total += mod.weight.shape[0] * mod.weight.shape[1]
+                total += mod.bias.numel() if mod.bias is not None else 0
+        return total

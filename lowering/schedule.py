@@ -166,7 +166,56 @@ class _Columns:
             heapq.heappush(self.free, c)
 
 
-def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
+def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
+    """Place every task; on a residual-width stall the error names the smallest d that fits."""
+    try:
+        return _schedule(tg, machine, max_stall)
+    except ResidualStall as e:
+        if not suggest:
+            raise
+        fit = smallest_fitting_d(tg, machine, max_stall)
+        hint = f"smallest d that fits (d_head={machine.d_head}, d_hidden={machine.d_hidden}): {fit}" \
+            if fit else "no d up to 64x the requested one fits"
+        raise GeometryError(f"{e}; {hint}") from None
+
+
+class ResidualStall(GeometryError):
+    """No ready op can get residual columns: the width binds."""
+
+
+def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> int | None:
+    """Smallest multiple of d_head at which the schedule succeeds (doubling, then bisection)."""
+    import dataclasses
+
+    def fits(d: int) -> bool:
+        try:
+            _schedule(tg, dataclasses.replace(machine, d=d), max_stall)
+            return True
+        except GeometryError:
+            return False
+
+    lo, hi = machine.d, None
+    d = machine.d
+    while d <= 64 * machine.d:
+        d *= 2
+        if fits(d):
+            hi = d
+            break
+        lo = d
+    if hi is None:
+        return None
+    step = machine.d_head
+    lo_k, hi_k = lo // step, hi // step  # lo fails, hi fits
+    while hi_k - lo_k > 1:
+        mid = (lo_k + hi_k) // 2
+        if fits(mid * step):
+            hi_k = mid
+        else:
+            lo_k = mid
+    return hi_k * step
+
+
+def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
     check_fits(tg, machine)
     cp = critical_path(tg.graph)
     last_slot = max([s for op, s in cp.slots.items()] + [-1])
@@ -355,7 +404,7 @@ def _stall_error(tg: TaskGraph, machine: Machine, heaps, columns: _Columns, live
     waiting = sorted(e for h in heaps.values() for e in h)
     t = tg.tasks[waiting[0][2]]
     need = tg.groups[t.out_group].width
-    return GeometryError(
+    return ResidualStall(
         f"residual width binds at d={machine.d}: {live} of {machine.free_columns} free columns "
         f"hold live values and {len(waiting)} ready ops cannot get room (next: {describe(t.op)} "
-        f"needs {need}); try a larger d")
+        f"needs {need})")

@@ -77,8 +77,8 @@ class Stats:
 def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
     m = sched.machine
     tg = sched.tg
-    heads = [w.wq.shape[1] // m.d_head for w in weights]
-    neurons = [w.w1.shape[1] for w in weights]
+    heads = [w.n_heads for w in weights]
+    neurons = [w.n_neurons for w in weights]
     allocated = sum(h * m.head_params() + n * m.neuron_params() + 2 * m.d
                     for h, n in zip(heads, neurons))
     per_ann: dict[str, dict] = {}

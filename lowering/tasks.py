@@ -73,7 +73,7 @@ class Refs:
         return Refs(self.group[s], self.idx[s], self.const[s])
 
     def groups(self) -> set[int]:
-        return {int(g) for g in np.unique(self.group) if g >= 0}
+        return {g for g in self.group.tolist() if g >= 0}
 
 
 @dataclass
@@ -116,6 +116,7 @@ class TaskGraph:
         self.waits_of: dict[SSAValue, frozenset[int]] = {}  # groups a value's readiness needs
         self.outputs: list[tuple[str, SSAValue]] = []
         self.sources: list[int] = []
+        self._in_refs: dict[int, Refs] = {}
         self._build()
 
     def _new_group(self, value: SSAValue, width: int, source: Operation | None = None) -> int:
@@ -216,4 +217,7 @@ class TaskGraph:
 
     def in_refs(self, task: Task) -> Refs:
         """The task's input components in operand order (attn: query, key, value concatenated)."""
-        return Refs.cat([self.refs[v] for v in task.op.operands])
+        r = self._in_refs.get(task.tid)
+        if r is None:
+            r = self._in_refs[task.tid] = Refs.cat([self.refs[v] for v in task.op.operands])
+        return r

@@ -1,0 +1,79 @@
+"""`lower-to-transformer{d=.. d-head=.. d-hidden=..}`: schedule the graph, record placement in the IR.
+
+Every op that does work gets `tw.layer`, `tw.sublayer` ("attn" or "mlp"), `tw.cols` (the
+residual columns of its result) and its cost (`tw.heads` for attention ops, `tw.dims` for
+head work, `tw.neurons` for MLP work); accumulating adds get `tw.accumulate`; sources get
+`tw.cols`; a value whose columns were cancelled for reuse gets `tw.cancel = "L<layer>.<sublayer>"`.
+The graph gets `tw.n_layers`, `tw.floor` and `tw.geometry`. Values are unchanged: the pass only
+annotates (FileCheck tests read the placement from here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, UnitAttr, i64
+from xdsl.passes import ModulePass
+
+from lowering.machine import Machine
+from twdialect.analysis import accumulating_adds
+from twdialect.dialect import AttnOp, GraphOp, int_prop
+
+
+def annotate_schedule(sched) -> None:
+    tg = sched.tg
+    g: GraphOp = tg.graph
+    for t in tg.tasks:
+        s = sched.slot[t.tid]
+        if s < 0:
+            continue
+        op = t.op
+        op.attributes["tw.layer"] = int_prop(s // 2)
+        op.attributes["tw.sublayer"] = StringAttr("attn" if s % 2 == 0 else "mlp")
+        from lowering.schedule import task_cost
+
+        a_cost, m_cost = task_cost(tg, t, sched.machine)
+        if s % 2 == 0:
+            key = "tw.heads" if isinstance(op, AttnOp) else "tw.dims"
+            op.attributes[key] = int_prop(a_cost)
+        else:
+            op.attributes["tw.neurons"] = int_prop(m_cost)
+        op.attributes["tw.cols"] = _cols(sched.cols[t.out_group])
+    for add in accumulating_adds(g):
+        add.attributes["tw.accumulate"] = UnitAttr()
+        gid = int(tg.refs[add.results[0]].group[0])
+        add.attributes["tw.cols"] = _cols(sched.cols[gid])
+    for gid in tg.sources:
+        op = tg.groups[gid].source
+        op.attributes["tw.cols"] = _cols(sched.cols[gid])
+    for s, gid in sched.cancels:
+        owner = tg.groups[gid].value.owner
+        owner.attributes["tw.cancel"] = StringAttr(f"L{s // 2}.{'attn' if s % 2 == 0 else 'mlp'}")
+    g.attributes["tw.n_layers"] = int_prop(sched.n_layers)
+    g.attributes["tw.floor"] = int_prop(sched.floor)
+    m = sched.machine
+    g.attributes["tw.geometry"] = StringAttr(f"d={m.d} d_head={m.d_head} d_hidden={m.d_hidden}")
+
+
+def _cols(cols) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, [int(c) for c in cols])
+
+
+@dataclass(frozen=True)
+class LowerToTransformerPass(ModulePass):
+    name = "lower-to-transformer"
+
+    d: int = 256
+    d_head: int = 16
+    d_hidden: int = 0  # 0: 4 * d
+    graph: str = ""  # empty: every graph in the module
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from lowering.schedule import schedule
+        from lowering.tasks import TaskGraph
+
+        machine = Machine(self.d, self.d_head, self.d_hidden or 4 * self.d)
+        for g in list(op.body.block.ops):
+            if isinstance(g, GraphOp) and (not self.graph or g.sym_name.data == self.graph):
+                annotate_schedule(schedule(TaskGraph(g), machine))
