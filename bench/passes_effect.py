@@ -171,6 +171,8 @@ ORDER_CANDIDATES = [
     "decompose,cse,canonicalize,fuse-linears,balance-sums,canonicalize,dce",
     "decompose,canonicalize,balance-sums,fuse-linears,canonicalize,cse,dce",
     "decompose,canonicalize,fuse-linears,balance-sums,canonicalize,fuse-linears,cse,dce",
+    "decompose,canonicalize,fuse-linears,balance-sums,horizontal-fuse,canonicalize,cse,dce",
+    "select-tree-to-pwl2d,decompose,canonicalize,fuse-linears,balance-sums,canonicalize,cse,dce",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -258,21 +260,23 @@ def main(argv=None) -> None:
     ap.add_argument("--only", default="", help="run cases whose name contains this")
     ap.add_argument("--timing-ops", type=int, default=0,
                     help="also time each pass on a layered graph of this many ops (e.g. 100000)")
+    ap.add_argument("--orders-only", action="store_true", help="skip the case table")
     ap.add_argument("--orders", action="store_true",
                     help="also compare candidate pipeline orders on the synthetic graphs")
     args = ap.parse_args(argv)
     compiled = not args.no_compile
-    for case in CASES:
+    for case in [] if args.orders_only else CASES:
         if args.only and args.only not in case.name:
             continue
         row = {"case": case.name, "pipeline": case.pipeline}
         row.update(run_case(case, compiled))
         print(json.dumps(row, sort_keys=True), flush=True)
-    if args.orders:
+    if args.orders or args.orders_only:
         for spec in ORDER_CANDIDATES:
-            for name, make in (("layered_2000", layered), ("random_60_x20", None)):
+            for name, make in (("layered_2000", layered), ("random_60_x20", None),
+                               ("library_40_x10", None)):
                 if make is None:
-                    row = run_case(Case("order/random_60_x20", spec, lambda: None), compiled)
+                    row = run_case(Case(f"order/{name}", spec, lambda: None), compiled)
                 else:
                     row = measure(make(), spec, compiled, 2048, 16)
                 print(json.dumps({"order": spec, "graph": name, **row}, sort_keys=True),
