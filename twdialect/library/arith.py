@@ -320,7 +320,7 @@ def signed_multiply(a: Value, b: Value, max_abs_a: float, max_abs_b: float, step
     Contract: exact when a+b and a-b are multiples of `step` (every pair of integers with
     step 1); otherwise |error| <= step^2/16. fp32: the two squares are sums of non-negative
     terms, the final subtraction loses about ulp((max_abs_a + max_abs_b)^2).
-    Variants (M = max_abs_a + max_abs_b, per component):
+    Cost, by variant (M = max_abs_a + max_abs_b, per component):
       shallow: 1 MLP sublayer, 4*ceil(M/step) neurons (squares of the signed sums directly);
       deep:    2 MLP sublayers, 4 + 2*ceil(M/step) neurons (|a+b|, |a-b| first, then squares
                of non-negative inputs: half the neurons for one more layer).
@@ -357,7 +357,9 @@ def signed_multiply(a: Value, b: Value, max_abs_a: float, max_abs_b: float, step
 
 @library_op("arith")
 def multiply_integers(a: Value, b: Value, max_value: int, variant: str = "shallow") -> Value:
-    """a*b for integer-valued a, b with |a|, |b| <= max_value: exact (bit-exact in fp32 while
+    """a*b for integer-valued a, b with |a|, |b| <= max_value.
+
+    Contract: exact for integers (bit-exact in fp32: max_value is limited so that
     (2*max_value)^2 < 2**24).
 
     `signed_multiply` with step 1. Cost: shallow 1 MLP sublayer, 8*max_value neurons per

@@ -109,7 +109,11 @@ def digit_to_onehot(digit: Value, base: int = 10) -> Value:
 
 @library_op("sequence")
 def onehot_to_digit(onehot: Value) -> Value:
-    """The digit k of a 0/1 one-hot of width base: one `tw.linear` (exact)."""
+    """The digit k of a 0/1 one-hot of width base.
+
+    Contract: exact for one-hot inputs (a mix gives the same mix of digits).
+    Cost: one `tw.linear` (an attention head, or folded into a following chain).
+    """
     check_value("onehot_to_digit", onehot, "onehot")
     n = width_of(onehot)
     return tw.linear(onehot, np.arange(n, dtype=np.float64).reshape(n, 1))
