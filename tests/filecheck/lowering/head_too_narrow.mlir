@@ -8,4 +8,4 @@ builtin.module {
   }
 }
 
-// CHECK: 'tw.attn' in @main: query/key width 4 exceeds d_head=2; smallest d_head that fits: 4
+// CHECK: 'tw.attn' %a in @main: query/key width 4 exceeds d_head=2; smallest d_head that fits: 4
