@@ -115,6 +115,64 @@ def concat_of_affines(n: int = 6):
     return g.module
 
 
+def scalar_negates(n: int = 16, shared_input: bool = False):
+    """n independent scalar negates (one input each, or all of one input): one slot."""
+    with tw.Graph() as g:
+        xs = [tw.input(f"x{i}", 1, (-2.0, 2.0)) for i in range(1 if shared_input else n)]
+        for i in range(n):
+            tw.output(f"y{i}", tw.negate(xs[0 if shared_input else i]))
+    return g.module
+
+
+def attention_family(n: int = 4, d_v: int = 2):
+    """n attentions with one query/key and Wq/Wk, each reading a different value."""
+    rng = np.random.default_rng(3)
+    with tw.Graph() as g:
+        p = tw.pos_encoding(2, max_len=64)
+        x = tw.input("x", 3, (-1.0, 1.0))
+        k = tw.concat(p, x)
+        wq, wk = rng.uniform(-1, 1, (5, 2)), rng.uniform(-1, 1, (5, 2))
+        for i in range(n):
+            v = tw.concat(tw.slice(x, i % 3, 3 - i % 3), tw.slice(x, 0, i % 3)) if i % 3 else x
+            tw.output(f"o{i}", tw.attn(k, k, v, wq, wk, rng.uniform(-1, 1, (3, d_v)),
+                                       rng.uniform(-1, 1, (d_v, 2))))
+    return g.module
+
+
+def select_tree_depth4():
+    """A depth-4 select tree on two scalars (compares of x and y, constant / pwl / affine
+    leaves): compare + 4 select chains before, one piecewise_linear_2d after."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (-4.0, 4.0))
+        y = tw.input("y", 1, (-3.0, 3.0))
+        a = tw.select(tw.compare(x, -1.0), tw.linear(x, [[2.0]], [1.0]), tw.literal([3.0]))
+        b = tw.select(tw.compare(y, -2.0), tw.piecewise_linear(y, [-1, 0, 1], [0, 2, -1]),
+                      tw.literal([-1.0]))
+        c = tw.select(tw.compare(y, 1.0), a, b)
+        e = tw.select(tw.compare(x, 2.5, 0.25), c, tw.literal([7.0]))
+        tw.output("d", tw.select(tw.compare(x, 0.5), e,
+                                 tw.linear(tw.concat(x, y), [[1.0], [-0.5]])))
+    return g.module
+
+
+def wide_loop(n_iter: int = 32, wide: int = 32, depth: int = 3, seed: int = 0):
+    """An unrolled loop built with tw.sequential_scope: each iteration runs `depth` mlps of
+    width `wide` on x and narrows to a scalar; all iterations are independent."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph() as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+
+        def body():
+            h = tw.mlp(x, rng.uniform(-1, 1, (4, wide)) / 4, rng.uniform(-0.1, 0.1, wide),
+                       np.eye(wide))
+            for _ in range(depth - 1):
+                h = tw.mlp(h, rng.uniform(-1, 1, (wide, wide)) / wide, None, np.eye(wide))
+            return tw.linear(h, rng.uniform(-1, 1, (wide, 1)) / wide)
+
+        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
+    return g.module
+
+
 def random_primitives(seed: int = 0, n_ops: int = 60):
     return random_graph(seed, n_ops, library=False)
 
@@ -159,6 +217,19 @@ CASES: list[Case] = [
     Case("default/serial_sum_64", DEFAULT_PIPELINE, serial_sum, d=512),
     Case("default/affine_chain_8", DEFAULT_PIPELINE, affine_chain),
 ]
+# horizontal-fuse, select-tree-to-pwl2d, sequential-scope (docs/passes.md quotes these).
+CASES += [
+    Case("hfuse/negates_16", "horizontal-fuse", scalar_negates, d=64),
+    Case("hfuse/negates_16_shared_input", "horizontal-fuse",
+         lambda: scalar_negates(16, shared_input=True), d=64),
+    Case("hfuse/attention_family_4", "horizontal-fuse", attention_family, d=64),
+    Case("select/depth4_tree_2_scalars", "select-tree-to-pwl2d", select_tree_depth4, d=64),
+    Case("scope/loop32_w32_auto", "sequential-scope{batch-size=auto d=1024}", wide_loop, d=1024),
+    Case("scope/loop32_w32_auto_headroom2",
+         "sequential-scope{batch-size=auto d=1024 headroom=2}", wide_loop, d=1024),
+]
+CASES += [Case(f"scope/loop32_w32_K{k}", f"sequential-scope{{batch-size={k}}}", wide_loop, d=1024)
+          for k in (1, 2, 4, 8, 16, 24, 31)]
 for _spec_name, _spec in PIPELINES.items():
     CASES.append(Case(f"{_spec_name}/layered_2000", _spec, layered, d=2048, d_head=16))
     CASES.append(Case(f"{_spec_name}/random_60_x20", _spec, lambda: None))
