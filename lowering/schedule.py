@@ -114,9 +114,10 @@ def check_fits(tg: TaskGraph, machine: Machine) -> None:
                                 f"width ({machine.free_columns} free of d={machine.d})")
     src = sum(tg.groups[g].width for g in tg.sources)
     if src > machine.free_columns:
+        fit = -(-(src + machine.RESERVED) // machine.d_head) * machine.d_head
         raise GeometryError(f"residual width binds: the inputs alone need {src} columns, "
                             f"d={machine.d} leaves {machine.free_columns}; smallest d that "
-                            f"fits them: {src + machine.RESERVED}")
+                            f"fits them: {fit}")
 
 
 def _needed_tasks(tg: TaskGraph) -> list[bool]:
@@ -247,6 +248,8 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
             if waits_left[tid] == 0:
                 pending.setdefault(s + 1, []).append(tid)
 
+    live = [0]  # columns holding values still to be read (dead, unreclaimed ones excluded)
+
     def maybe_die(g: int, s: int) -> None:
         grp = tg.groups[g]
         if readers_left[g] == 0 and writers_left[g] == 0 and not grp.is_output \
@@ -254,10 +257,12 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
             died[g] = s
             columns.dirty.append(g)
             columns.dirty_width += grp.width
+            live[0] -= grp.width
 
     for g in tg.sources:
         cols[g] = columns.take(tg.groups[g].width)
         born[g] = -1
+        live[0] += tg.groups[g].width
     for g in tg.sources:
         complete(g, -1)
         maybe_die(g, 0)
@@ -272,7 +277,6 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
     last_used = -1
     occupancy_by_slot: list[int] = []
     usage: list[tuple[int, int]] = []  # per slot: (heads, neurons)
-    live = sum(tg.groups[g].width for g in tg.sources)
     while n_todo:
         for tid in pending.pop(s, ()):
             t = tg.tasks[tid]
@@ -320,11 +324,10 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
                 columns.dirty_width -= tg.groups[rg].width
                 columns.give(cols[rg])
                 cancels.append((s, rg))
-                live -= tg.groups[rg].width
             if need_cols:
                 cols[g] = columns.take(need_cols)
                 born[g] = s
-                live += need_cols
+                live[0] += need_cols
             slot[tid] = s
             placed += 1
             n_todo -= 1
@@ -338,12 +341,12 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
                 maybe_die(g, s + 1)
         usage.append((heads + math.ceil(pool / machine.d_head) if attention else 0,
                       0 if attention else neurons))
-        occupancy_by_slot.append(live)
+        occupancy_by_slot.append(live[0])
         waiting = any(heaps.values()) or any(k > s for k in pending)
         if placed == 0 and n_todo:
             stall = stall + 1 if any(heaps.values()) else 0
             if stall > max_stall:
-                raise _stall_error(tg, machine, heaps, columns, live)
+                raise _stall_error(tg, machine, heaps, columns, live[0])
             if not waiting:
                 raise GeometryError("scheduler invariant broken: tasks remain but none can "
                                     "ever become ready (a cycle through tw.after?)")

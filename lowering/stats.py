@@ -34,6 +34,7 @@ class Stats:
     heads_per_layer: list[int]
     neurons_per_layer: list[int]
     occupancy_per_layer: list[int]
+    ops_per_layer: list[int]
     cancels: int
     graph_params: int
     allocated_params: int
@@ -59,11 +60,13 @@ class Stats:
             f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
             f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
             f"capacity {self.total_capacity}  cancels {self.cancels}",
-            "layer  heads  neurons  residual",
+            "layer    ops  heads (fill)  neurons (fill)  residual (fill)",
         ]
+        n_heads = self.d // self.d_head
         for i in range(self.n_layers):
-            lines.append(f"{i:5d}  {self.heads_per_layer[i]:5d}  {self.neurons_per_layer[i]:7d}  "
-                         f"{self.occupancy_per_layer[i]:5d}/{self.d}")
+            h, n, r = self.heads_per_layer[i], self.neurons_per_layer[i], self.occupancy_per_layer[i]
+            lines.append(f"{i:5d}  {self.ops_per_layer[i]:5d}  {h:5d} ({_pct(h, n_heads)})  "
+                         f"{n:7d} ({_pct(n, self.d_hidden)})  {r:5d}/{self.d} ({_pct(r, self.d)})")
         if self.per_annotation:
             lines.append("annotation                      ops  heads  head_dims  neurons  layers")
             for name, a in sorted(self.per_annotation.items()):
@@ -74,6 +77,10 @@ class Stats:
         return "\n".join(lines)
 
 
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:3.0f}%" if b else "  -"
+
+
 def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
     m = sched.machine
     tg = sched.tg
@@ -81,6 +88,10 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
     neurons = [w.n_neurons for w in weights]
     allocated = sum(h * m.head_params() + n * m.neuron_params() + 2 * m.d
                     for h, n in zip(heads, neurons))
+    ops_per_layer = [0] * sched.n_layers
+    for s in sched.slot:
+        if s >= 0:
+            ops_per_layer[s // 2] += 1
     per_ann: dict[str, dict] = {}
     for t in tg.tasks:
         s = sched.slot[t.tid]
@@ -105,6 +116,7 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         n_layers=sched.n_layers, floor=sched.floor, d=m.d, d_head=m.d_head, d_hidden=m.d_hidden,
         n_ops=len(tg.ops), heads_per_layer=heads, neurons_per_layer=neurons,
         occupancy_per_layer=sched.occupancy, cancels=len(sched.cancels),
+        ops_per_layer=ops_per_layer,
         graph_params=graph_params(tg.graph), allocated_params=allocated,
         total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=per_ann,
         seconds=dict(seconds or {}))

@@ -118,6 +118,7 @@ class TaskGraph:
         self.sources: list[int] = []
         self._in_refs: dict[int, Refs] = {}
         self._build()
+        self.writer_ops = {t.op for t in self.tasks}
 
     def _new_group(self, value: SSAValue, width: int, source: Operation | None = None) -> int:
         g = Group(len(self.groups), width, value, source=source)

@@ -1,0 +1,86 @@
+"""Probe: run the compiled model beside the oracle and name the first op whose value diverges.
+
+Residual snapshots are taken after every sublayer; each value is read from its columns in the
+snapshot right after the sublayer that completed it (before anything can reuse them) and
+compared with the oracle's value. Ops are checked in block order, so the first divergence is
+where a bug or a contract violation entered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lowering.materialize import _rows
+from lowering.model import CompiledTransformer
+from twdialect.dialect import describe
+from twdialect.interp import evaluate_values
+
+
+@dataclass
+class ProbeReport:
+    checked: int  # values compared
+    first_divergence: str | None  # describe(op) of the first diverging op, or None
+    layer: int | None
+    sublayer: str | None
+    max_error: float  # largest error of the first diverging value (or over all, if none)
+
+    def __str__(self) -> str:
+        if self.first_divergence is None:
+            return f"no divergence in {self.checked} values (max error {self.max_error:.3g})"
+        return (f"first divergence: {self.first_divergence} at layer {self.layer} "
+                f"{self.sublayer} (max error {self.max_error:.3g}; {self.checked} values checked)")
+
+
+@torch.no_grad()
+def _sublayer_snapshots(ct: CompiledTransformer, inputs) -> list[np.ndarray]:
+    x = ct.embed(dict(inputs))
+    snaps = []
+    for layer in ct.layers:
+        x = x + layer.attn(x, None, 0)
+        snaps.append(x.numpy().astype(np.float64))
+        x = x + layer.mlp(x)
+        snaps.append(x.numpy().astype(np.float64))
+    return snaps
+
+
+def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: str = "main"
+          ) -> ProbeReport:
+    """Compare every computed value of the compiled model with the oracle (relative atol)."""
+    sched = ct.schedule
+    tg = sched.tg
+    snaps = _sublayer_snapshots(ct, inputs)
+    oracle = evaluate_values(module, inputs, graph)
+    by_value = {op.results[0]: op for op in tg.ops if op.results}
+    complete = {}
+    for t in tg.tasks:
+        s = sched.slot[t.tid]
+        if s >= 0:
+            complete[t.out_group] = max(complete.get(t.out_group, -1), s)
+    checked, worst = 0, 0.0
+    for op in tg.ops:
+        if not op.results:
+            continue
+        v = op.results[0]
+        refs = tg.refs.get(v)
+        if refs is None or v not in oracle:
+            continue
+        groups = refs.groups()
+        if not groups or any(g not in complete for g in groups):
+            continue  # sources, literals, or dead code
+        if any(tg.groups[g].value is not v for g in groups) and v.owner in tg.writer_ops:
+            continue  # an addend of an accumulating add: only the sum is ever in the columns
+        s = max(complete[g] for g in groups)
+        rows, scale = _rows(sched, refs)
+        got = snaps[s][:, rows] * scale
+        want = oracle[v]
+        err = float(np.abs(got - want).max()) if want.size else 0.0
+        tol = atol * max(1.0, float(np.abs(want).max()) if want.size else 1.0)
+        checked += 1
+        if err > tol:
+            return ProbeReport(checked, describe(by_value[v]), s // 2,
+                               "attn" if s % 2 == 0 else "mlp", err)
+        worst = max(worst, err)
+    return ProbeReport(checked, None, None, None, worst)
