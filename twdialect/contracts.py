@@ -12,7 +12,7 @@ compare(x, t, ramp) -> +1 if x >= t else -1 (elementwise)
     beta and beta + 1 are both exact in f32;
     out = -1 + 2*(relu(z + 1) - relu(z)). One MLP chain, 2 neurons per component.
     Exact region: x >= t' or x <= t' - ramp', where t' = -beta/w and ramp' = 1/w are the
-    threshold and ramp the f32 weights actually encode (|t' - t| <= 2^-24 (|t| + ramp),
+    threshold and ramp the f32 weights actually encode (|t' - t| <= 2^-24 (|t| + 2 ramp),
     |ramp' - ramp| <= 2^-24 ramp). Since the oracle flips at t, the ideal and decomposed values
     agree exactly for x >= max(t, t') or x <= min(t, t' - ramp') ("outside the ramp zone").
     Inside (t' - ramp', t') the output is the linear ramp -1 + 2 (z + 1), in [-1, 1].
@@ -28,10 +28,10 @@ select(c, a, b) -> a where c > 0 else b; c is +/-1, 1 wide (broadcast) or one pe
     2 neurons per component plus the offset neurons g: one in all when c is 1 wide, one per
     component whose offsets differ when c is N wide (none where o_a == o_b).
     K is the smallest power of two with K (2 - SELECT_COND_TOLERANCE) >= hi - o, so for c within
-    SELECT_COND_TOLERANCE of -1 (resp. +1) the losing neuron h_a (resp. h_b) is exactly 0 even
-    if the branch exceeds its range by up to K * SELECT_COND_TOLERANCE / 2.
-    o is lo rounded down to a grid step s = 2^(floor(log2 m) - 20) (m the component's magnitude),
-    so o, o + K and (o_a - o_b)/2 are exact in f32.
+    SELECT_COND_TOLERANCE of -1 (resp. +1) the losing neuron h_a (resp. h_b) is exactly 0; with c
+    exactly +/-1 the losing branch may even exceed its range by up to K * SELECT_COND_TOLERANCE.
+    o is lo rounded down to a grid step s = 2^(floor(log2 m) - 20) shared by both branches (m the
+    component's largest magnitude), so o, o + K and (o_a - o_b)/2 are exact in f32.
     Exact region: c in {-1, +1} (the oracle values of compare outside its ramp zone). For c
     within SELECT_COND_TOLERANCE of +/-1 the losing branch still contributes exactly 0 and the
     result is off by at most |c -+ 1| (K + |o_a - o_b| / 2). Otherwise (c near 0) the output
@@ -44,12 +44,16 @@ clamp(x, lo, hi) -> min(max(x, lo), hi)
     Exact everywhere, up to the f32 rounding of lo and hi (error <= 2^-24 max(|lo|, |hi|)).
 
 piecewise_linear(x, B, V) -> interpolation through (B[k], V[k]), constant outside [B0, Bn-1]
-    Decomposition: V[0] + sum_k C[k] relu(x - B[k]), one neuron per breakpoint (neurons whose
-    slope change is 0 in every output column are dropped). C is chosen breakpoint by breakpoint
-    so the f32 coefficients hit V[k+1] at B[k+1] given the already rounded earlier ones, and
-    C[n-1] = -sum C[:n-1] restores the flat right tail. Exact everywhere (it is piecewise
-    linear with the same breakpoints) up to the f32 rounding of C: at most 2^-24 |C[k]| gap_k at
-    each breakpoint, and a residual slope of at most 2^-24 |sum C| beyond the last breakpoint.
+    Decomposition: V[0] + sum_k C[k] relu(x - B[k]) (+ R relu(x - B[n-1])), one MLP chain with
+    one neuron per breakpoint; neurons whose coefficient is 0 in every output column (no slope
+    change) are dropped. C is chosen breakpoint by breakpoint so the f32 coefficients hit V[k+1]
+    at B[k+1] given the already rounded earlier ones (errors do not accumulate along the
+    breakpoints). C[n-1] = f32(-sum C[:n-1]) flattens the right tail and R, the f32 remainder of
+    that rounding, is a second neuron on the last breakpoint where it is non-zero: at most
+    n + 1 neurons. Exact everywhere (it is piecewise linear with the same breakpoints) up to the
+    f32 rounding of C: at most 2^-24 |C[k]| (B[k+1] - B[k]) at each breakpoint, linear in
+    between, and a residual tail slope of about 2^-48 |sum C| (so far-away inputs stay flat).
+    On an fp32 machine the hinge sum itself rounds at the scale of |C| |x - B|.
 
 piecewise_linear_2d(x, y, xs, ys, T) -> triangulated interpolation, inputs clamped to the grid
     Decomposition: two MLP chains.
@@ -172,7 +176,7 @@ def decomposition_cost(op: Operation) -> DecompositionCost:
             n = width_of(op.out)
             return DecompositionCost(1, 2 * n + (1 if width_of(op.cond) == 1 else n))
         case PiecewiseLinearOp():
-            return DecompositionCost(1, shape_of(op.breakpoints)[0])
+            return DecompositionCost(1, shape_of(op.breakpoints)[0] + 1)
         case PiecewiseLinear2dOp():
             n1, n2 = shape_of(op.xs)[0], shape_of(op.ys)[0]
             return DecompositionCost(2, 2 * (n1 - 1) + 2 * (n2 - 1) + n1 * n2 - 1)
