@@ -189,7 +189,15 @@ def _match(root: SelectOp) -> _Tree:
                 leaf_values.append(branch)
     # Leaves after compares, so a leaf on a chain of scalar linears through a compared variable
     # is written in that variable (a computed variable is not replaced by its input).
-    for value in leaf_values:
+    # Leaves with a fixed form (constants, tables, linears of concat(s1, s2)) first: leaves on
+    # a chain of scalar linears can then pick a variable those already introduced.
+    def flexible(value: SSAValue) -> bool:
+        if isinstance(value.owner, (LiteralOp, PiecewiseLinearOp)):
+            return False
+        chain, pair = _affine_forms(value, width)
+        return pair is None and bool(chain)
+
+    for value in sorted(leaf_values, key=flexible):
         leaf = _classify_leaf(value, width, tree.variables)
         for v in leaf.variables:
             tree.add_variable(v)

@@ -230,3 +230,32 @@ def test_random_sweep():
     for seed in range(300):
         check_preserved(wide_random(seed, 80), "horizontal-fuse{d-head=4}", n_positions=6,
                         seed=seed)
+
+
+# --------------------------------------------------------------------------------------
+# Compiled model
+# --------------------------------------------------------------------------------------
+
+
+def compiled_heads_and_error(module, pipeline, d=64, d_head=16, n_positions=7):
+    from lowering import compile
+
+    inputs = sample_inputs(module, n_positions, 0)
+    ref = evaluate(module, inputs)
+    ct = compile(module, d=d, d_head=d_head, pipeline=pipeline)
+    out = ct.run(inputs)
+    err = max(float(np.abs(out[k] - ref[k]).max()) for k in ref)
+    return sum(ct.stats.heads_per_layer), ct.stats.n_layers, err
+
+
+def test_compiled_attention_family_takes_one_head():
+    heads0, layers0, err0 = compiled_heads_and_error(attn_family(dv=2, n=4), None)
+    heads1, layers1, err1 = compiled_heads_and_error(attn_family(dv=2, n=4), "horizontal-fuse")
+    assert heads0 == 4 and heads1 == 1
+    assert layers1 <= layers0
+    assert err0 < 1e-4 and err1 < 1e-4
+
+
+def test_compiled_sixteen_negates_take_one_head():
+    heads, layers, err = compiled_heads_and_error(negates(16), "horizontal-fuse")
+    assert heads == 1 and layers == 1 and err < 1e-5

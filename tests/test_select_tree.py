@@ -306,3 +306,23 @@ def test_random_tree_sweep():
     for seed in range(400):
         m, th = random_tree(seed, 1 + seed % 5, 1 + seed % 2, seed % 3 == 0)
         check_contract(m, th, seed=seed)
+
+
+# --------------------------------------------------------------------------------------
+# Compiled model
+# --------------------------------------------------------------------------------------
+
+
+def test_compiled_depth4_tree_is_one_table():
+    from lowering import compile
+
+    module, th = depth4_tree()
+    pts = sample_points(th, 200, 0)
+    inputs = {"x": pts["x"][:, None], "y": pts["y"][:, None]}
+    ok = th.outside(pts)
+    ref = evaluate(module, inputs)["d"]
+    ct = compile(module, d=64, d_head=16, pipeline="select-tree-to-pwl2d")
+    assert ct.stats.n_layers == 2  # piecewise_linear_2d: two MLP chains
+    np.testing.assert_allclose(ct.run(inputs)["d"][ok], ref[ok], atol=1e-4)
+    # Without the pass: a compare and four select chains.
+    assert critical_path(find_graph(depth4_tree()[0])).n_layers == 5

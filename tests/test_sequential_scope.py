@@ -241,3 +241,25 @@ def test_random_loops_keep_values_and_are_gated(seed, n_iter, k, depth, carried)
     else:
         assert not afters(m)
         assert critical_path(find_graph(m)).n_layers == floor_before
+
+
+# --------------------------------------------------------------------------------------
+# Compiled model
+# --------------------------------------------------------------------------------------
+
+
+def test_compiled_wide_loop_auto_beats_ungated_and_serial():
+    """16 iterations, each two 16-wide mlps: at d=256 the ungated loop admits every iteration
+    and deadlocks on residual width; K=1 serialises; auto compiles in between."""
+    from lowering import GeometryError, compile
+
+    module = loop(16, wide=16, depth=2)
+    inputs = sample_inputs(module, 3, 0)
+    ref = evaluate(module, inputs)["y"]
+    with pytest.raises(GeometryError, match="residual width"):
+        compile(module, d=256, d_head=16)
+    serial = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=1}")
+    auto = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=auto d=256}")
+    assert auto.stats.n_layers < serial.stats.n_layers
+    for ct in (serial, auto):
+        np.testing.assert_allclose(ct.run(inputs)["y"], ref, atol=1e-5)
