@@ -525,3 +525,62 @@ def test_compiled_transformer_matches_oracle_within_contracts():
             diff = np.abs(np.asarray(got[name], dtype=np.float64) - ref)[mask]
             worst = max(worst, float(diff.max(initial=0.0)))
     assert worst <= 1e-3
+
+
+# --------------------------------------------------------------------------------------
+# Per-op property tests over random parameters
+# --------------------------------------------------------------------------------------
+
+_finite = dict(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lo_a=st.floats(-1e5, 1e5, **_finite), w_a=st.floats(0, 1e4, **_finite),
+       lo_b=st.floats(-1e5, 1e5, **_finite), w_b=st.floats(0, 1e4, **_finite),
+       cond_width=st.sampled_from([1, 3]), seed=st.integers(0, 1000))
+def test_select_exact_for_any_ranges(lo_a, w_a, lo_b, w_b, cond_width, seed):
+    module = _select_graph(cond_width, (lo_a, lo_a + w_a), (lo_b, lo_b + w_b), n=3)
+    rng = np.random.default_rng(seed)
+    n = 32
+    feeds = {"c": rng.choice([-1.0, 1.0], (n, cond_width)),
+             "a": rng.uniform(lo_a, lo_a + w_a, (n, 3)),
+             "b": rng.uniform(lo_b, lo_b + w_b, (n, 3))}
+    feeds["a"][0], feeds["b"][0] = lo_a + w_a, lo_b  # range edges
+    ideal = evaluate(module, feeds)["y"]
+    decomposed(module)
+    scale = 1.0 + max(abs(lo_a), abs(lo_b)) + w_a + w_b
+    np.testing.assert_allclose(evaluate(module, feeds)["y"], ideal, rtol=0, atol=1e-12 * scale)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.floats(-100, 100, **_finite), ramp=st.floats(1e-3, 10, **_finite),
+       seed=st.integers(0, 1000))
+def test_compare_exact_outside_ramp_for_any_parameters(t, ramp, seed):
+    with tw.Graph() as g:
+        x = tw.input("x", 1, value_range=(-1e3, 1e3))
+        tw.output("y", tw.compare(x, t, ramp))
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.uniform(t - 3 * ramp, t + 2 * ramp, 200), [t, t - ramp, -1e3, 1e3]])
+    feeds = {"x": x[:, None]}
+    mask = contract_mask(g.module, feeds, guard=0.0)
+    ideal = evaluate(g.module, feeds)["y"]
+    decomposed(g.module)
+    got = evaluate(g.module, feeds)["y"]
+    np.testing.assert_allclose(got[mask], ideal[mask], atol=1e-9)
+    assert np.all(np.abs(got) <= 1.0 + 1e-9)  # inside the ramp: between -1 and +1
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(2, 8), out=st.integers(1, 3))
+def test_pwl_within_rounding_bound_for_random_tables(seed, n, out):
+    rng = np.random.default_rng(seed)
+    bp = np.sort(rng.choice(np.round(np.linspace(-3, 3, 601), 2), n, replace=False))
+    values = np.round(rng.uniform(-2, 2, (n, out)), 3)
+    module = single_op_graph(lambda x: tw.piecewise_linear(x, bp, values),
+                             value_range=(-50.0, 50.0))
+    x = np.concatenate([bp, rng.uniform(-4, 4, 300), [-50.0, 50.0]])
+    ideal, dec = run_both(module, x)
+    bp32 = bp.astype(np.float32).astype(np.float64)
+    coef, _ = pwl_coefficients(bp32, values.astype(np.float32).astype(np.float64))
+    bound = 2.0 ** -24 * float((np.abs(coef[:-1]) * np.diff(bp32)[:, None]).max()) * 2 + 1e-12
+    assert np.abs(dec - ideal).max() <= bound
