@@ -23,7 +23,7 @@ def _w(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool = True,
                  kinds: tuple[str, ...] | None = None, n_inputs: int = 2,
-                 value_range: float = 4.0, name: str = "main"):
+                 value_range: float = 4.0, name: str = "main", embedding: bool = False):
     """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module."""
     rng = np.random.default_rng(seed)
     kinds = kinds or (PRIMITIVES + (LIBRARY if library else ()))
@@ -32,6 +32,9 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
                          value_range=(-value_range, value_range)) for i in range(n_inputs)]
         if "attn" in kinds:
             vals.append(tw.pos_encoding(int(rng.integers(1, 4)), max_len=64))
+        if embedding:  # a token input: ids select rows of a small table
+            vals.append(tw.embedding("tokens", np.round(rng.uniform(-2, 2, (
+                int(rng.integers(2, 8)), int(rng.integers(1, max_width + 1)))), 3)))
 
         def pick():
             # Prefer recent values so graphs get deep, not just wide.
