@@ -89,3 +89,28 @@ def test_bad_arguments_name_the_op(call, op):
     with pytest.raises(LibraryError, match=rf"^tw\.{op}: "):
         with tw.Graph("main", verify=False):
             call(tw.input("x", 1, (-1, 1)), tw.pos_encoding(2, 16))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offset", [0, 700, 1023])
+def test_attend_to_offset_at_max_len(offset):
+    m = build(lambda: tw.attend_to_offset(tw.pos_encoding(2, 1024), tw.input("v", 1, (-1, 1)), offset))
+    v = np.random.default_rng(4).uniform(-1, 1, (1024, 1))
+    want = v[np.maximum(np.arange(1024) - offset, 0)]
+    np.testing.assert_allclose(both(m, {"v": v}), want, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_most_recent_matching_at_max_len():
+    m = build(lambda: tw.attend_most_recent_matching(
+        tw.pos_encoding(2, 1024), tw.input("q", 3, (0, 1)), tw.input("k", 3, (0, 1)),
+        tw.input("v", 1, (-1, 1))))
+    rng = np.random.default_rng(1)
+    q, k = np.eye(3)[rng.integers(0, 3, 1024)], np.eye(3)[rng.integers(0, 3, 1024)]
+    v = rng.uniform(-1, 1, (1024, 1))
+    kq, kk = q.argmax(1), k.argmax(1)
+    want = np.zeros((1024, 1))
+    for t in range(1024):
+        hits = np.flatnonzero(kk[: t + 1] == kq[t])
+        want[t] = v[hits[-1] if hits.size else t]
+    np.testing.assert_allclose(both(m, {"q": q, "k": k, "v": v}), want, atol=1e-6)
