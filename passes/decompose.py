@@ -151,8 +151,11 @@ def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue
                                  "f32 precision (bound it with tw.clamp)", op)
         boxes.append((lo, hi))
     o_a, k_a, o_b, k_b = select_offsets(boxes[0], boxes[1])
+    # The cancellations below rely on these being exact f32 weights (select_offsets' grid).
     for arr in (o_a, o_b, o_a + k_a, o_b + k_b, (o_a - o_b) / 2):
-        assert np.array_equal(f32(arr), arr), "select offsets must be exact in f32"
+        if not np.array_equal(f32(arr), arr):
+            raise DecomposeError(f"{describe(op)}: internal error: select offsets are not "
+                                 "exact in f32", op)
 
     # Input columns: c at [0, c_w), a at [c_w, c_w + n), b at [c_w + n, c_w + 2n).
     diff = (o_a - o_b) / 2
