@@ -3,7 +3,7 @@ registry of exported ops (the docs generator and the tests walk it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 from xdsl.ir import SSAValue
@@ -169,7 +169,3 @@ def pos_max_len(op: str, pos: SSAValue) -> int:
 
 def ones_literal() -> SSAValue:
     return tw.literal([1.0])
-
-
-def as_pairs(values: Sequence) -> list:
-    return list(values)

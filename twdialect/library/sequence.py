@@ -20,6 +20,7 @@ from twdialect.library._util import (
     check_values,
     fail,
     library_op,
+    pos_max_len,
 )
 from twdialect.library.attention import attend_most_recent_matching
 from twdialect.library.tables import add_index_gates
@@ -194,12 +195,13 @@ def output_sequence(pos: Value, trigger: Value, items: Value, n_items: int,
     One `attend_most_recent_matching` head reads [t, trigger_t, items_t]; one `tw.mlp` gates
     item (i - t) with telescoping index gates (`dynamic_extract`), its index pushed negative
     when no trigger was found.
-    Contract: exact up to the attention leakage (< 1e-12 relative) for exact booleans.
+    Contract: for exact booleans, exact up to the attention leakage (< 1e-12 relative) and
+    fp32 rounding of gate terms of size ~8 max_abs (max_len + n_items): bit-exact for
+    integer-valued items with an integer max_abs (tokens, digits), about 1e-7 times that
+    size otherwise.
     Cost: 1 attention head (ceil((2 + n_items w) / d_head)) + 1 MLP sublayer in the same
     layer, (n_items + 1)(w + 1) neurons.
     """
-    from twdialect.library._util import pos_max_len
-
     max_len = pos_max_len("output_sequence", pos)
     check_value("output_sequence", trigger, "trigger", 1)
     check_value("output_sequence", items, "items")
@@ -219,22 +221,6 @@ def output_sequence(pos: Value, trigger: Value, items: Value, n_items: int,
     offset_form[1] = -1.0
     offset_form[2] = big
     cols = [[3 + k * w + j for j in range(w)] for k in range(n)]
-    # idx = i + (-t + M flag) - M: the constant goes into each gate's condition bias.
-    _gates_with_shift(chain, offset_form, cols, w, bound, shift=-big)
+    # idx = i - t + M flag - M: the constant goes into each gate's condition bias.
+    add_index_gates(chain, chain.unit_in(0) + offset_form, cols, w, bound, shift=-big)
     return chain.emit(tw.concat(i_col, read))
-
-
-def _gates_with_shift(chain: MlpChain, offset_form, cols, w, bound, shift: float) -> None:
-    # add_index_gates with a constant added to the index: shift every gate's threshold.
-    n = len(cols)
-    shared: dict = {}
-    idx = chain.unit_in(0) + offset_form
-    for k in range(n + 1):
-        for j in range(w):
-            wv = np.zeros(chain.n_in)
-            if k < n:
-                wv[cols[k][j]] += 1.0
-            if k > 0:
-                wv[cols[k - 1][j]] -= 1.0
-            chain.gate(wv, 0.0, 2.0 * idx, 2.0 * (shift - k) + 1.0, 2.0 * bound,
-                       chain.unit_out(j), shared)

@@ -133,22 +133,19 @@ def in_range(lower: Value, upper: Value, n_slots: int) -> Value:
     return chain.emit(tw.concat(lower, upper))
 
 
-def add_index_gates(chain: MlpChain, index_col: int, index_offset_form, entries_cols: list[list[int]],
-                    n_out: int, bound: float) -> None:
+def add_index_gates(chain: MlpChain, index_form: np.ndarray, entries_cols: list[list[int]],
+                    n_out: int, bound: float, shift: float = 0.0) -> None:
     """Telescoping gates: out = sum_k [idx >= k] (v_k - v_{k-1}) over k = 0..n, with
     v_{-1} = v_n = 0, so idx in [0, n) reads v_idx and anything else reads 0.
 
-    idx = x[index_col] + index_offset_form (an extra linear form over the chain's input, or
-    None). The condition of entry k is c = 2 (idx - k) + 1, |c| >= 1/2 whenever idx is within
-    1/4 of an integer; the differences are bounded by 2 * bound."""
+    idx = index_form . x + shift (a linear form over the chain's input). The condition of
+    entry k is c = 2 (idx - k) + 1, so |c| >= 1/2 whenever idx is within 1/4 of an integer;
+    the differences v_k - v_{k-1} are bounded by 2 * bound."""
     n = len(entries_cols)
     shared: dict = {}
-    idx = chain.unit_in(index_col)
-    if index_offset_form is not None:
-        idx = idx + index_offset_form
+    cond = 2.0 * np.asarray(index_form, dtype=np.float64)
     for k in range(n + 1):
-        cond = 2.0 * idx
-        cond_bias = -2.0 * k + 1.0
+        cond_bias = 2.0 * (shift - k) + 1.0
         for j in range(n_out):
             w = np.zeros(chain.n_in)
             if k < n:
@@ -164,9 +161,10 @@ def dynamic_extract(table: Value, index: Value, n_entries: int, max_abs: float) 
     by side (width n_entries * w); returns table[index*w : (index+1)*w], and 0 when index is
     outside [0, n_entries).
 
-    Contract: exact when index is within 1/4 of an integer and |entries| <= max_abs (fp32
-    rounding of terms of size ~4*max_abs). One `tw.mlp` of telescoping gates
-    sum_k [index >= k] (v_k - v_{k-1}).
+    Contract: exact when index is within 1/4 of an integer and |entries| <= max_abs, up to
+    fp32 rounding of gate terms of size 4 max_abs (2 n_entries + 3), i.e. about
+    1e-7 * 4 max_abs (2 n_entries + 3) absolute (bit-exact for integer entries and integer
+    max_abs). One `tw.mlp` of telescoping gates sum_k [index >= k] (v_k - v_{k-1}).
     Cost: 1 MLP sublayer, (n_entries + 1) * (w + 1) neurons.
     """
     check_value("dynamic_extract", table, "table")
@@ -179,5 +177,5 @@ def dynamic_extract(table: Value, index: Value, n_entries: int, max_abs: float) 
     w = tw_w // n
     chain = MlpChain(1 + tw_w, w)
     cols = [[1 + k * w + j for j in range(w)] for k in range(n)]
-    add_index_gates(chain, 0, None, cols, w, bound)
+    add_index_gates(chain, chain.unit_in(0), cols, w, bound)
     return chain.emit(tw.concat(index, table))
