@@ -7,6 +7,7 @@ mostly interpreter start-up), then each test checks its own result.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -288,3 +289,23 @@ def test_in_process_main_returns_exit_code(workdir: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lo 1.0 exceeds hi -1.0" in err
     assert main([str(workdir / "good.mlir")]) == 0
+
+
+def test_pass_modules_are_imported_only_when_named(workdir: Path) -> None:
+    """The registry is lazy: running without tw passes imports none of their modules, and
+    naming one imports just that one (pass modules may be missing or broken meanwhile)."""
+    from passes import TW_PASSES
+
+    probe = textwrap.dedent("""
+        import sys
+        from tools.tw_opt import main
+        main(sys.argv[1:])
+        print(sorted(m for m in sys.modules if m.startswith(("passes.", "lowering."))))
+    """)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", probe, "good.mlir", "-p", "cse"],
+                            cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    imported = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    assert not set(imported) & set(TW_PASSES.values()), imported
