@@ -11,6 +11,7 @@ also runs the compiled model against the oracle on 4 positions.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import subprocess
@@ -42,6 +43,7 @@ def run_one(n_ops: int, d: int, d_head: int, d_hidden: int, check: bool, seed: i
     rec["seconds"]["build"] = time.perf_counter() - t
     rec["peak_mb"]["build"] = round(_peak_mb(), 1)
     machine = Machine(d, d_head, d_hidden)
+    gc.disable()  # as lowering.compile does
     t = time.perf_counter()
     tg = TaskGraph(graph)
     sched = schedule(tg, machine)

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 
 from lowering.machine import GeometryError, Machine
@@ -37,6 +39,25 @@ def prepare(module, pipeline: str | None = None):
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
             pipeline: str | None = None, graph: str = "main", verbose: bool = False):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module)."""
+    machine = Machine(d=d, d_head=d_head, d_hidden=4 * d if d_hidden is None else d_hidden)
+    with _gc_paused():
+        return _compile(module, machine, pipeline, graph, verbose)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Compiling allocates many long-lived objects and no garbage cycles worth collecting;
+    the cyclic GC would otherwise rescan the growing heap (superlinear at 10^5 ops)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile(module, machine, pipeline, graph, verbose):
     from lowering.materialize import materialize
     from lowering.model import CompiledTransformer
     from lowering.schedule import schedule
@@ -44,7 +65,6 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
-    machine = Machine(d=d, d_head=d_head, d_hidden=4 * d if d_hidden is None else d_hidden)
     seconds = {}
     t0 = time.perf_counter()
     prepared = prepare(module, pipeline)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -77,10 +78,16 @@ class Graph:
 
     def __enter__(self) -> Graph:
         _graphs.append(self)
+        # Building allocates many small long-lived objects; the cyclic GC would rescan them all
+        # again and again (superlinear on 10^5-op graphs). Nothing here makes garbage cycles.
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         _graphs.pop()
+        if self._gc_was_enabled:
+            gc.enable()
         if exc_type is not None:
             return
         graph = GraphOp.create(properties={"sym_name": StringAttr(self.name)},
