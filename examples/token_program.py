@@ -387,6 +387,24 @@ def generate(program: TokenProgram, prompt: str, runner=None) -> str:
     return program.decode(out)
 
 
+def matches_reference(program: TokenProgram, prompt: str, runner=None) -> bool:
+    """Whether greedy generation from `prompt` reproduces `program.reference(prompt)` (and then
+    the end token, unless the answer fills max_answer), checked in ONE forward pass over the
+    prompt followed by the expected answer: by causality the logits at each position see only
+    the tokens before it, so every argmax matching the next expected token is exactly the
+    condition for the greedy loop to emit the expected text."""
+    run = runner or oracle_runner(program)
+    ids = list(program.encode(prompt))
+    answer = program.reference(prompt)
+    want = [program.vocab.index(ch) for ch in answer]
+    if len(want) < program.max_answer:
+        want.append(program.vocab.index(program.end))
+    seq = np.array(ids + want[:-1], dtype=np.int64)
+    logits = np.asarray(run({"tokens": seq})["logits"])
+    got = np.argmax(logits[len(ids) - 1:], axis=1)
+    return bool(np.array_equal(got, np.array(want)))
+
+
 def check_regex(name: str, pattern: str, text: str, shape: str) -> re.Match:
     m = re.fullmatch(pattern, text)
     if m is None:
