@@ -155,3 +155,24 @@ def test_bad_arguments_name_the_op(call, op):
     with pytest.raises(LibraryError, match=rf"^tw\.{op}: "):
         with tw.Graph("main", verify=False):
             call(tw.input("x", 1, (-1, 1)))
+
+
+def test_cond_gate_bound_from_ranges_covers_derived_values():
+    # x2 = 3 x + 1 spans [-14, 16]: the inferred bound must cover it at the extremes.
+    def body():
+        x = tw.input("x", 1, (-5, 5))
+        y = tw.linear(x, [[3.0]], [1.0])
+        c = tw.input("c", 1, (-1, 1))
+        return tw.concat(tw.cond_gate(c, y), tw.cond_gate(c, tw.abs(y)))
+
+    m = build(body)
+    x = col(-5, 5, -5, 5)
+    c = col(1, 1, -1, -1)
+    want = np.hstack([np.where(c > 0, 3 * x + 1, 0), np.where(c > 0, np.abs(3 * x + 1), 0)])
+    np.testing.assert_allclose(both(m, {"x": x, "c": c}), want, atol=1e-5)
+
+
+def test_inferred_bound_too_loose_is_an_error_naming_the_op():
+    with pytest.raises(LibraryError, match=r"^tw\.switch: .*max_abs"):
+        with tw.Graph("main", verify=False):
+            tw.switch([tw.input("c", 1, (-1, 1))], [tw.input("x", 1, (-1e9, 1e9))])

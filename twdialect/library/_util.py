@@ -169,3 +169,40 @@ def pos_max_len(op: str, pos: SSAValue) -> int:
 
 def ones_literal() -> SSAValue:
     return tw.literal([1.0])
+
+
+def inferred_max_abs(op: str, values) -> float:
+    """max |component| over `values`, from the value-range analysis (`twdialect.ranges`) of
+    the graph being built: what gating ops use when the caller passes no bound.
+
+    Boxes are cached on the open graph, so repeated calls cost O(new ops)."""
+    from twdialect.ranges import RangeError, op_box
+
+    graph = tw._current()
+    cache: dict = graph.__dict__.setdefault("_library_boxes", {})
+    bound = 0.0
+    for v in values:
+        stack = [v]
+        while stack:  # post-order over the value's not yet boxed ancestors
+            u = stack[-1]
+            if u in cache:
+                stack.pop()
+                continue
+            missing = [o for o in u.owner.operands if o not in cache]
+            if missing:
+                stack.extend(missing)
+                continue
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    lo, hi = op_box(u.owner, [cache[o] for o in u.owner.operands])
+            except RangeError as e:
+                fail(op, f"cannot bound an operand ({e}); pass max_abs")
+            cache[u] = (np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))
+            stack.pop()
+        lo, hi = cache[v]
+        bound = max(bound, float(np.max(np.abs(lo))), float(np.max(np.abs(hi))))
+    if not np.isfinite(bound) or bound > 1e7:
+        fail(op, f"the value-range analysis bounds the gated values by {bound:g}, too loose "
+             "for exact gating in fp32; pass a tighter max_abs")
+    return bound if bound > 0 else 1.0
+

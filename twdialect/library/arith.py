@@ -27,6 +27,7 @@ from twdialect.library._util import (
     check_value,
     check_values,
     fail,
+    inferred_max_abs,
     library_op,
 )
 
@@ -42,12 +43,12 @@ Value = SSAValue
 def cond_gate(cond: Value, x: Value, max_abs: float | None = None) -> Value:
     """x where cond > 0, else 0 (elementwise; cond is a +/-1 boolean, 1 wide or one per component).
 
-    Contract: with `max_abs` (a bound on |x|) one `tw.mlp` computing
-    relu(x + 2*max_abs*c) - 2*max_abs*relu(c): exact (fp32 rounding of x + 2*max_abs) whenever
-    |c| >= 1/2, so boolean noise up to 0.5 is tolerated; ramp zone |c| < 1/2.
-    Without `max_abs` it is `tw.select(cond, x, 0)` and the decomposition takes the bound from
-    the value-range analysis.
-    Cost: 1 MLP sublayer; n + 1 neurons (n = width(x), one shared relu(c) per condition column).
+    Contract: one `tw.mlp` computing relu(x + K c) - K relu(c) with K = 2 max_abs: exact
+    (fp32 rounding of x + K c) whenever |x| <= max_abs and |c| >= 1/2, so boolean noise up to
+    0.5 is tolerated; ramp zone |c| < 1/2. Without `max_abs` the bound comes from the
+    value-range analysis of x (`twdialect.ranges`).
+    Cost: 1 MLP sublayer; n + c neurons (n = width(x), one shared relu(c) per condition
+    column c).
     """
     check_value("cond_gate", x, "x")
     n = width_of(x)
@@ -55,8 +56,9 @@ def cond_gate(cond: Value, x: Value, max_abs: float | None = None) -> Value:
     if c_w not in (1, n):
         fail("cond_gate", f"cond must be 1 or {n} wide, got {c_w}")
     if max_abs is None:
-        return tw.select(cond, x, tw.literal(np.zeros(n)))
-    bound = check_bound("cond_gate", max_abs, "max_abs")
+        bound = inferred_max_abs("cond_gate", [x])
+    else:
+        bound = check_bound("cond_gate", max_abs, "max_abs")
     chain = MlpChain(c_w + n, n)
     shared: dict = {}
     for i in range(n):
@@ -71,11 +73,10 @@ def switch(conds, values, max_abs: float | None = None) -> Value:
     """values[k] where conds[k] > 0; at most one condition may be true (0 when none is).
 
     conds: +/-1 booleans, each 1 wide; values: equally wide values.
-    Contract: with `max_abs` (bound on every |values[k]|) one `tw.mlp` summing the gates of
-    `cond_gate`: exact whenever every |c_k| >= 1/2 and at most one is positive. Without
-    `max_abs`: one `tw.select` per branch plus one summing `tw.linear`.
-    Cost (with max_abs): 1 MLP sublayer, K*(n + 1) neurons for K branches of width n.
-    Without: 1 MLP sublayer + 1 linear (attention head or bypass), the selects' neurons.
+    Contract: one `tw.mlp` summing the gates of `cond_gate`: exact whenever every
+    |values[k]| <= max_abs, every |c_k| >= 1/2 and at most one is positive. Without `max_abs`
+    the bound comes from the value-range analysis of the values.
+    Cost: 1 MLP sublayer, K*(n + 1) neurons for K branches of width n.
     """
     conds = check_values("switch", conds, "conds")
     values = check_values("switch", values, "values")
@@ -88,9 +89,9 @@ def switch(conds, values, max_abs: float | None = None) -> Value:
         if width_of(v) != n:
             fail("switch", f"values[{k}] is {width_of(v)} wide, expected {n}")
     if max_abs is None:
-        zero = tw.literal(np.zeros(n))
-        return tw.sum([tw.select(c, v, zero) for c, v in zip(conds, values)])
-    bound = check_bound("switch", max_abs, "max_abs")
+        bound = inferred_max_abs("switch", values)
+    else:
+        bound = check_bound("switch", max_abs, "max_abs")
     k_n = len(conds)
     chain = MlpChain(k_n + k_n * n, n)
     shared: dict = {}

@@ -81,7 +81,7 @@ case("cond_gate", "noisy cond, max_abs=5", "c = +/-U[0.5, 1], x ~ U[-5, 5]^3",
      _graph(lambda: lib.cond_gate(tw.input("c", 1, (-1, 1)), tw.input("x", 3, (-5, 5)), max_abs=5)),
      lambda r: {"c": _pm1(r, (N, 1)) * r.uniform(0.5, 1.0, (N, 1)), "x": r.uniform(-5, 5, (N, 3))},
      lambda i: np.where(i["c"] > 0, i["x"], 0.0), atol=1e-5)
-case("cond_gate", "via select", "c = +/-1, x ~ U[-5, 5]^3",
+case("cond_gate", "bound from ranges", "c = +/-1, x ~ U[-5, 5]^3",
      _graph(lambda: lib.cond_gate(tw.input("c", 1, (-1, 1)), tw.input("x", 3, (-5, 5)))),
      lambda r: {"c": _pm1(r, (N, 1)), "x": r.uniform(-5, 5, (N, 3))},
      lambda i: np.where(i["c"] > 0, i["x"], 0.0), atol=1e-5)
@@ -102,7 +102,7 @@ def _switch_ref(i):
 
 
 for _bound in (4.0, None):
-    case("switch", f"3 branches, max_abs={_bound}", "one-hot (or no) +/-1 conds, v ~ U[-4, 4]^2",
+    case("switch", f"3 branches, max_abs={_bound or 'from ranges'}", "one-hot (or no) +/-1 conds, v ~ U[-4, 4]^2",
          _graph(lambda b=_bound: lib.switch([tw.input(f"c{j}", 1, (-1, 1)) for j in range(3)],
                                             [tw.input(f"v{j}", 2, (-4, 4)) for j in range(3)],
                                             max_abs=b)),
@@ -289,7 +289,7 @@ def _extract_ref(i):
 
 case("dynamic_extract", "5 entries x 2", "t ~ U[-3, 3]^10, integer index in [-2, 6]",
      _graph(lambda: lib.dynamic_extract(tw.input("t", 10, (-3, 3)), tw.input("idx", 1, (-2, 6)),
-                                        5, max_abs=3)),
+                                        5)),
      lambda r: {"t": r.uniform(-3, 3, (N, 10)), "idx": r.integers(-2, 7, (N, 1)).astype(float)},
      _extract_ref, atol=1e-4)
 

@@ -19,6 +19,7 @@ from twdialect.library._util import (
     check_value,
     check_values,
     fail,
+    inferred_max_abs,
     library_op,
     pos_max_len,
 )
@@ -185,13 +186,14 @@ def remove_leading_zeros(digits, blank: float = -1.0) -> Value:
 
 @library_op("sequence")
 def output_sequence(pos: Value, trigger: Value, items: Value, n_items: int,
-                    max_abs: float) -> Value:
+                    max_abs: float | None = None) -> Value:
     """Emit items one per position after a trigger: at position t + k (t the most recent
     position j <= i with trigger_j = +1) the output is item k of `items` as it was at t, for
     0 <= k < n_items; 0 before any trigger and after the last item.
 
     items: n_items entries of width w side by side (n_items * w wide), |entries| <= max_abs;
-    trigger: a +/-1 boolean; pos: `tw.pos_encoding` (max_len <= 1024).
+    trigger: a +/-1 boolean; pos: `tw.pos_encoding` (max_len <= 1024). Without `max_abs`
+    the bound comes from the value-range analysis of items.
     One `attend_most_recent_matching` head reads [t, trigger_t, items_t]; one `tw.mlp` gates
     item (i - t) with telescoping index gates (`dynamic_extract`), its index pushed negative
     when no trigger was found.
@@ -206,7 +208,10 @@ def output_sequence(pos: Value, trigger: Value, items: Value, n_items: int,
     check_value("output_sequence", trigger, "trigger", 1)
     check_value("output_sequence", items, "items")
     n = check_int("output_sequence", n_items, "n_items", 1)
-    bound = check_bound("output_sequence", max_abs, "max_abs")
+    if max_abs is None:
+        bound = inferred_max_abs("output_sequence", [items])
+    else:
+        bound = check_bound("output_sequence", max_abs, "max_abs")
     total = width_of(items)
     if total % n:
         fail("output_sequence", f"items width {total} is not a multiple of n_items {n}")

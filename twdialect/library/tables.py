@@ -17,6 +17,7 @@ from twdialect.library._util import (
     check_int,
     check_value,
     fail,
+    inferred_max_abs,
     library_op,
 )
 
@@ -156,7 +157,8 @@ def add_index_gates(chain: MlpChain, index_form: np.ndarray, entries_cols: list[
 
 
 @library_op("tables")
-def dynamic_extract(table: Value, index: Value, n_entries: int, max_abs: float) -> Value:
+def dynamic_extract(table: Value, index: Value, n_entries: int,
+                    max_abs: float | None = None) -> Value:
     """Entry `index` of a per-position table: `table` holds n_entries entries of width w side
     by side (width n_entries * w); returns table[index*w : (index+1)*w], and 0 when index is
     outside [0, n_entries).
@@ -165,12 +167,16 @@ def dynamic_extract(table: Value, index: Value, n_entries: int, max_abs: float) 
     fp32 rounding of gate terms of size 4 max_abs (2 n_entries + 3), i.e. about
     1e-7 * 4 max_abs (2 n_entries + 3) absolute (bit-exact for integer entries and integer
     max_abs). One `tw.mlp` of telescoping gates sum_k [index >= k] (v_k - v_{k-1}).
+    Without `max_abs` the bound comes from the value-range analysis of the table.
     Cost: 1 MLP sublayer, (n_entries + 1) * (w + 1) neurons.
     """
     check_value("dynamic_extract", table, "table")
     check_value("dynamic_extract", index, "index", 1)
     n = check_int("dynamic_extract", n_entries, "n_entries", 1)
-    bound = check_bound("dynamic_extract", max_abs, "max_abs")
+    if max_abs is None:
+        bound = inferred_max_abs("dynamic_extract", [table])
+    else:
+        bound = check_bound("dynamic_extract", max_abs, "max_abs")
     tw_w = width_of(table)
     if tw_w % n:
         fail("dynamic_extract", f"table width {tw_w} is not a multiple of n_entries {n}")
