@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from library_helpers import both, build, costs
+from test_library_helpers import both, build, costs
 from twdialect import ops as tw
 from twdialect.library import LibraryError
 

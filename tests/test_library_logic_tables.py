@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from library_helpers import both, build, costs
+from test_library_helpers import both, build, costs
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.library import LibraryError

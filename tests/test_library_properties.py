@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from library_helpers import build
+from test_library_helpers import build
 from twdialect import evaluate
 from twdialect import ops as tw
 

@@ -127,7 +127,7 @@ def _staircase(op: str, x: Value, lo: float, hi: float, ramp: float, ceil: bool)
         # ceil steps up just after x passes k: the ramp sits above each integer.
         points = [(k, k + ramp) for k in steps]
     if steps.size == 0:
-        return tw.linear(x, np.zeros((1, 1)), [float(base)])
+        return tw.literal([float(base)])  # no integer inside the range: a constant
     bp = [builtins.min(lo, points[0][0]) - 1.0]
     vals = [float(base)]
     level = float(base)

@@ -1,4 +1,5 @@
-"""Shared helpers for the library tests: build a one-output graph, run oracle and compiled."""
+"""Shared helpers for the library tests (no tests here): build a one-output graph, run oracle
+and compiled."""
 
 import numpy as np
 
