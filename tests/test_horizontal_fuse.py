@@ -259,3 +259,19 @@ def test_compiled_attention_family_takes_one_head():
 def test_compiled_sixteen_negates_take_one_head():
     heads, layers, err = compiled_heads_and_error(negates(16), "horizontal-fuse")
     assert heads == 1 and layers == 1 and err < 1e-5
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_random_graphs_match_after_fusion(seed):
+    from lowering import compile
+
+    module = wide_random(seed, 30)
+    inputs = sample_inputs(module, 6, seed)
+    ref = evaluate(module, inputs)
+    plain = compile(module, d=256, d_head=16)
+    fused = compile(module, d=256, d_head=16, pipeline="horizontal-fuse")
+    out = fused.run(inputs)
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k], atol=1e-4, rtol=1e-4, err_msg=k)
+    assert fused.stats.n_layers <= plain.stats.n_layers
+    assert sum(fused.stats.heads_per_layer) <= sum(plain.stats.heads_per_layer)
