@@ -91,11 +91,11 @@ class _Coo:
         self.v: list[np.ndarray] = []
 
     def add(self, rows, cols, vals) -> None:
-        rows, cols = np.broadcast_arrays(np.asarray(rows, np.int64), np.asarray(cols, np.int64))
-        vals = np.broadcast_to(np.asarray(vals, np.float64), rows.shape)
-        self.r.append(rows.ravel())
-        self.c.append(cols.ravel())
-        self.v.append(vals.ravel())
+        rows, cols, vals = np.asarray(rows, np.int64), np.asarray(cols, np.int64), np.asarray(vals)
+        shape = np.broadcast_shapes(rows.shape, cols.shape, vals.shape)
+        self.r.append(np.broadcast_to(rows, shape).ravel())
+        self.c.append(np.broadcast_to(cols, shape).ravel())
+        self.v.append(np.broadcast_to(vals.astype(np.float64, copy=False), shape).ravel())
 
     def matrix(self, shape) -> Matrix:
         """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros."""

@@ -40,6 +40,7 @@ from twdialect.dialect import (
     width_of,
 )
 
+_WRITERS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
 POS_GROUP = -1  # pseudo-group of the machine's position column (pos_encoding component 0)
 
 
@@ -137,20 +138,22 @@ class TaskGraph:
                     target[v] = root
         group_of_value: dict[SSAValue, int] = {}
         for op in self.ops:
-            if isinstance(op, LIBRARY_OPS):
+            # Exact-type tests: isinstance on xDSL ops goes through ABC machinery (slow here).
+            ty = type(op)
+            if ty in LIBRARY_OPS:
                 raise LoweringError(f"{describe(op)}: library op left in the graph; run "
                                     "`decompose` first (lowering.compile does it for you)")
-            if isinstance(op, OutputOp):
+            if ty is OutputOp:
                 self.outputs.append((op.output_name.data, op.value))
                 continue
             res = op.results[0]
             w = width_of(res)
-            if isinstance(op, (InputOp, EmbeddingOp)):
+            if ty is InputOp or ty is EmbeddingOp:
                 g = self._new_group(res, w, source=op)
                 self.sources.append(g)
                 self.refs[res] = Refs.of_group(g, w)
                 self.waits_of[res] = frozenset()
-            elif isinstance(op, PosEncodingOp):
+            elif ty is PosEncodingOp:
                 refs = Refs.of_group(POS_GROUP, 1)
                 if w > 1:
                     g = self._new_group(res, w - 1, source=op)
@@ -159,16 +162,16 @@ class TaskGraph:
                     refs = Refs.cat([refs, rest])
                 self.refs[res] = refs
                 self.waits_of[res] = frozenset()
-            elif isinstance(op, LiteralOp):
+            elif ty is LiteralOp:
                 self.refs[res] = Refs.constant(to_numpy(op.value))
                 self.waits_of[res] = frozenset()
-            elif isinstance(op, ConcatOp):
+            elif ty is ConcatOp:
                 self.refs[res] = Refs.cat([self.refs[v] for v in op.ins])
                 self.waits_of[res] = frozenset().union(*(self.waits_of[v] for v in op.ins))
-            elif isinstance(op, SliceOp):
+            elif ty is SliceOp:
                 self.refs[res] = self.refs[op.x].sub(op.start.value.data, w)
                 self.waits_of[res] = self.waits_of[op.x]
-            elif isinstance(op, AfterOp):
+            elif ty is AfterOp:
                 self.refs[res] = self.refs[op.x]
                 self.waits_of[res] = self.waits_of[op.x].union(*(self.waits_of[d] for d in op.deps))
             elif op in accumulating:
@@ -177,13 +180,13 @@ class TaskGraph:
                 if g is None:
                     g = group_of_value[root] = self._new_group(root, w)
                 for v in op.operands:
-                    if isinstance(v.owner, LiteralOp):
+                    if type(v.owner) is LiteralOp:
                         lit = to_numpy(v.owner.value)
                         grp = self.groups[g]
                         grp.bias = lit if grp.bias is None else grp.bias + lit
                 self.refs[res] = Refs.of_group(g, w)
                 self.waits_of[res] = frozenset([g])
-            elif isinstance(op, (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)):
+            elif ty in _WRITERS:
                 root = target.get(res, res)
                 g = group_of_value.get(root)
                 if g is None:
@@ -198,9 +201,9 @@ class TaskGraph:
                 self.groups[g].is_output = True
 
     def _add_task(self, op: Operation, g: int) -> None:
-        if isinstance(op, AttnOp):
+        if type(op) is AttnOp:
             kind = ATTN
-        elif isinstance(op, (MlpOp, ReluOp)):
+        elif type(op) is MlpOp or type(op) is ReluOp:
             kind = MLP
         else:
             kind = EITHER

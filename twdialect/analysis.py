@@ -50,23 +50,23 @@ from twdialect.dialect import (
 ATTN, MLP, EITHER, FREE, SOURCE, SINK = "attn", "mlp", "either", "free", "source", "sink"
 
 
+_KIND_BY_TYPE: dict[type, str] = {
+    AttnOp: ATTN,
+    MlpOp: MLP, ReluOp: MLP, CompareOp: MLP, SelectOp: MLP, ClampOp: MLP,
+    PiecewiseLinearOp: MLP, PiecewiseLinear2dOp: MLP,
+    LinearOp: EITHER, AddOp: EITHER,
+    LiteralOp: FREE, ConcatOp: FREE, SliceOp: FREE, AfterOp: FREE,
+    InputOp: SOURCE, EmbeddingOp: SOURCE, PosEncodingOp: SOURCE,
+    OutputOp: SINK,
+}
+
+
 def placement_kind(op: Operation) -> str:
     """Which sublayer(s) an op may occupy (see module docstring)."""
-    match op:
-        case AttnOp():
-            return ATTN
-        case MlpOp() | ReluOp() | CompareOp() | SelectOp() | ClampOp() | PiecewiseLinearOp() \
-                | PiecewiseLinear2dOp():
-            return MLP
-        case LinearOp() | AddOp():
-            return EITHER
-        case LiteralOp() | ConcatOp() | SliceOp() | AfterOp():
-            return FREE
-        case InputOp() | EmbeddingOp() | PosEncodingOp():
-            return SOURCE
-        case OutputOp():
-            return SINK
-    raise ValueError(f"no placement rule for {op.name}")
+    kind = _KIND_BY_TYPE.get(type(op))  # exact-type lookup: isinstance on xDSL ops is slow
+    if kind is None:
+        raise ValueError(f"no placement rule for {op.name}")
+    return kind
 
 
 WRITER_OPS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
@@ -80,14 +80,14 @@ def accumulating_adds(graph: GraphOp) -> set[Operation]:
     non-literal, and the two addends must differ (add(x, x) needs a real op)."""
     acc: set[Operation] = set()
     for op in graph.block.ops:
-        if not isinstance(op, AddOp) or op.lhs is op.rhs:
+        if type(op) is not AddOp or op.lhs is op.rhs:
             continue
         ok, writers = True, 0
         for v in (op.lhs, op.rhs):
-            owner = v.owner
-            if isinstance(owner, LiteralOp):
+            owner = type(v.owner)
+            if owner is LiteralOp:
                 continue
-            if isinstance(owner, WRITER_OPS) and v.has_one_use():
+            if owner in WRITER_OPS and v.has_one_use():
                 writers += 1
             else:
                 ok = False
@@ -199,7 +199,7 @@ def critical_path(graph: GraphOp) -> CriticalPath:
             rv = ready[v]
             if rv > r:
                 r, p = rv, v.owner
-        kind = FREE if op in accumulating else placement_kind(op)
+        kind = FREE if op in accumulating else _KIND_BY_TYPE[type(op)]
         if kind in (SOURCE,):
             s = -1
         elif kind == FREE:
