@@ -57,3 +57,10 @@ def test_compiled_many_seeds(case):
     for seed in range(10, 30):
         inputs = case.sample(np.random.default_rng(seed))
         _check(case, ct.run(inputs)["y"], case.reference(inputs), f"compiled seed {seed}")
+
+
+def test_builders_are_deterministic():
+    from twdialect import print_module
+
+    for case in CASES:
+        assert print_module(case.module()) == print_module(case.module()), case.key
