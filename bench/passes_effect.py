@@ -3,7 +3,7 @@
     python bench/passes_effect.py                 # every case, compiled stats included
     python bench/passes_effect.py --no-compile    # graph-level figures only
     python bench/passes_effect.py --only balance  # cases whose name contains "balance"
-    python bench/passes_effect.py --timing-ops 100000   # pass run time on a layered graph
+    python bench/passes_effect.py --only NONE --timing-ops 10000 100000   # run time, scaling
 
 Each line: {"case", "pipeline", "graph", "before": {...}, "after": {...}, "pass_seconds"}, where
 before/after hold ops (ops in the graph body, outputs excluded), floor (critical-path floor in
@@ -316,11 +316,14 @@ def timing(n_ops: int, pipelines: list[str]) -> list[dict]:
     for spec in pipelines:
         module, build_s = layered_graph(n_ops, seed=0)
         ops = graph_figures(module)["ops"]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run_pipeline(module, spec)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # CPU seconds of this process are the steadier figure on a shared machine.
         rows.append({"timing": True, "pipeline": spec, "ops": ops,
                      "ops_after": graph_figures(module)["ops"],
-                     "seconds": round(time.perf_counter() - t0, 3),
+                     "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+                     "cpu_us_per_op": round(cpu / ops * 1e6, 1),
                      "build_seconds": round(build_s, 3)})
     return rows
 
@@ -329,8 +332,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-compile", action="store_true", help="graph-level figures only")
     ap.add_argument("--only", default="", help="run cases whose name contains this")
-    ap.add_argument("--timing-ops", type=int, default=0,
-                    help="also time each pass on a layered graph of this many ops (e.g. 100000)")
+    ap.add_argument("--timing-ops", type=int, nargs="*", default=[],
+                    help="also time each pass on layered graphs of these sizes (e.g. 10000 100000)")
     ap.add_argument("--orders-only", action="store_true", help="skip the case table")
     ap.add_argument("--orders", action="store_true",
                     help="also compare candidate pipeline orders on the synthetic graphs")
@@ -352,9 +355,9 @@ def main(argv=None) -> None:
                     row = measure(make(), spec, compiled, 2048, 16)
                 print(json.dumps({"order": spec, "graph": name, **row}, sort_keys=True),
                       flush=True)
-    if args.timing_ops:
-        specs = ["canonicalize", "fuse-linears", "balance-sums", DEFAULT_PIPELINE]
-        for row in timing(args.timing_ops, specs):
+    specs = ["canonicalize", "fuse-linears", "balance-sums", DEFAULT_PIPELINE]
+    for n_ops in args.timing_ops:
+        for row in timing(n_ops, specs):
             print(json.dumps(row, sort_keys=True), flush=True)
 
 

@@ -30,6 +30,7 @@ sweeps over the block plus one critical-path analysis, O(ops + edges) beyond the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,7 @@ def op_params(op: Operation) -> int:
     for name in names:
         attr = op.properties.get(name)
         if attr is not None:
-            total += int(np.prod(shape_of(attr), dtype=np.int64))
+            total += math.prod(shape_of(attr))
     return total
 
 
