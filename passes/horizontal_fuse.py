@@ -34,6 +34,7 @@ iteration structure that `sequential-scope` reads survives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from xdsl.context import Context
@@ -64,6 +65,11 @@ from twdialect.dialect import (
     int_prop,
     width_of,
 )
+
+# Attributes are immutable and value-equal: build each width / offset once (construction
+# re-runs their verifiers, which dominated the pass's run time).
+_vec = lru_cache(maxsize=None)(VecType)
+_offset = lru_cache(maxsize=None)(int_prop)
 
 # Tags copied to the fused ops when every member carries the same value.
 _SHARED_TAGS = (ANNOTATION, SCOPE, ITERATION)
@@ -218,7 +224,7 @@ def _concat_of(values: list[SSAValue]) -> tuple[SSAValue, list[Operation], dict[
         at += width_of(v)
     if len(values) == 1:
         return values[0], [], offsets
-    cat = ConcatOp.create(operands=values, result_types=[VecType(at)])
+    cat = ConcatOp.create(operands=values, result_types=[_vec(at)])
     return cat.out, [cat], offsets
 
 
@@ -227,8 +233,8 @@ def _slices_for(fused: SSAValue, members: list[Operation]) -> list[SliceOp]:
     at = 0
     for m in members:
         w = width_of(m.results[0])
-        s = SliceOp.create(operands=[fused], result_types=[VecType(w)],
-                           properties={"start": int_prop(at)})
+        s = SliceOp.create(operands=[fused], result_types=[_vec(w)],
+                           properties={"start": _offset(at)})
         if m.results[0].name_hint:
             s.out.name_hint = m.results[0].name_hint
         slices.append(s)
@@ -266,7 +272,7 @@ def _fuse_linears(members: list[Operation]) -> None:
     props = {"weight": dense(matrix)}
     if has_bias:
         props["bias"] = dense(bias)
-    fused = LinearOp.create(operands=[x], result_types=[VecType(total_out)], properties=props)
+    fused = LinearOp.create(operands=[x], result_types=[_vec(total_out)], properties=props)
     slices = _slices_for(fused.out, members)
     _copy_shared_tags(members, prefix + [fused] + slices)
     _replace_members(members, prefix + [fused], slices)
@@ -288,7 +294,7 @@ def _fuse_attns(members: list[Operation]) -> None:
         col_v += dv
         col_o += o
     fused = AttnOp.create(operands=[first.query, first.key, v],
-                          result_types=[VecType(sum(outs))],
+                          result_types=[_vec(sum(outs))],
                           properties={"wq": first.wq, "wk": first.wk, "wv": dense(wv),
                                       "wo": dense(wo)})
     slices = _slices_for(fused.out, members)
