@@ -141,8 +141,15 @@ class RangeAttr(ParametrizedAttribute):
 
 
 def _fmt(x: float) -> str:
+    """Shortest exact text of x as an MLIR float literal, which needs a '.' before any
+    exponent (`1e-05` does not parse, `1.0e-05` does)."""
     r = repr(float(x))
-    return r if ("." in r or "e" in r or "n" in r) else r + ".0"
+    if "n" in r:  # inf/nan: rejected by the verifier anyway
+        return r
+    mantissa, exp = r.split("e") if "e" in r else (r, None)
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa if exp is None else f"{mantissa}e{exp}"
 
 
 def vec(width: int) -> VecType:
