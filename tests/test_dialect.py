@@ -369,3 +369,20 @@ def test_valid_ops_verify_without_error():
                for op in module.walk())
     assert isinstance(twdialect.TW.name, str)
     assert ClampOp.name == "tw.clamp"
+
+
+@pytest.mark.parametrize("lo, hi", [(-1e-05, 1e20), (-1e-300, 2.5e-07), (0.1, 1 / 3),
+                                    (-8, 8), (-1.5e300, 0.0)])
+def test_range_and_float_properties_round_trip_exactly(lo, hi):
+    """Ranges print the shortest exact decimal in a form the parser accepts (`1.0e-05`)."""
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, value_range=(lo, hi))
+        y = tw.clamp(tw.compare(x, hi / 3, ramp=abs(lo) + 1e-9), lo, hi)
+        tw.output("y", y)
+    text = print_module(g.module)
+    for reparsed in (parse_module(text), parse_module(print_module(g.module, generic=True))):
+        assert print_module(reparsed) == text
+        ops = list(reparsed.walk())
+        assert ops[2].range.bounds == (float(lo), float(hi))
+        assert ops[3].threshold.value.data == hi / 3
+        assert (ops[4].lo.value.data, ops[4].hi.value.data) == (float(lo), float(hi))
