@@ -1,8 +1,12 @@
 """tw: the IR (types, ops, verifiers), the graph builder, the oracle and analyses."""
 
 import functools as _functools
+import math as _math
 
 import xdsl.parser.attribute_parser as _attribute_parser
+from xdsl.dialects.builtin import Float32Type as _Float32Type
+from xdsl.dialects.builtin import Float64Type as _Float64Type
+from xdsl.printer import Printer as _Printer
 
 from twdialect.dialect import TW, GraphOp, VecType, width_of
 from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph, generate
@@ -20,6 +24,44 @@ def _cache_dense_literal_constraint() -> None:
 
 
 _cache_dense_literal_constraint()
+
+
+def _float_literal_that_parses(value: float, digits: int) -> str:
+    """`value` with `digits` significant digits, always with a '.' before any exponent."""
+    text = f"{value:.{digits}g}"
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + ("e" + exponent if exponent else "")
+
+
+def _print_floats_that_reparse() -> None:
+    """Make xDSL print every finite f32/f64 as a decimal that parses back to the same value.
+
+    xDSL 0.74 prints a finite float whose short forms are not exact and whose `%.9g` (f32) or
+    `%.17g` (f64) text has no '.' as its raw bit pattern (`123456789.0` -> `0x4CEB79A3`), but
+    its parser reads such a literal inside `dense<[...]>` as the *integer* 0x4CEB79A3, so
+    weights like 1234567.0 silently changed on a round trip. Only those values print
+    differently (`123456792.0`); everything else is untouched."""
+    original = _Printer.print_float
+    if getattr(original, "_tw_reparsable", False):
+        return
+
+    def print_float(self, value: float, type) -> None:
+        if _math.isfinite(value) and isinstance(type, (_Float32Type, _Float64Type)):
+            digits = 9 if isinstance(type, _Float32Type) else 17
+            short = f"{value:.5e}"
+            exact_short = type.unpack(type.pack([float(short)]), 1)[0] == value
+            if not exact_short and "." not in f"{value:.{digits}g}":
+                self.print_string(_float_literal_that_parses(value, digits))
+                return
+        original(self, value, type)
+
+    print_float._tw_reparsable = True
+    _Printer.print_float = print_float
+
+
+_print_floats_that_reparse()
 
 
 def make_context(allow_unregistered: bool = False):
