@@ -386,3 +386,59 @@ def test_range_and_float_properties_round_trip_exactly(lo, hi):
         assert ops[2].range.bounds == (float(lo), float(hi))
         assert ops[3].threshold.value.data == hi / 3
         assert (ops[4].lo.value.data, ops[4].hi.value.data) == (float(lo), float(hi))
+
+
+def test_large_integral_weights_round_trip():
+    """xDSL 0.74 printed e.g. 1234567.0 as its bit pattern (`0x4996B438`) and parsed that back
+    as an integer; twdialect makes such values print as decimals (`1234567.0`)."""
+    values = np.array([1234567.0, 123456789.0, 1e20, -98765432.0, 0.5], dtype=np.float32)
+    with tw.Graph("main") as g:
+        tw.output("c", tw.literal(values))
+    text = print_module(g.module)
+    assert "0x" not in text and "1234567.0" in text
+    for reparsed in (parse_module(text), parse_module(print_module(g.module, generic=True))):
+        (op,) = [op for op in reparsed.walk() if op.name == "tw.literal"]
+        np.testing.assert_array_equal(to_numpy(op.value, np.float32), values)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+finite_f32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+finite_f64 = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+
+
+value_cases = dict(values=st.lists(finite_f32, min_size=1, max_size=12), threshold=finite_f64,
+                   lo=finite_f64, width=st.floats(min_value=0.0, max_value=1e300))
+
+
+@settings(max_examples=60, deadline=None)
+@given(**value_cases)
+def test_any_finite_values_round_trip_bit_exactly(values, threshold, lo, width):
+    check_values_round_trip(values, threshold, lo, width)
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None)
+@given(**value_cases)
+def test_any_finite_values_round_trip_bit_exactly_sweep(values, threshold, lo, width):
+    check_values_round_trip(values, threshold, lo, width)
+
+
+def check_values_round_trip(values, threshold, lo, width):
+    """Literal f32 values, an f64 threshold and an f64 range survive both forms exactly."""
+    hi = lo + width if np.isfinite(lo + width) else lo
+    with tw.Graph("main") as g:
+        x = tw.input("x", len(values), value_range=(lo, hi))
+        c = tw.add(x, tw.literal(values))
+        tw.output("y", tw.clamp(tw.compare(c, threshold, ramp=0.5), lo, hi))
+    text = print_module(g.module)
+    for reparsed in (parse_module(text), parse_module(print_module(g.module, generic=True))):
+        assert print_module(reparsed) == text
+        ops = {op.name: op for op in reparsed.walk()}
+        got = to_numpy(ops["tw.literal"].value, np.float32)
+        # Bit-exact except the sign of zero: xDSL prints [0.0, -0.0] as the splat dense<0.0>.
+        want = np.asarray(values, np.float32) + np.float32(0.0)
+        assert (got + np.float32(0.0)).view(np.uint32).tolist() == want.view(np.uint32).tolist()
+        assert ops["tw.compare"].threshold.value.data == threshold
+        assert ops["tw.input"].range.bounds == (lo, hi)
