@@ -57,6 +57,7 @@ BAD_FILES = {
         "%r = tw.relu %x : !tw.vec<2>",
         "%r = builtin.unrealized_conversion_cast %x : !tw.vec<2> to !tw.vec<2>"),
     "garbage.mlir": "this is not IR\n",
+    "empty.mlir": "// nothing but a comment\n",
 }
 
 # A tw-opt with one extra pass, `explode{kind=...}`, that fails in the requested way.
@@ -139,6 +140,7 @@ CASES: dict[str, Case] = {
     "missing_file": Case(["does_not_exist.mlir"], "cannot read does_not_exist.mlir"),
     "unknown_flag": Case(["good.mlir", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     "malformed": Case(["malformed.mlir"], "Expected ':'", "malformed.mlir:4:21"),
+    "empty": Case(["empty.mlir"], "no operations in this input", "empty.mlir:1:1"),
     "garbage": Case(["garbage.mlir"], "Operation this is not registered", "garbage.mlir:1:6"),
     "ill_typed": Case(["ill_typed.mlir"], "operand is used with type !tw.vec<2>",
                       "ill_typed.mlir:5:21"),

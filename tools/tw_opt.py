@@ -131,6 +131,11 @@ class TwOptMain(xDSLOptMain):
             text = stream.read()
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="replace")
+            if not any(line.strip() and not line.lstrip().startswith("//")
+                       for line in text.splitlines()):
+                # xDSL's own message here is "Could not parse entire input!".
+                raise ToolError("no operations in this input (an empty file or chunk)",
+                                f"{self.get_input_name()}:{self.line_offset + 1}:1")
             parser = LocatingParser(self.ctx, text, self.get_input_name(), self.op_spans)
             try:
                 return parser.parse_module(not self.args.no_implicit_module)
