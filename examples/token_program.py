@@ -262,13 +262,11 @@ def build_mlp(space: Space, outputs: Sequence[Expr]):
                 w2_rows.append(np.zeros(n_out))
             w2_rows[h][k] += coef
     keep = [h for h in range(len(b1)) if np.any(w2_rows[h] != 0.0)]
-    if not keep:  # a constant output still needs one (silent) neuron
-        keep = [0] if b1 else []
-        if not b1:
-            w1_cols.append(np.zeros(space.width))
-            b1.append(-1.0)
-            w2_rows.append(np.zeros(n_out))
-            keep = [0]
+    if not keep:  # constant outputs only: one silent neuron keeps the MLP well-formed
+        w1_cols.append(np.zeros(space.width))
+        b1.append(0.0)
+        w2_rows.append(np.zeros(n_out))
+        keep = [len(b1) - 1]
     w1 = np.stack([w1_cols[h] for h in keep], axis=1)
     w2 = np.stack([w2_rows[h] for h in keep], axis=0)
     b2 = np.array([e.const for e in outputs])
@@ -294,11 +292,6 @@ def emit_logits(vocab: str, digit: Expr | None, flags: Mapping[str, Expr],
         else:
             out.append(Expr(-3.0 * w))
     return out
-
-
-def one_hot_table(vocab: str, columns: Mapping[str, Callable[[str], float]]) -> np.ndarray:
-    """An embedding table with one column per named feature of each character."""
-    return np.array([[float(fn(ch)) for fn in columns.values()] for ch in vocab])
 
 
 # --------------------------------------------------------------------------------------

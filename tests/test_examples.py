@@ -215,6 +215,16 @@ def test_build_mlp_shares_identical_neurons():
     np.testing.assert_allclose(out, [[0.0, 0.0], [1.0, 2.0]])
 
 
+def test_build_mlp_constant_outputs():
+    from examples.token_program import Expr
+
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, value_range=(-5.0, 5.0))
+        tw.output("y", build_mlp(Space([x]), [Expr(3.0), Expr(-1.5)]))
+    out = twdialect.evaluate(g.module, {"x": np.array([[-4.0], [2.0]])})["y"]
+    np.testing.assert_allclose(out, [[3.0, -1.5], [3.0, -1.5]])
+
+
 # --------------------------------------------------------------------------------------
 # Compiled models
 # --------------------------------------------------------------------------------------
