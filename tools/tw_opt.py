@@ -35,7 +35,7 @@ from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 import twdialect  # noqa: F401 - applies the parser speed-up before any parsing
-from twdialect.dialect import TW
+from twdialect.dialect import TW, describe
 
 PROG = "tw-opt"
 
@@ -188,8 +188,6 @@ class TwOptMain(xDSLOptMain):
                 culprit = getattr(e, "op", None) or op
                 message = _one_line(e)
                 if not message.startswith(f"'{culprit.name}'"):
-                    from twdialect.dialect import describe
-
                     message = f"{describe(culprit)}: {message}"
                 if after is not None:
                     message = f"IR after pass '{after.name}' does not verify: {message}"
@@ -265,25 +263,21 @@ def main(args: Sequence[str] | None = None) -> int:
         TwOptMain(args=args).run()
     except ToolError as e:
         _report(e.line())
-        return _exit(1)
+        sys.exit(1)
     except SystemExit:
-        raise  # argparse usage errors (exit 2) and --help/--version (exit 0)
+        raise  # --help and --version exit 0 through argparse
     except KeyboardInterrupt:
         _report("interrupted")
-        return _exit(130)
+        sys.exit(130)
     except BaseException as e:  # noqa: BLE001 - never show a traceback to the user
         _report(f"internal error: {type(e).__name__}: {_one_line(e)}")
-        return _exit(1)
+        sys.exit(1)
     return 0
 
 
 def _report(line: str) -> None:
     sys.stdout.flush()
     print(f"{PROG}: error: {line}", file=sys.stderr, flush=True)
-
-
-def _exit(code: int) -> int:
-    sys.exit(code)
 
 
 if __name__ == "__main__":
