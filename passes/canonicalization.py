@@ -15,6 +15,8 @@ one op with fewer operand edges), so no sequence of them can loop:
   slice of the whole value                                     -> the value
   slice of a slice                                             -> one slice of the source
   slice lying inside one concat operand                        -> slice of that operand
+  linear/mlp reading a concat with literal operands           -> reads the rest; the
+                                                                 literal rows join the bias
 Literals are folded in float64 and stored as f32 (the storage type of every dense attribute).
 Folded ops keep the root's discardable attributes (annotation, scope tags)."""
 
@@ -189,11 +191,52 @@ class SimplifySlice(RewritePattern):
         rewriter.replace(op, new)
 
 
+class FoldLiteralConcatOperands(RewritePattern):
+    """linear/mlp(concat(a, lit, b)) -> linear/mlp(concat(a, b)), lit @ W_lit joining the bias.
+
+    Constant columns cost residual width and head input rows for nothing."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearOp | MlpOp, rewriter: PatternRewriter, /):
+        from passes.fuse_linears import input_side, with_input_side
+
+        concat = op.x.owner
+        if not isinstance(concat, ConcatOp):
+            return
+        rows_of = [literal_value(v) for v in concat.ins]
+        if all(r is None for r in rows_of) or all(r is not None for r in rows_of):
+            return  # nothing to fold, or the whole concat folds to a literal first
+        w, b, has_bias = input_side(op)
+        kept: list[SSAValue] = []
+        kept_rows: list[np.ndarray] = []
+        offset = 0
+        for v, row in zip(concat.ins, rows_of):
+            n = width_of(v)
+            if row is None:
+                kept.append(v)
+                kept_rows.append(w[offset:offset + n])
+            else:
+                b = b + row @ w[offset:offset + n]
+            offset += n
+        has_bias = has_bias or bool(np.any(b))
+        new_ops: list[Operation] = []
+        if len(kept) == 1:
+            x = kept[0]
+        else:
+            new_concat = ConcatOp.create(operands=kept,
+                                         result_types=[VecType(sum(width_of(v) for v in kept))])
+            new_concat.attributes.update(concat.attributes)
+            new_ops.append(new_concat)
+            x = new_concat.out
+        new_ops.append(with_input_side(op, x, np.vstack(kept_rows), b, has_bias))
+        rewriter.replace(op, new_ops)
+
+
 # op class -> tuple of RewritePattern instances.
 PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
-    LinearOp: (IdentityLinear(), ZeroLinear(), FoldLinearOfLiteral()),
+    LinearOp: (IdentityLinear(), ZeroLinear(), FoldLinearOfLiteral(), FoldLiteralConcatOperands()),
     ReluOp: (FoldReluOfLiteral(),),
-    MlpOp: (FoldMlpOfLiteral(),),
+    MlpOp: (FoldMlpOfLiteral(), FoldLiteralConcatOperands()),
     AddOp: (AddOfLiterals(),),
     ConcatOp: (SimplifyConcat(),),
     SliceOp: (SimplifySlice(),),

@@ -123,6 +123,18 @@ def test_views_simplify():
     assert output_owner(g.module, "whole").name == "tw.concat"
 
 
+def test_literal_concat_operands_join_the_bias():
+    with tw.Graph() as g:
+        x = tw.input("x", 2, (-1.0, 1.0))
+        c = tw.concat(tw.literal([1.0]), x, tw.literal([2.0, 3.0]))
+        tw.output("y", tw.linear(c, np.arange(10.0).reshape(5, 2)))
+        tw.output("z", tw.mlp(c, np.ones((5, 2)), None, np.ones((2, 1))))
+    canonicalize(g.module)
+    for name in ("y", "z"):
+        owner = output_owner(g.module, name)
+        assert owner.x.owner.name == "tw.input"
+
+
 def test_single_operand_concat_is_its_operand():
     from twdialect.dialect import ConcatOp
 

@@ -120,3 +120,21 @@ builtin.module {
 // CHECK-NEXT: %s = tw.slice %x[1]
 // CHECK-NEXT: %c = tw.concat(%r, %s)
 // CHECK-NEXT: tw.output "c" %c
+
+// -----
+
+// A linear reading a concat with a literal operand reads the rest; the literal's rows join
+// the bias (1 * [[1, 2]] + [0.5, 0.5] = [1.5, 2.5]).
+builtin.module {
+  tw.graph @literal_rows {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+    %one = tw.literal dense<[1.0]> : tensor<1xf32> : !tw.vec<1>
+    %c = tw.concat(%x, %one) : !tw.vec<1>, !tw.vec<1> -> !tw.vec<2>
+    %y = tw.linear %c weight dense<[[3.0, 4.0], [1.0, 2.0]]> : tensor<2x2xf32> bias dense<[0.5, 0.5]> : tensor<2xf32> : !tw.vec<2> -> !tw.vec<2>
+    tw.output "y" %y : !tw.vec<2>
+  }
+}
+// CHECK-LABEL: tw.graph @literal_rows
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %y = tw.linear %x weight dense<{{\[\[}}3.000000e+00, 4.000000e+00]]> : tensor<1x2xf32> bias dense<[1.500000e+00, 2.500000e+00]> : tensor<2xf32> : !tw.vec<1> -> !tw.vec<2>
+// CHECK-NEXT: tw.output "y" %y
