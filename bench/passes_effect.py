@@ -198,6 +198,7 @@ PIPELINES = {
     "canonicalize": "canonicalize",
     "fuse-linears": "fuse-linears",
     "fuse-linears{allow-inflate=true}": "fuse-linears{allow-inflate=true}",
+    "fuse-linears{fanout=false}": "fuse-linears{fanout=false}",
     "balance-sums": "balance-sums",
     "default": DEFAULT_PIPELINE,
 }
