@@ -326,3 +326,15 @@ def test_oracle_sweep_500(name):
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_compiled_sweep_500(name):
     assert_exact_forced(name, prompts(name, 500, seed=8), compiled(name).run)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_graph_is_deterministic_and_round_trips_as_text(name):
+    p = program(name)
+    text = twdialect.print_module(p.module)
+    assert text == twdialect.print_module(examples.load(name).module)
+    parsed = twdialect.parse_module(text)
+    ids = p.encode(EDGE_PROMPTS[name][0])
+    want = twdialect.evaluate(p.module, {"tokens": ids})["logits"]
+    got = twdialect.evaluate(parsed, {"tokens": ids})["logits"]
+    np.testing.assert_allclose(got, want, atol=1e-4)
