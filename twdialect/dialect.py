@@ -318,7 +318,7 @@ class InputOp(IRDLOperation):
     range = prop_def(RangeAttr)
     out = result_def(VecType)
     assembly_format = "$name $range attr-dict `:` type($out)"
-    traits = traits_def(Pure(), TwCanonicalization())
+    traits = traits_def(TwCanonicalization())  # not Pure: inputs are the graph's interface, dce keeps them
 
     def verify_(self) -> None:
         if not self.input_name.data:
@@ -351,7 +351,7 @@ class EmbeddingOp(IRDLOperation):
     table = prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = "$name `table` $table attr-dict `:` type($out)"
-    traits = traits_def(Pure(), TwCanonicalization())
+    traits = traits_def(TwCanonicalization())  # not Pure: inputs are the graph's interface, dce keeps them
 
     def verify_(self) -> None:
         _check_matrix(self, self.table, "embedding table", None, width_of(self.out))

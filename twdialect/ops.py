@@ -277,9 +277,12 @@ def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
     """One MLP chain: relu(x W1 + b1) W2 + b2."""
     m1 = _matrix(w1, width_of(x), "w1")
     m2 = _matrix(w2, m1.shape[1], "w2")
-    props = {"w1": dense(m1), "w2": dense(m2)}
+    # Property order as the parser builds it (w1, b1, w2, b2): generic text is then identical
+    # for a built and a re-parsed module.
+    props = {"w1": dense(m1)}
     if b1 is not None:
         props["b1"] = dense(_row(b1, m1.shape[1], "b1"))
+    props["w2"] = dense(m2)
     if b2 is not None:
         props["b2"] = dense(_row(b2, m2.shape[1], "b2"))
     return _one(MlpOp.create(operands=[x], result_types=[VecType(m2.shape[1])], properties=props))
