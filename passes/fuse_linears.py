@@ -180,8 +180,7 @@ def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, C
     return with_input_side(reader, new_concat.out, np.vstack(new_rows), b, has_bias), new_concat
 
 
-def _concat_inner_ok(reader: Operation, concat: ConcatOp, value: SSAValue, rows: int,
-                     allow_inflate: bool) -> bool:
+def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflate: bool) -> bool:
     """May the linear producing concat operand `value` fold into `reader`'s matching rows?"""
     inner = value.owner
     if not isinstance(inner, LinearOp) or not same_schedule_tags(inner, reader):
@@ -275,7 +274,7 @@ class FuseLinears(ModulePass):
         elif isinstance(producer, ConcatOp):
             def absorb(v: SSAValue) -> bool:
                 return v.has_one_use() and _concat_inner_ok(
-                    reader, producer, v, width_of(v), self.allow_inflate)
+                    reader, v, width_of(v), self.allow_inflate)
 
             result = fold_concat_operands(reader, absorb)
             if result is None:
@@ -341,7 +340,7 @@ class FuseLinears(ModulePass):
                     continue  # an operand made by this sweep: no floor estimate, leave it
                 new_ready = max(ready[producer.x] if v is producer.out else ready[v]
                                 for v in concat.ins)
-                if not _concat_inner_ok(target, concat, producer.out, width_of(producer.out),
+                if not _concat_inner_ok(target, producer.out, width_of(producer.out),
                                         self.allow_inflate):
                     continue
             new_slot = next_slot(new_ready, placement_kind(target))

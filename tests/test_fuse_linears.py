@@ -13,7 +13,7 @@ from passes.fuse_linears import FuseLinears
 from twdialect import evaluate, print_module
 from twdialect import ops as tw
 from twdialect.analysis import critical_path, first_use_before_def
-from twdialect.dialect import LinearOp, MlpOp
+from twdialect.dialect import LinearOp
 from twdialect.interp import find_graph
 from twdialect.random_graphs import random_graph, sample_inputs
 
