@@ -18,8 +18,8 @@ oracle's decisions, so there the table interpolates the chosen leaf, which is li
 cell's triangles (leaf breakpoints are grid lines too): the result equals the oracle up to f32
 rounding of the table. Inside a ramp zone the result ramps between the branches, as the
 decomposed compare does. Beyond the grid the table is constant, so a tree with an affine leaf
-needs the declared value range of that leaf's variable (propagated from `tw.input` ranges);
-without a finite range it is left alone.
+needs the value range of that leaf's variable (`twdialect.ranges`, sound boxes propagated from
+the declared `tw.input` ranges); without a finite range it is left alone.
 
 Conditions: inner selects and compares must have no uses outside the tree (they disappear);
 the grid has at most `max-breakpoints` lines per axis; the replacement must not sit in a later
@@ -40,28 +40,20 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
-    AddOp,
-    AfterOp,
-    AttnOp,
-    ClampOp,
     CompareOp,
     ConcatOp,
-    EmbeddingOp,
     GraphOp,
-    InputOp,
     LinearOp,
     LiteralOp,
-    MlpOp,
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
-    PosEncodingOp,
-    ReluOp,
     SelectOp,
     SliceOp,
     VecType,
     width_of,
 )
 from twdialect.interp import pwl_1d
+from twdialect.ranges import RangeError, value_ranges
 
 
 @dataclass(frozen=True)
@@ -211,89 +203,6 @@ def _match(root: SelectOp) -> _Tree:
 
 
 # --------------------------------------------------------------------------------------
-# Value ranges (only needed for affine leaves, whose tables must span the variable's range)
-# --------------------------------------------------------------------------------------
-
-
-def _box_linear(lo, hi, m, b=None):
-    c, r = (lo + hi) / 2, (hi - lo) / 2
-    with np.errstate(invalid="ignore"):
-        oc = c @ m + (0 if b is None else b)
-        orad = r @ np.abs(m)
-    orad = np.where(np.isnan(orad), np.inf, orad)
-    oc = np.where(np.isnan(oc), 0.0, oc)
-    return oc - orad, oc + orad
-
-
-def value_ranges(graph: GraphOp) -> dict[SSAValue, tuple[np.ndarray, np.ndarray]]:
-    """Per-component [lo, hi] bounds of every value, by interval arithmetic from the declared
-    input ranges (infinite where an op gives no bound). One walk, O(ops)."""
-    rng: dict[SSAValue, tuple[np.ndarray, np.ndarray]] = {}
-    for op in graph.block.ops:
-        if not op.results:
-            continue
-        w = width_of(op.results[0])
-        a = [rng[v] for v in op.operands]
-        match op:
-            case InputOp():
-                lo, hi = op.range.bounds
-                out = (np.full(w, lo), np.full(w, hi))
-            case EmbeddingOp():
-                t = to_numpy(op.table)
-                out = (t.min(axis=0), t.max(axis=0))
-            case PosEncodingOp():
-                n = float(op.max_len.value.data - 1)
-                lo, hi = np.full(w, -1.0), np.full(w, 1.0)
-                lo[0], hi[0] = 0.0, n
-                if w >= 2:
-                    lo[1], hi[1] = 0.0, n * n
-                out = (lo, hi)
-            case LiteralOp():
-                v = to_numpy(op.value)
-                out = (v, v)
-            case LinearOp():
-                out = _box_linear(*a[0], to_numpy(op.weight),
-                                  to_numpy(op.bias) if op.bias is not None else None)
-            case ReluOp():
-                out = (np.maximum(a[0][0], 0), np.maximum(a[0][1], 0))
-            case AddOp():
-                out = (a[0][0] + a[1][0], a[0][1] + a[1][1])
-            case ConcatOp():
-                out = (np.concatenate([x[0] for x in a]), np.concatenate([x[1] for x in a]))
-            case SliceOp():
-                s = op.start.value.data
-                out = (a[0][0][s:s + w], a[0][1][s:s + w])
-            case AfterOp():
-                out = a[0]
-            case AttnOp():
-                # A convex combination of the rows (v Wv) Wo: bounded by their box.
-                out = _box_linear(*a[2], to_numpy(op.wv) @ to_numpy(op.wo))
-            case MlpOp():
-                h = _box_linear(*a[0], to_numpy(op.w1),
-                                to_numpy(op.b1) if op.b1 is not None else None)
-                h = (np.maximum(h[0], 0), np.maximum(h[1], 0))
-                out = _box_linear(*h, to_numpy(op.w2),
-                                  to_numpy(op.b2) if op.b2 is not None else None)
-            case CompareOp():
-                out = (np.full(w, -1.0), np.full(w, 1.0))
-            case SelectOp():
-                out = (np.minimum(a[1][0], a[2][0]), np.maximum(a[1][1], a[2][1]))
-            case ClampOp():
-                lo, hi = op.lo.value.data, op.hi.value.data
-                out = (np.clip(a[0][0], lo, hi), np.clip(a[0][1], lo, hi))
-            case PiecewiseLinearOp():
-                v = to_numpy(op.values)
-                out = (v.min(axis=0), v.max(axis=0))
-            case PiecewiseLinear2dOp():
-                t = to_numpy(op.table)
-                out = (t.min(axis=(0, 1)), t.max(axis=(0, 1)))
-            case _:
-                out = (np.full(w, -np.inf), np.full(w, np.inf))
-        rng[op.results[0]] = (np.asarray(out[0], float), np.asarray(out[1], float))
-    return rng
-
-
-# --------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------
 
@@ -330,7 +239,8 @@ def _axis(tree: _Tree, var: SSAValue, ranges, max_bp: int) -> np.ndarray:
         elif leaf.kind == "affine" and var in leaf.variables:
             unbounded = True
     if unbounded:
-        lo, hi = ranges()[var]
+        box = ranges()
+        lo, hi = box[var] if box is not None else ([np.inf], [np.inf])
         if not (np.isfinite(lo[0]) and np.isfinite(hi[0])):
             raise _Reject("an affine leaf's variable has no finite value range")
         points.extend([_f32_at_most(lo[0]), _f32_at_least(hi[0])])
@@ -403,8 +313,12 @@ def rewrite_graph(graph: GraphOp, max_bp: int = 64) -> int:
     cached: list = []
 
     def ranges():
+        # Sound boxes from the declared input ranges (infinite where a bound overflows).
         if not cached:
-            cached.append(value_ranges(graph))
+            try:
+                cached.append(value_ranges(graph, strict=False))
+            except RangeError:
+                cached.append(None)
         return cached[0]
 
     erased: set[Operation] = set()
@@ -453,4 +367,4 @@ def _erase_dead_leaves(tree: _Tree, index: dict[Operation, int], erased: set) ->
         work = below
 
 
-__all__ = ["SelectTreeToPwl2dPass", "rewrite_graph", "value_ranges"]
+__all__ = ["SelectTreeToPwl2dPass", "rewrite_graph"]
