@@ -56,7 +56,12 @@ from twdialect.analysis import SOURCE, placement_kind
 
 
 class SequentialScopeError(ValueError):
-    """The scope tags are inconsistent (no terminal, two terminals, a gate cycle...)."""
+    """The scope tags are inconsistent (no terminal, two terminals, a gate cycle...); `op` is
+    the op concerned, when there is one (tools locate it)."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message)
+        self.op = op
 
 
 @dataclass(frozen=True)
@@ -103,11 +108,11 @@ def find_scopes(graph: GraphOp) -> list[Scope]:
             if SCOPE_TERMINAL in op.attributes:
                 raise SequentialScopeError(
                     f"{describe(op)}: marked tw.scope_terminal but has no tw.scope/tw.iteration "
-                    "(a sequential_scope factory must return a value it built)")
+                    "(a sequential_scope factory must return a value it built)", op)
             continue
         if not isinstance(scope_attr, StringAttr) or not isinstance(it_attr, IntegerAttr):
             raise SequentialScopeError(f"{describe(op)}: tw.scope must be a string and "
-                                       "tw.iteration an integer, both present")
+                                       "tw.iteration an integer, both present", op)
         name, it = scope_attr.data, it_attr.value.data
         scope = scopes.setdefault(name, Scope(name, [], {}, {}))
         scope.ops.setdefault(it, []).append(op)
@@ -115,9 +120,9 @@ def find_scopes(graph: GraphOp) -> list[Scope]:
             if it in scope.terminals:
                 raise SequentialScopeError(
                     f"{describe(op)}: scope '{name}' iteration {it} has a second terminal "
-                    "(give each sequential_scope loop its own name)")
+                    "(give each sequential_scope loop its own name)", op)
             if not op.results:
-                raise SequentialScopeError(f"{describe(op)}: a terminal must produce a value")
+                raise SequentialScopeError(f"{describe(op)}: a terminal must produce a value", op)
             scope.terminals[it] = op.results[0]
     for scope in scopes.values():
         scope.indices = sorted(scope.ops)
@@ -125,7 +130,7 @@ def find_scopes(graph: GraphOp) -> list[Scope]:
             if it not in scope.terminals:
                 raise SequentialScopeError(
                     f"scope '{scope.name}' iteration {it} has no op marked tw.scope_terminal "
-                    f"(first op: {describe(scope.ops[it][0])})")
+                    f"(first op: {describe(scope.ops[it][0])})", scope.ops[it][0])
     return list(scopes.values())
 
 
