@@ -9,9 +9,14 @@ next affine map it costs nothing. The pass folds, for every consumer in block or
   linear/mlp(concat(p, linear(u, A, a), q)) -> the consumer reads concat(p, u, q); the block of
                                           its input matrix W_j for that operand becomes A@W_j and
                                           a@W_j joins its bias
+  attn(q, k, v) with q, k or v = linear(x, A, a) (or a concat holding such linears)
+                                       -> the head's wq / wk / wv absorbs A; the operand becomes
+                                          x. A key bias is dropped exactly (it shifts every
+                                          logit of a query by the same amount); a query or value
+                                          bias must be zero (attention has no bias to carry it).
 so chains of scalar affine ops (negate, add_const, multiply_const ...) collapse to one op.
-Those folds need the folded value to have a single use (its only reader is the consumer, or the
-concat the consumer alone reads).
+Those folds need every use of the folded value to be the consumer (or the concat the consumer
+alone reads).
 
 Fanout (option `fanout`, default on): a linear with several readers is duplicated into a reader
 (folded into it, keeping the original for the others) when the linear is small (at most
@@ -43,6 +48,7 @@ from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
     ITERATION,
+    AttnOp,
     SCOPE,
     SCOPE_TERMINAL,
     ConcatOp,
@@ -192,6 +198,95 @@ def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflat
     return width_of(inner.x) * out <= rows * out + op_params(inner)
 
 
+ATTN_INPUTS = (("query", "wq"), ("key", "wk"), ("value", "wv"))
+
+
+def _uses_only_by(value: SSAValue, op: Operation, count: int) -> bool:
+    """Is `value` read exactly `count` times, all by `op`?"""
+    n = 0
+    for use in value.uses:
+        if use.operation is not op:
+            return False
+        n += 1
+    return n == count
+
+
+def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Operation],
+                                                               list[Operation]] | None:
+    """Fold the linears feeding `attn`'s query/key/value (directly or inside a concat the head
+    alone reads) into wq/wk/wv. Returns (new attn, new ops to insert before it, ops that become
+    dead), or None when nothing folds."""
+    operands = [attn.query, attn.key, attn.value]
+    mats = {w: to_numpy(attn.properties[w]) for _, w in ATTN_INPUTS}
+    new_operands = list(operands)
+    new_mats = dict(mats)
+    new_ops: list[Operation] = []
+    dead: list[Operation] = []
+    handled: list[SSAValue] = []
+    for value in operands:
+        if any(value is h for h in handled):
+            continue
+        handled.append(value)
+        slots = [i for i, v in enumerate(operands) if v is value]
+        if not _uses_only_by(value, attn, len(slots)):
+            continue
+        owner = value.owner
+        if isinstance(owner, LinearOp) and same_schedule_tags(owner, attn):
+            a, a_bias, _ = input_side(owner)
+            if any(i != 1 for i in slots) and np.any(a_bias != 0.0):
+                continue  # a query or value bias has nowhere to go
+            old = op_params(owner) + sum(mats[ATTN_INPUTS[i][1]].size for i in slots)
+            new = sum(a.shape[0] * mats[ATTN_INPUTS[i][1]].shape[1] for i in slots)
+            if new > old and not allow_inflate:
+                continue
+            for i in slots:
+                key = ATTN_INPUTS[i][1]
+                new_mats[key] = a @ mats[key]
+                new_operands[i] = owner.x
+            dead.append(owner)
+        elif isinstance(owner, ConcatOp):
+            offset, operands_out, rows = 0, [], {i: [] for i in slots}
+            folded = []
+            for v in owner.ins:
+                n = width_of(v)
+                inner = v.owner
+                ok = isinstance(inner, LinearOp) and v.has_one_use() \
+                    and same_schedule_tags(inner, attn) \
+                    and not (any(i != 1 for i in slots)
+                             and np.any(input_side(inner)[1] != 0.0))
+                if ok and not allow_inflate:
+                    d_in = width_of(inner.x)
+                    cols = sum(mats[ATTN_INPUTS[i][1]].shape[1] for i in slots)
+                    ok = d_in * cols <= n * cols + op_params(inner)
+                for i in slots:
+                    block = mats[ATTN_INPUTS[i][1]][offset:offset + n]
+                    rows[i].append(input_side(inner)[0] @ block if ok else block)
+                operands_out.append(inner.x if ok else v)
+                if ok:
+                    folded.append(inner)
+                offset += n
+            if not folded:
+                continue
+            new_concat = ConcatOp.create(
+                operands=operands_out,
+                result_types=[VecType(sum(width_of(v) for v in operands_out))])
+            new_concat.attributes.update(owner.attributes)
+            new_ops.append(new_concat)
+            for i in slots:
+                new_mats[ATTN_INPUTS[i][1]] = np.vstack(rows[i])
+                new_operands[i] = new_concat.out
+            dead.extend([owner] + folded)
+    if not dead:
+        return None
+    props = dict(attn.properties)
+    for _, key in ATTN_INPUTS:
+        props[key] = dense(new_mats[key])
+    new_attn = AttnOp.create(operands=new_operands, result_types=[attn.out.type],
+                             properties=props)
+    new_attn.attributes.update(attn.attributes)
+    return new_attn, new_ops, dead
+
+
 # --------------------------------------------------------------------------------------
 # The pass
 # --------------------------------------------------------------------------------------
@@ -245,6 +340,8 @@ class FuseLinears(ModulePass):
             nxt = op.next_op
             if isinstance(op, (LinearOp, MlpOp)):
                 self._fold_into(op, stats)
+            elif isinstance(op, AttnOp):
+                self._fold_into_attn(op, stats)
             op = nxt
 
     def _fold_into(self, reader: LinearOp | MlpOp, stats: FuseStats) -> None:
@@ -290,6 +387,16 @@ class FuseLinears(ModulePass):
             for inner in inners:
                 inner.parent_block().erase_op(inner)
             stats.folded += len(inners)
+
+    def _fold_into_attn(self, attn: AttnOp, stats: FuseStats) -> None:
+        result = fold_into_attn(attn, self.allow_inflate)
+        if result is None:
+            return
+        new_attn, new_ops, dead = result
+        replace_op(attn, new_ops + [new_attn], new_attn.out)
+        for op in dead:  # concats before the linears they read
+            op.parent_block().erase_op(op)
+        stats.folded += sum(isinstance(op, LinearOp) for op in dead)
 
     # -- fanout: duplicate a small multi-use linear into readers that then run earlier.
     def _duplicate_fanout(self, graph: GraphOp, stats: FuseStats) -> bool:

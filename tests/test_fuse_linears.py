@@ -90,6 +90,32 @@ def test_concat_operand_linear_is_absorbed():
     assert [v.owner.input_name.data for v in linears[0].x.owner.ins] == ["a", "b", "c"]
 
 
+def _attention_graph(query_bias, value_bias):
+    rng = np.random.default_rng(3)
+    with tw.Graph() as g:
+        x = tw.input("x", 3, (-1.0, 1.0))
+        pos = tw.pos_encoding(2, max_len=16)
+        q = tw.linear(x, rng.normal(size=(3, 2)), query_bias)
+        k = tw.linear(x, rng.normal(size=(3, 2)), rng.normal(size=2))
+        v = tw.linear(x, rng.normal(size=(3, 2)), value_bias)
+        tw.output("o", tw.attn(q, tw.concat(pos, k), v, rng.normal(size=(2, 2)),
+                               rng.normal(size=(4, 2)), rng.normal(size=(2, 2)), np.eye(2)))
+    return g.module
+
+
+def test_linears_fold_into_attention_and_a_key_bias_is_dropped():
+    module = _attention_graph(None, None)
+    run_and_compare(module, "fuse-linears")
+    assert kinds(module) == ["tw.input", "tw.pos_encoding", "tw.concat", "tw.attn", "tw.output"]
+    assert critical_path(find_graph(module)).floor == 1
+
+
+def test_query_and_value_biases_keep_their_linears():
+    module = _attention_graph([1.0, 0.0], [0.0, 2.0])
+    run_and_compare(module, "fuse-linears")
+    assert kinds(module).count("tw.linear") == 2  # the key linear still folds
+
+
 def test_sum_chain_collapses_through_concats():
     with tw.Graph() as g:
         xs = [tw.input(f"x{i}", 2, (-1.0, 1.0)) for i in range(6)]

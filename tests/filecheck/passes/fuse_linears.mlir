@@ -135,3 +135,23 @@ builtin.module {
 // CHECK-NEXT: %a = tw.linear %x weight dense<2.000000e+00>
 // CHECK-NEXT: %c = tw.linear %a weight dense<1.500000e+01> : tensor<1x1xf32> {tw.annotation = "tail", tw.scope = "loop", tw.iteration = 1 : i64}
 // CHECK-NEXT: tw.output "y" %c
+
+// -----
+
+// Linears feeding an attention head fold into wq/wk/wv; a key bias is dropped (it shifts all
+// of a query's logits equally); a value bias has nowhere to go, so that linear stays.
+builtin.module {
+  tw.graph @attn {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+    %q = tw.linear %x weight dense<[[2.0]]> : tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %k = tw.linear %x weight dense<[[3.0]]> : tensor<1x1xf32> bias dense<[5.0]> : tensor<1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %v = tw.linear %x weight dense<[[4.0]]> : tensor<1x1xf32> bias dense<[1.0]> : tensor<1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %o = tw.attn %q, %k, %v wq dense<[[1.0]]> : tensor<1x1xf32> wk dense<[[1.0]]> : tensor<1x1xf32> wv dense<[[1.0]]> : tensor<1x1xf32> wo dense<[[1.0]]> : tensor<1x1xf32> : !tw.vec<1>, !tw.vec<1>, !tw.vec<1> -> !tw.vec<1>
+    tw.output "o" %o : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @attn
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %v = tw.linear %x weight dense<4.000000e+00> : tensor<1x1xf32> bias dense<1.000000e+00>
+// CHECK-NEXT: %o = tw.attn %x, %x, %v wq dense<2.000000e+00> : tensor<1x1xf32> wk dense<3.000000e+00> : tensor<1x1xf32> wv dense<1.000000e+00>
+// CHECK-NEXT: tw.output "o" %o
