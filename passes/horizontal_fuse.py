@@ -23,6 +23,14 @@ Depth. All members of a group share slot s, so each reads only values ready by s
 the fused op reads their union and runs in slot s as well, and each slice is ready exactly when
 the original result was. The critical path cannot grow (the tests assert it).
 
+Head dims. This project's lowering packs the head work of all linears of a sublayer into shared
+heads by value dims, charging a linear min(input width, output width). A group of linears with
+distinct inputs and mixed shapes could cost more dims fused than apart (4->1 plus 1->4: 2 dims
+apart, 5 fused), so by default (`pooled-heads=true`) a linear joins a group only if the group's
+min(inputs, outputs) stays within the sum of its members'. Groups sharing an input gain (16
+negates of one x: 1 dim instead of 16); independent same-shape scalars are neutral there and
+save heads under a one-head-per-op allocator.
+
 "Standalone" excludes a linear that reads a `tw.relu` or feeds only `tw.relu`s: those belong to
 MLP chains that the lowering places in the MLP sublayer, where they cost no head. A writer
 feeding an accumulating add (`twdialect.analysis.accumulating_adds`) is left alone: it adds
@@ -81,13 +89,16 @@ class HorizontalFusePass(ModulePass):
 
     Options: `max-group` caps the number of ops in one group (0: no cap beyond `d-head`);
     `d-head` caps a linear group's total input width and an attention group's total value
-    width, so each group fits one head.
+    width, so each group fits one head; `pooled-heads` (default true) also refuses a linear
+    group whose min(input width, output width) exceeds the sum of its members' (the cost of
+    head work in a lowering that packs linears into shared heads by value dims, as ours does).
     """
 
     name = "horizontal-fuse"
 
     max_group: int = 16
     d_head: int = 16
+    pooled_heads: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.d_head < 1:
@@ -95,13 +106,13 @@ class HorizontalFusePass(ModulePass):
         if self.max_group < 0:
             raise ValueError(f"horizontal-fuse: max-group must be >= 0, got {self.max_group}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            fuse_graph(graph, self.max_group or self.d_head, self.d_head)
+            fuse_graph(graph, self.max_group or self.d_head, self.d_head, self.pooled_heads)
 
 
-def fuse_graph(graph: GraphOp, max_group: int, d_head: int) -> int:
+def fuse_graph(graph: GraphOp, max_group: int, d_head: int, pooled: bool = True) -> int:
     """Fuse one graph in place; returns the number of groups formed."""
     slots = critical_path(graph).slots
-    linear_groups, attn_groups = _collect_groups(graph, slots, max_group, d_head)
+    linear_groups, attn_groups = _collect_groups(graph, slots, max_group, d_head, pooled)
     for group in linear_groups:
         _fuse_linears(group)
     for group in attn_groups:
@@ -132,36 +143,54 @@ def _is_standalone_linear(op: LinearOp) -> bool:
 class _Bucket:
     """Greedy packing of the candidates of one bucket, in block order."""
 
-    def __init__(self, max_group: int, d_head: int):
+    def __init__(self, max_group: int, d_head: int, pooled: bool = False):
         self.max_group = max_group
         self.d_head = d_head
+        self.pooled = pooled
         self.groups: list[list[Operation]] = []
+        self._reset()
+
+    def _reset(self) -> None:
         self.current: list[Operation] = []
         self.seen_inputs: set[SSAValue] = set()
-        self.width = 0
+        self.width = 0  # distinct input columns (attention: value columns)
+        self.out_width = 0
+        self.member_dims = 0  # sum over members of min(input width, output width)
 
-    def add(self, op: Operation, inputs: tuple[SSAValue, ...], fixed_cost: int | None = None):
-        """Pack `op`, which reads the distinct values `inputs`. Its width cost is `fixed_cost`
-        (attention: its value width) or the width of the inputs the group does not read yet."""
+    def add(self, op: Operation, inputs: tuple[SSAValue, ...], fixed_cost: int | None = None,
+            out_width: int = 0) -> None:
+        """Pack `op`, which reads the distinct values `inputs` and writes `out_width` columns.
+        Its width cost is `fixed_cost` (attention: its value width) or the width of the inputs
+        the group does not read yet."""
 
         def cost() -> int:
             if fixed_cost is not None:
                 return fixed_cost
             return sum(width_of(v) for v in inputs if v not in self.seen_inputs)
 
+        own_dims = min(sum(width_of(v) for v in inputs), out_width)
+
+        def inflates() -> bool:
+            # A lowering that pools head work by value dims charges a linear
+            # min(inputs, outputs): the group must not cost more than its members did.
+            if not self.pooled or fixed_cost is not None:
+                return False
+            return min(self.width + cost(), self.out_width + out_width) > \
+                self.member_dims + own_dims
+
         if self.current and (len(self.current) >= self.max_group
-                             or self.width + cost() > self.d_head):
+                             or self.width + cost() > self.d_head or inflates()):
             self._close()
         self.width += cost()
+        self.out_width += out_width
+        self.member_dims += own_dims
         self.current.append(op)
         self.seen_inputs.update(inputs)
 
     def _close(self) -> None:
         if len(self.current) >= 2:
             self.groups.append(self.current)
-        self.current = []
-        self.seen_inputs = set()
-        self.width = 0
+        self._reset()
 
     def finish(self) -> list[list[Operation]]:
         self._close()
@@ -172,7 +201,8 @@ def _feeds_accumulating_add(op: Operation, accumulating: set[Operation]) -> bool
     return any(use.operation in accumulating for use in op.results[0].uses)
 
 
-def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int, d_head: int):
+def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int, d_head: int,
+                    pooled: bool):
     linear_buckets: dict[tuple, _Bucket] = {}
     attn_buckets: dict[tuple, _Bucket] = {}
     # A writer adding straight into an accumulating add's columns makes that add free; read
@@ -186,8 +216,8 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
             if not _is_standalone_linear(op) or width_of(op.x) > d_head:
                 continue
             key = (slots[op],) + _tags(op)
-            bucket = linear_buckets.setdefault(key, _Bucket(max_group, d_head))
-            bucket.add(op, (op.x,))
+            bucket = linear_buckets.setdefault(key, _Bucket(max_group, d_head, pooled))
+            bucket.add(op, (op.x,), out_width=width_of(op.out))
         else:
             d_v = shape_of(op.wv)[1]
             if d_v > d_head:

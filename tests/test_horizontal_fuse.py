@@ -103,8 +103,23 @@ def test_bias_and_mixed_widths():
         tw.output("p", tw.linear(a, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [0.5, -0.5, 1.0]))
         tw.output("q", tw.linear(b, np.ones((3, 1))))
         tw.output("r", tw.linear(a, [[1.0], [-1.0]]))
-    m = check_preserved(g.module, "horizontal-fuse")
+    # Fused: 5 inputs, 5 outputs = 5 head dims against 2 + 1 + 1 apart; only allowed when the
+    # head-dims guard is off.
+    m = check_preserved(g.module, "horizontal-fuse{pooled-heads=false}")
     assert count(m, LinearOp) == 1
+
+
+def test_group_that_would_cost_more_head_dims_is_split():
+    def build():
+        with tw.Graph("main") as g:
+            a = tw.input("a", 4, (-1.0, 1.0))
+            b = tw.input("b", 1, (-1.0, 1.0))
+            tw.output("p", tw.linear(a, np.ones((4, 1))))  # 1 dim
+            tw.output("q", tw.linear(b, np.ones((1, 4))))  # 1 dim; fused: min(5, 5) = 5
+        return g.module
+
+    assert count(check_preserved(build(), "horizontal-fuse"), LinearOp) == 2
+    assert count(check_preserved(build(), "horizontal-fuse{pooled-heads=false}"), LinearOp) == 1
 
 
 def test_mlp_chain_linears_are_not_standalone():

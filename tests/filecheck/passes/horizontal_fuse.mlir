@@ -3,6 +3,7 @@
 // block-diagonal Wv/Wo. Dependent ops, groups wider than a head and mismatched keys stay apart.
 // RUN: tw-opt %s --split-input-file -p horizontal-fuse | filecheck %s
 // RUN: tw-opt %s --split-input-file -p 'horizontal-fuse{max-group=2}' | filecheck %s --check-prefix=MAX2
+// RUN: tw-opt %s --split-input-file -p 'horizontal-fuse{pooled-heads=false}' | filecheck %s --check-prefix=NOPOOL
 
 // Three scalar affine ops on distinct inputs: one linear (3 heads' work in 1), biases joined.
 builtin.module {
@@ -99,3 +100,27 @@ builtin.module {
 // CHECK-NEXT: %o2 = tw.slice %[[A]][1]
 // CHECK-NEXT: %o3 = tw.attn %k, %k, %w
 // CHECK-NOT:  tw.attn
+
+// -----
+
+// 4->1 and 1->4 on distinct inputs: 1 + 1 head dims apart, min(5, 5) = 5 fused. Kept apart
+// unless pooled-heads=false (a one-head-per-op allocator, where fusing saves a head).
+builtin.module {
+  tw.graph @mixed_shapes {
+    %a = tw.input "a" <-1.0, 1.0> : !tw.vec<4>
+    %b = tw.input "b" <-1.0, 1.0> : !tw.vec<1>
+    %p = tw.linear %a weight dense<1.0> : tensor<4x1xf32> : !tw.vec<4> -> !tw.vec<1>
+    %q = tw.linear %b weight dense<2.0> : tensor<1x4xf32> : !tw.vec<1> -> !tw.vec<4>
+    tw.output "p" %p : !tw.vec<1>
+    tw.output "q" %q : !tw.vec<4>
+  }
+}
+// CHECK-LABEL: tw.graph @mixed_shapes
+// CHECK:      %p = tw.linear %a
+// CHECK-NEXT: %q = tw.linear %b
+// CHECK-NOT:  tw.concat
+// NOPOOL-LABEL: tw.graph @mixed_shapes
+// NOPOOL:       tw.concat(%a, %b) : !tw.vec<4>, !tw.vec<1> -> !tw.vec<5>
+// NOPOOL-NEXT:  tw.linear {{.*}} : !tw.vec<5> -> !tw.vec<5>
+// NOPOOL-NEXT:  %p = tw.slice
+// NOPOOL-NEXT:  %q = tw.slice
