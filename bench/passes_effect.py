@@ -173,6 +173,20 @@ def wide_loop(n_iter: int = 32, wide: int = 32, depth: int = 3, seed: int = 0):
     return g.module
 
 
+def attention_inputs():
+    """Linears computing an attention head's query, key (biased) and value."""
+    rng = np.random.default_rng(3)
+    with tw.Graph() as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+        pos = tw.pos_encoding(2, max_len=64)
+        q = tw.linear(x, rng.normal(size=(4, 2)))
+        k = tw.linear(x, rng.normal(size=(4, 2)), rng.normal(size=2))
+        v = tw.linear(x, rng.normal(size=(4, 4)))
+        tw.output("o", tw.attn(q, tw.concat(pos, k), v, rng.normal(size=(2, 2)),
+                               rng.normal(size=(4, 2)), np.eye(4), np.eye(4)))
+    return g.module
+
+
 def random_primitives(seed: int = 0, n_ops: int = 60):
     return random_graph(seed, n_ops, library=False)
 
@@ -215,6 +229,7 @@ CASES: list[Case] = [
     Case("fuse/fanout_4_off", "fuse-linears{fanout=false}", fanout_affine),
     Case("fuse/concat_of_affines_6", "fuse-linears", concat_of_affines),
     Case("fuse/serial_linear_sums_16", "fuse-linears,canonicalize", serial_linear_sums),
+    Case("fuse/attention_inputs", "fuse-linears", attention_inputs),
     Case("default/serial_sum_64", DEFAULT_PIPELINE, serial_sum, d=512),
     Case("default/affine_chain_8", DEFAULT_PIPELINE, affine_chain),
 ]
