@@ -255,6 +255,12 @@ def test_compiled_model_matches_after_fusion(seed):
     _compiled_matches(m, "fuse-linears", seed)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_model_matches_after_attention_folds(seed):
+    m = random_graph(seed, 14, library=False, kinds=("linear", "attn", "concat", "linear", "mlp"))
+    _compiled_matches(m, "fuse-linears", seed)
+
+
 @pytest.mark.slow
 def test_sweep_random_graphs():
     for seed in range(300):
