@@ -240,10 +240,7 @@ def _compiled_matches(module, pipeline, seed):
     inputs = sample_inputs(module, N_POS, seed)
     reference = evaluate(module, inputs)
     baseline = compile(module, d=128, d_head=8).run(inputs, n_positions=N_POS)
-    try:
-        assert_same(reference, baseline)
-    except AssertionError:
-        pytest.skip("the lowering does not match the oracle on this graph even without passes")
+    assert_same(reference, baseline)  # the lowering alone must already match
     compiled = compile(module, d=128, d_head=8, pipeline=pipeline)
     assert_same(reference, compiled.run(inputs, n_positions=N_POS))
     return compiled
