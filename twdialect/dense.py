@@ -6,8 +6,15 @@ f32 buffer; building or reading one never touches per-element Python objects.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorType, f32
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...]) -> TensorType:
+    return TensorType(f32, shape)
 
 
 def dense(values) -> DenseIntOrFPElementsAttr:
@@ -15,7 +22,12 @@ def dense(values) -> DenseIntOrFPElementsAttr:
     a = np.ascontiguousarray(np.asarray(values, dtype="<f4"))
     if a.ndim == 0:
         a = a.reshape(1)
-    return DenseIntOrFPElementsAttr(TensorType(f32, a.shape), BytesAttr(a.tobytes()))
+    # Both parameters are correct by construction (an f32 tensor type of the array's shape and
+    # its raw bytes), so skip the IRDL re-verification, which dominates graph-building time.
+    attr = DenseIntOrFPElementsAttr.__new__(DenseIntOrFPElementsAttr)
+    object.__setattr__(attr, "type", _tensor_type(a.shape))
+    object.__setattr__(attr, "data", BytesAttr(a.tobytes()))
+    return attr
 
 
 def to_numpy(attr: DenseIntOrFPElementsAttr, dtype=np.float64) -> np.ndarray:
