@@ -16,7 +16,8 @@ Options:
   `batch-size=K`     gate iteration i on iteration i-K (K >= 1; K >= #iterations gates nothing).
   `batch-size=auto`  (default) K = clamp(d // (headroom * peak), 2, #iterations - 1), where `d` is
                      the residual width (option `d`), `headroom` a safety factor (option, default
-                     4: the seed's rule of thumb) and `peak` the peak intermediate width of one
+                     1: the lowering keeps an admission reserve, so in-flight chains cannot
+                     deadlock and the seed's factor 4 only costs depth; see docs/passes.md) and `peak` the peak intermediate width of one
                      iteration: the largest total width of the iteration's non-view values alive
                      at once, with lifetimes taken from critical-path slots (a value lives from
                      its own slot to its last reader's, following reads through free views,
@@ -24,7 +25,7 @@ Options:
                      the natural in-flight count lets wide intermediates fill the residual
                      stream, hence the clamp; a loop of fewer than 3 iterations is not gated.
   `d`                residual stream width the auto rule budgets for (default 256).
-  `headroom`         divisor of the auto rule (default 4). The rule only sizes K; sweeping K
+  `headroom`         divisor of the auto rule (default 1). The rule only sizes K; sweeping K
                      finds the optimum (bench/passes_effect.py records one sweep).
 
 Scopes are told apart by name: two loops built with the same name are reported, not merged.
@@ -72,7 +73,7 @@ class SequentialScopePass(ModulePass):
 
     batch_size: int | str = "auto"
     d: int = 256
-    headroom: int = 4
+    headroom: int = 1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if isinstance(self.batch_size, str):
@@ -170,14 +171,14 @@ def last_reads(graph: GraphOp, slots: dict[Operation, int]) -> dict[SSAValue, in
     return last
 
 
-def auto_batch_size(n_iterations: int, d: int, peak: int, headroom: int = 4) -> int:
+def auto_batch_size(n_iterations: int, d: int, peak: int, headroom: int = 1) -> int:
     """K ~ d / (headroom * peak), clamped to [2, n_iterations - 1] (see the module docstring)."""
     k = d // (headroom * max(peak, 1))
     return max(2, min(n_iterations - 1, k))
 
 
 def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256,
-               headroom: int = 4) -> dict[str, int]:
+               headroom: int = 1) -> dict[str, int]:
     """Gate every scope of `graph`; returns {scope name: K used} (K == 0: not gated)."""
     scopes = find_scopes(graph)
     if not scopes:
