@@ -7,6 +7,7 @@ f32 buffer; building or reading one never touches per-element Python objects.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorType, f32
@@ -34,7 +35,7 @@ def to_numpy(attr: DenseIntOrFPElementsAttr, dtype=np.float64) -> np.ndarray:
     """The attribute's values as a numpy array of its declared shape (a copy in `dtype`)."""
     shape = tuple(attr.get_shape() or ())
     raw = attr.data.data
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     a = np.frombuffer(raw, "<f4")
     if a.size != n:  # a splat parsed from text stores a single element
         a = np.full(n, a[0], dtype="<f4")
