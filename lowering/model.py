@@ -8,6 +8,7 @@ with a KV cache and matches `run` on the same sequence to fp32 round-off.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -35,8 +36,10 @@ class Projection(nn.Module):
         self.sparse = size >= SPARSE_MIN_SIZE and w.nnz < SPARSE_BELOW * size
         if self.sparse:
             idx = torch.from_numpy(np.stack([w.cols, w.rows]))
-            t = torch.sparse_coo_tensor(idx, torch.from_numpy(w.vals), (n_out, n_in),
-                                        check_invariants=False)
+            with warnings.catch_warnings():  # some torch versions warn even when asked not to check
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.sparse_coo_tensor(idx, torch.from_numpy(w.vals), (n_out, n_in),
+                                            check_invariants=False)
             self.register_buffer("weight", t.coalesce())
         else:
             self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w.dense().T)),
@@ -84,8 +87,8 @@ class Attention(nn.Module):
             cache[0], cache[1] = k, v
         logits = q @ k.transpose(1, 2)  # no 1/sqrt(d_head): the graph's attention is unscaled
         m = k.shape[1]
-        qpos = torch.arange(start, start + n).unsqueeze(1)
-        kpos = torch.arange(m).unsqueeze(0) + (m - (start + n))
+        qpos = torch.arange(start, start + n, device=x.device).unsqueeze(1)
+        kpos = torch.arange(m, device=x.device).unsqueeze(0) + (m - (start + n))
         logits = logits.masked_fill(kpos > qpos, float("-inf"))
         p = torch.softmax(logits, dim=-1)
         out = (p @ v).transpose(0, 1).reshape(n, h * dh)
@@ -175,10 +178,19 @@ class CompiledTransformer(nn.Module):
         for s in self.sources:
             if s.kind == "pos":
                 x[:, s.cols] = position_rows(start, n, s.pos_width)[:, 1:]
-        return torch.from_numpy(x)
+        return torch.from_numpy(x).to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live (`ct.to("cuda")` moves the model; inputs follow)."""
+        for t in self.buffers():
+            return t.device
+        for t in self.parameters():
+            return t.device
+        return torch.device("cpu")
 
     def read_outputs(self, x: torch.Tensor) -> dict[str, np.ndarray]:
-        xn = x.detach().numpy().astype(np.float64)
+        xn = x.detach().cpu().numpy().astype(np.float64)
         return {o.name: xn[:, o.rows] * o.scale for o in self.outputs}
 
     # -- running ----------------------------------------------------------------------

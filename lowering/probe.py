@@ -40,9 +40,9 @@ def _sublayer_snapshots(ct: CompiledTransformer, inputs) -> list[np.ndarray]:
     snaps = []
     for layer in ct.layers:
         x = x + layer.attn(x, None, 0)
-        snaps.append(x.numpy().astype(np.float64))
+        snaps.append(x.cpu().numpy().astype(np.float64))
         x = x + layer.mlp(x)
-        snaps.append(x.numpy().astype(np.float64))
+        snaps.append(x.cpu().numpy().astype(np.float64))
     return snaps
 
 
