@@ -196,14 +196,17 @@ def _combine(rows, scale, mat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return urows, out, const_term
 
 
-def _affine(op) -> tuple[np.ndarray, np.ndarray]:
+def _affine(t: Task) -> tuple[np.ndarray, np.ndarray]:
+    """The task's map from its operands' components to its output (matrix, bias)."""
+    op = t.op
     if isinstance(op, LinearOp):
         m = to_numpy(op.weight)
         b = to_numpy(op.bias) if op.bias is not None else np.zeros(m.shape[1])
         return m, b
     assert isinstance(op, AddOp)
     w = op.out.type.width.data
-    return np.vstack([np.eye(w), np.eye(w)]), np.zeros(w)
+    # An add into a dying addend copies only the other addend (its task reads one operand).
+    return np.vstack([np.eye(w)] * len(t.operands)), np.zeros(w)
 
 
 def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], list[OutputSlot]]:
@@ -239,7 +242,7 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
         elif isinstance(t.op, ReluOp):
             _write_relu(sched, layer, t, out_cols, extra_bias(t))
         else:
-            mat, bias = _affine(t.op)
+            mat, bias = _affine(t)
             if (extra := extra_bias(t)) is not None:
                 bias = bias + extra
             rows, scale = _rows(sched, tg.in_refs(t))

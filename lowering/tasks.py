@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from twdialect.analysis import ATTN, EITHER, MLP, accumulating_adds
+from twdialect.analysis import ATTN, EITHER, MLP, accumulating_adds, adds_into
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
     LIBRARY_OPS,
@@ -98,6 +98,7 @@ class Task:
     reads: list[int]  # groups read (sorted)
     waits: list[int]  # groups that must be complete first (reads + tw.after deps), sorted
     index: int  # the op's position in the block (tie-breaks)
+    operands: tuple  # the values the task reads (an add into a dying addend reads the other)
 
 
 class LoweringError(ValueError):
@@ -128,14 +129,17 @@ class TaskGraph:
 
     def _build(self) -> None:
         accumulating = accumulating_adds(self.graph)
-        # Accumulating adds: the root add names the group; addends inherit it. Walk in reverse
-        # so a root is seen before its addends.
+        self.into = into = adds_into(self.graph, accumulating)
+        # Accumulating adds (and adds into a dying addend): the root add names the group; the
+        # addends that write into it inherit it. Walk in reverse so a root precedes its addends.
         target: dict[SSAValue, SSAValue] = {}
         for op in reversed(self.ops):
             if op in accumulating:
                 root = target.get(op.results[0], op.results[0])
                 for v in op.operands:
                     target[v] = root
+            elif op in into:
+                target[into[op]] = target.get(op.results[0], op.results[0])
         group_of_value: dict[SSAValue, int] = {}
         for op in self.ops:
             # Exact-type tests: isinstance on xDSL ops goes through ABC machinery (slow here).
@@ -191,7 +195,8 @@ class TaskGraph:
                 g = group_of_value.get(root)
                 if g is None:
                     g = group_of_value[root] = self._new_group(root, w)
-                self._add_task(op, g)
+                skip = into.get(op)
+                self._add_task(op, g, tuple(v for v in op.operands if v is not skip))
                 self.refs[res] = Refs.of_group(g, w)
                 self.waits_of[res] = frozenset([g])
             else:
@@ -200,7 +205,7 @@ class TaskGraph:
             for g in self.refs[v].groups():
                 self.groups[g].is_output = True
 
-    def _add_task(self, op: Operation, g: int) -> None:
+    def _add_task(self, op: Operation, g: int, operands: tuple) -> None:
         if type(op) is AttnOp:
             kind = ATTN
         elif type(op) is MlpOp or type(op) is ReluOp:
@@ -209,11 +214,11 @@ class TaskGraph:
             kind = EITHER
         reads: set[int] = set()
         waits: set[int] = set()
-        for v in op.operands:
+        for v in operands:
             reads |= self.refs[v].groups()
             waits |= self.waits_of[v]
         tid = len(self.tasks)
-        t = Task(tid, op, kind, g, sorted(reads), sorted(waits | reads), self.index[op])
+        t = Task(tid, op, kind, g, sorted(reads), sorted(waits | reads), self.index[op], operands)
         self.tasks.append(t)
         self.groups[g].writers.append(tid)
         for r in t.reads:
@@ -223,5 +228,5 @@ class TaskGraph:
         """The task's input components in operand order (attn: query, key, value concatenated)."""
         r = self._in_refs.get(task.tid)
         if r is None:
-            r = self._in_refs[task.tid] = Refs.cat([self.refs[v] for v in task.op.operands])
+            r = self._in_refs[task.tid] = Refs.cat([self.refs[v] for v in task.operands])
         return r

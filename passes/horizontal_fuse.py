@@ -53,6 +53,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from twdialect.analysis import (
     accumulating_adds,
+    adds_into,
     critical_path,
     first_use_before_def,
     sort_block_topologically,
@@ -205,9 +206,11 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
                     pooled: bool):
     linear_buckets: dict[tuple, _Bucket] = {}
     attn_buckets: dict[tuple, _Bucket] = {}
-    # A writer adding straight into an accumulating add's columns makes that add free; read
-    # through a slice it would not be, and the add would cost a slot: leave those writers.
+    # A writer adding straight into an accumulating add's columns makes that add free (and an
+    # add into a dying addend needs that addend to be a writer's own result); read through a
+    # slice it would not be, and the add would cost a slot: leave those writers.
     accumulating = accumulating_adds(graph)
+    accumulating |= {add for add, addend in adds_into(graph, accumulating).items()}
     for op in graph.block.ops:
         if not isinstance(op, (LinearOp, AttnOp)) or SCOPE_TERMINAL in op.attributes \
                 or _feeds_accumulating_add(op, accumulating):

@@ -11,6 +11,9 @@ Where each op may run (the rules the scheduler follows, with unlimited capacity)
   linear, add                  either: a head in attention, or a bypass pair in the MLP
   accumulating add             free: both addends are single-use writer outputs (or literals),
                                so their writers add into one shared block of columns
+  add into a dying addend      one addend is a single-use writer output: the other addend is
+                               copied into its columns (head work or a bypass pair, after the
+                               copied addend is ready); the sum is ready when both are written
   literal                      free: a constant written with the inputs or as an MLP bias
   concat, slice, after         free views of their operands
   input, embedding, pos_enc    sources, ready at slot -1
@@ -94,6 +97,28 @@ def accumulating_adds(graph: GraphOp) -> set[Operation]:
         if ok and writers:
             acc.add(op)
     return acc
+
+
+def _free_addend(v: SSAValue) -> bool:
+    return type(v.owner) in WRITER_OPS and v.has_one_use()
+
+
+def adds_into(graph: GraphOp, accumulating: set[Operation] | None = None) -> dict[Operation, SSAValue]:
+    """Adds (not accumulating) with one single-use writer addend: add -> that addend.
+
+    The add's result takes the addend's columns and the add only copies the other addend in:
+    no new columns, and the sum is ready once the copy and the addend's writer have run."""
+    if accumulating is None:
+        accumulating = accumulating_adds(graph)
+    into: dict[Operation, SSAValue] = {}
+    for op in graph.block.ops:
+        if type(op) is not AddOp or op in accumulating or op.lhs is op.rhs:
+            continue
+        for v in (op.lhs, op.rhs):
+            if _free_addend(v):
+                into[op] = v
+                break
+    return into
 
 
 def mlp_depth(op: Operation) -> int:
@@ -191,15 +216,27 @@ def critical_path(graph: GraphOp) -> CriticalPath:
     slots: dict[Operation, int] = {}
     pred: dict[Operation, Operation | None] = {}
     accumulating = accumulating_adds(graph)
+    into = adds_into(graph, accumulating)
     last = -1
     last_op: Operation | None = None
     for op in graph.block.ops:
         r, p = -1, None
+        into_addend = into.get(op)
         for v in op.operands:
+            if v is into_addend:
+                continue
             rv = ready[v]
             if rv > r:
                 r, p = rv, v.owner
         kind = FREE if op in accumulating else _KIND_BY_TYPE[type(op)]
+        if into_addend is not None:
+            s = next_slot(r, kind)
+            slots[op] = s
+            ready_into = ready[into_addend]
+            pred[op] = into_addend.owner if ready_into > s else (
+                p if isinstance(p, Operation) else None)
+            ready[op.results[0]] = max(s, ready_into)
+            continue
         if kind in (SOURCE,):
             s = -1
         elif kind == FREE:
