@@ -348,20 +348,13 @@ class FuseLinears(ModulePass):
         producer = reader.x.owner
         if not reader.x.has_one_use() or not isinstance(producer, Operation):
             return
-        if isinstance(producer, LinearOp):
+        if isinstance(producer, LinearOp) or (isinstance(producer, MlpOp)
+                                              and isinstance(reader, LinearOp)):
             if not same_schedule_tags(producer, reader):
                 return
-            new = fold_linear_into_reader(producer, reader)
-            if not self._fits(new, op_params(producer) + op_params(reader), stats):
-                discard(new)
-                return
-            replace_op(reader, [new], new.out)
-            producer.parent_block().erase_op(producer)
-            stats.folded += 1
-        elif isinstance(producer, MlpOp) and isinstance(reader, LinearOp):
-            if not same_schedule_tags(producer, reader):
-                return
-            new = fold_linear_into_mlp_output(producer, reader)
+            fold = fold_linear_into_reader if isinstance(producer, LinearOp) \
+                else fold_linear_into_mlp_output
+            new = fold(producer, reader)
             if not self._fits(new, op_params(producer) + op_params(reader), stats):
                 discard(new)
                 return
