@@ -270,9 +270,10 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
         if needed[t.tid] and not t.waits:
             pending.setdefault(0, []).append(t.tid)
 
-    # Admission reserve: a task that grows the live set may not eat into the last `reserve`
-    # columns; tasks that free at least what they take may. So some in-flight chain can always
-    # take its next step, and greedy admission of many wide chains cannot deadlock.
+    # Admission reserve, under residual pressure: a task that grows the live set may not eat
+    # into the last `reserve` columns; tasks that free at least what they take may. So some
+    # in-flight chain can always take its next step, and greedy admission of many wide chains
+    # cannot deadlock. (With room to spare it would only delay work.)
     reserve = min(max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0]),
                   machine.free_columns // 2)
     heaps: dict[str, list[tuple[int, int, int]]] = {ATTN: [], MLP: [], EITHER: []}
@@ -304,9 +305,10 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
             g = t.out_group
             need_cols = tg.groups[g].width if cols[g] is None else 0
             reclaim, reclaim_w = _reclaim_plan(columns, need_cols, tg)
+            free_after = len(columns.free) + columns.dirty_width - need_cols
             if reclaim is None or (
                     need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
-                    and len(columns.free) + columns.dirty_width - need_cols < reserve
+                    and free_after < reserve and free_after < PRESSURE * machine.free_columns
                     and _net_columns(tg, t, cols, readers_left) > 0):
                 heapq.heappush(heaps[t.kind], entry)
                 continue
