@@ -197,3 +197,15 @@ def test_byte_identical_across_processes():
                              text=True, check=True)
         digests.add(out.stdout.strip())
     assert len(digests) == 1
+
+
+@pytest.mark.slow
+def test_sweep_random_graphs_exact_and_near_floor():
+    """1500 random graphs (with and without token inputs): exact, and within 1.25x of the floor."""
+    rng = np.random.default_rng(1)
+    for _ in range(1500):
+        seed, n_ops = int(rng.integers(0, 10**6)), int(rng.integers(1, 31))
+        module = random_graph(seed, n_ops, library=False, embedding=seed % 2 == 0)
+        ct = compile(module, d=96, d_head=8, d_hidden=256)
+        assert_matches(ct, module, sample_inputs(module, 6, seed))
+        assert ct.stats.n_layers <= 1.25 * ct.stats.floor, (seed, n_ops)
