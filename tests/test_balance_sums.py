@@ -11,29 +11,19 @@ from passes import run_pipeline
 from passes.balance_sums import BalanceSums
 from twdialect import evaluate, print_module
 from twdialect import ops as tw
-from twdialect.analysis import critical_path, first_use_before_def
+from twdialect.analysis import critical_path
 from twdialect.interp import find_graph
 from twdialect.random_graphs import random_graph, sample_inputs
+
+from pass_checks import assert_same  # noqa: E402
+import pass_checks  # noqa: E402
 
 N_POS = 5
 
 
-def assert_same(before: dict, after: dict, rtol: float = 1e-4) -> None:
-    assert before.keys() == after.keys()
-    for name in before:
-        scale = max(1.0, float(np.max(np.abs(before[name]))))
-        err = float(np.max(np.abs(after[name] - before[name])))
-        assert err <= rtol * scale, f"output {name}: error {err} vs scale {scale}"
-
 
 def run_and_compare(module, spec: str = "balance-sums", seed: int = 0, inputs=None):
-    inputs = inputs or sample_inputs(module, N_POS, seed)
-    before = evaluate(module, inputs)
-    run_pipeline(module, spec)
-    module.verify()
-    assert first_use_before_def(find_graph(module).block) is None
-    assert_same(before, evaluate(module, inputs, n_positions=N_POS))
-    return module
+    return pass_checks.run_and_compare(module, spec, N_POS, seed, inputs)
 
 
 def floor(module) -> int:

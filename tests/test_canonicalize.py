@@ -16,15 +16,10 @@ from twdialect.dialect import LiteralOp
 from twdialect.interp import find_graph
 from twdialect.random_graphs import random_graph, sample_inputs
 
+from pass_checks import assert_same  # noqa: E402
+
 N_POS = 4
 
-
-def assert_same(before: dict, after: dict, rtol: float = 1e-4) -> None:
-    assert before.keys() == after.keys()
-    for name in before:
-        scale = max(1.0, float(np.max(np.abs(before[name]))))
-        err = float(np.max(np.abs(after[name] - before[name])))
-        assert err <= rtol * scale, f"output {name}: error {err} vs scale {scale}"
 
 
 def canonicalize(module, seed: int = 0):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -14,15 +13,10 @@ from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.interp import find_graph
 from twdialect.random_graphs import layered_graph, random_graph, sample_inputs
 
+from pass_checks import assert_same  # noqa: E402
+
 N_POS = 5
 
-
-def assert_same(before: dict, after: dict, rtol: float = 1e-4) -> None:
-    assert before.keys() == after.keys()
-    for name in before:
-        scale = max(1.0, float(np.max(np.abs(before[name]))))
-        err = float(np.max(np.abs(after[name] - before[name])))
-        assert err <= rtol * scale, f"output {name}: error {err} vs scale {scale}"
 
 
 def test_default_pipeline_parses_and_starts_with_decompose():
