@@ -185,9 +185,7 @@ def _combine(rows, scale, mat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fold components onto distinct residual rows: (support rows, support matrix, const term).
 
     Constant components (on the constant column) become a constant term; repeated rows sum."""
-    from lowering.machine import Machine as _M
-
-    const_mask = rows == _M.CONST_COL
+    const_mask = rows == Machine.CONST_COL
     const_term = (scale[const_mask, None] * mat[const_mask]).sum(axis=0)
     live = ~const_mask
     urows, inv = np.unique(rows[live], return_inverse=True)

@@ -30,7 +30,7 @@ from lowering.machine import GeometryError, Machine
 from lowering.tasks import POS_GROUP, Refs, Task, TaskGraph
 from twdialect.analysis import ATTN, EITHER, MLP, critical_path
 from twdialect.dense import shape_of
-from twdialect.dialect import AttnOp, LinearOp, MlpOp, describe
+from twdialect.dialect import AttnOp, MlpOp, describe
 
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
 
@@ -41,7 +41,6 @@ class Schedule:
     tg: TaskGraph
     slot: list[int]  # task id -> slot (-1: dead code, never placed)
     cols: list[np.ndarray | None]  # group id -> its residual columns
-    born: list[int]  # group id -> slot it took columns (-1: before layer 0)
     died: list[int]  # group id -> slot from which its columns were reusable (inf: never)
     cancels: list[tuple[int, int]]  # (slot, group id): cancel emitted in that slot
     n_layers: int
@@ -49,9 +48,6 @@ class Schedule:
     attn_heads: list[int] = field(default_factory=list)  # per layer, heads used
     neurons: list[int] = field(default_factory=list)  # per layer, MLP neurons used
     occupancy: list[int] = field(default_factory=list)  # per layer, live columns (max)
-
-    def route(self, tid: int) -> str:
-        return "attn" if self.slot[tid] % 2 == 0 else "mlp"
 
 
 def attn_value_dims(op: AttnOp, v_support: int) -> int:
@@ -227,7 +223,6 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
 
     n_groups = len(tg.groups)
     cols: list[np.ndarray | None] = [None] * n_groups
-    born = [1 << 40] * n_groups
     died = [1 << 40] * n_groups
     writers_left = [sum(1 for w in g.writers if needed[w]) for g in tg.groups]
     readers_left = [sum(1 for r in g.readers if needed[r]) for g in tg.groups]
@@ -261,7 +256,6 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
 
     for g in tg.sources:
         cols[g] = columns.take(tg.groups[g].width)
-        born[g] = -1
         live[0] += tg.groups[g].width
     for g in tg.sources:
         complete(g, -1)
@@ -336,7 +330,6 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
                 cancels.append((s, rg))
             if need_cols:
                 cols[g] = columns.take(need_cols)
-                born[g] = s
                 live[0] += need_cols
             slot[tid] = s
             placed += 1
@@ -365,7 +358,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
         s += 1
 
     n_layers = last_used // 2 + 1 if last_used >= 0 else 0
-    sched = Schedule(machine, tg, slot, cols, born, died, cancels, n_layers, floor)
+    sched = Schedule(machine, tg, slot, cols, died, cancels, n_layers, floor)
     for layer in range(n_layers):
         a = usage[2 * layer] if 2 * layer < len(usage) else (0, 0)
         m = usage[2 * layer + 1] if 2 * layer + 1 < len(usage) else (0, 0)
