@@ -27,6 +27,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from twdialect.contracts import (
+    LATTICE_MAX_NEURONS,
+    LATTICE_MAX_POINTS,
     SELECT_COND_TOLERANCE,
     SELECT_MAX_MAGNITUDE,
     ContractError,
@@ -50,7 +52,8 @@ from twdialect.dialect import (
     describe,
     width_of,
 )
-from twdialect.ranges import Box, value_ranges
+from twdialect.interp import pwl_2d
+from twdialect.ranges import Box, integer_components, value_ranges
 
 
 class DecomposeError(ValueError):
@@ -220,8 +223,12 @@ def pwl_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _pwl(op: PiecewiseLinearOp, em: _Emitter) -> SSAValue:
-    bp = to_numpy(op.breakpoints)
-    values = to_numpy(op.values)
+    return _hinge_mlp(op.x, np.ones(1), 0.0, to_numpy(op.breakpoints), to_numpy(op.values), em)
+
+
+def _hinge_mlp(x: SSAValue, weights: np.ndarray, offset: float, bp: np.ndarray,
+               values: np.ndarray, em: _Emitter) -> SSAValue:
+    """One MLP chain computing the interpolant through (bp, values) of t = x @ weights - offset."""
     coef, tail = pwl_coefficients(bp, values)
     keep = [k for k in range(bp.size) if np.any(coef[k] != 0)]
     rows = [coef[k] for k in keep]
@@ -231,7 +238,9 @@ def _pwl(op: PiecewiseLinearOp, em: _Emitter) -> SSAValue:
         biases.append(-bp[-1])
     if not rows:  # a constant function: one idle neuron keeps the chain well-formed
         rows, biases = [np.zeros(values.shape[1])], [0.0]
-    return em.mlp(op.x, np.ones((1, len(rows))), np.array(biases), np.array(rows), values[0])
+    w1 = np.repeat(np.asarray(weights, dtype=np.float64)[:, None], len(rows), axis=1)
+    b1 = np.array(biases) - offset
+    return em.mlp(x, w1, b1, np.array(rows), values[0])
 
 
 def _strip_neurons(grid: np.ndarray, op: Operation, axis: str):
@@ -251,6 +260,57 @@ def pwl2d_coefficients(table: np.ndarray):
     b = table[0, 1:] - table[0, :-1]
     c = table[1:, 1:] - table[1:, :-1] - table[:-1, 1:] + table[:-1, :-1]
     return a, b, c
+
+
+def lattice_form(op: PiecewiseLinear2dOp, ranges: dict[SSAValue, Box],
+                 integers: dict[SSAValue, np.ndarray], max_neurons: int = LATTICE_MAX_NEURONS):
+    """The one-chain form of a piecewise_linear_2d whose operands are integers in finite ranges
+    (contracts.py): (inner, outer, stride, offset, breakpoints, values) describing the 1-d table
+    of t = inner + stride * outer - offset, or None when it does not apply or needs more than
+    `max_neurons` hinges (the two-chain form is used then)."""
+    if max_neurons <= 0 or not (integers.get(op.x, [False])[0] and integers.get(op.y, [False])[0]):
+        return None
+    spans = []
+    for v in (op.x, op.y):
+        lo, hi = ranges[v]
+        if not (np.isfinite(lo[0]) and np.isfinite(hi[0])):
+            return None
+        spans.append((int(np.ceil(lo[0])), int(np.floor(hi[0]))))
+    (x0, x1), (y0, y1) = spans
+    nx, ny = x1 - x0 + 1, y1 - y0 + 1
+    if nx < 1 or ny < 1 or nx * ny > LATTICE_MAX_POINTS:
+        return None
+    xs, ys, table = to_numpy(op.xs), to_numpy(op.ys), to_numpy(op.table)
+    gx, gy = np.meshgrid(np.arange(x0, x1 + 1.0), np.arange(y0, y1 + 1.0), indexing="ij")
+    grid = pwl_2d(gx.reshape(-1), gy.reshape(-1), xs, ys, table).reshape(nx, ny, -1)
+    best = None
+    # t runs along the inner operand, one row per value of the outer: try both orders.
+    for inner, outer, (i0, n_in), (o0, _), rows in (
+            (op.x, op.y, (x0, nx), (y0, ny), grid.transpose(1, 0, 2)),
+            (op.y, op.x, (y0, ny), (x0, nx), grid)):
+        seq = rows.reshape(-1, grid.shape[2])  # seq[t]: t = (inner - i0) + n_in (outer - o0)
+        knots = _slope_changes(seq)
+        if best is None or knots.size < best[4].size:
+            best = (inner, outer, n_in, i0 + n_in * o0, knots.astype(np.float64), seq[knots])
+    return best if best[4].size + 1 <= max_neurons else None
+
+
+def _slope_changes(seq: np.ndarray) -> np.ndarray:
+    """Indices t (both ends included) where the sequence's slope changes: the breakpoints of
+    the interpolant through (t, seq[t]). Float64 differences below 1e-12 of the table's scale
+    are rounding, not slope changes."""
+    if seq.shape[0] == 1:
+        return np.array([0])
+    second = np.abs(np.diff(seq, n=2, axis=0)).max(axis=1) if seq.shape[0] > 2 else np.zeros(0)
+    scale = 1e-12 * (1.0 + np.abs(seq).max())
+    inner = np.nonzero(second > scale)[0] + 1
+    return np.concatenate([[0], inner, [seq.shape[0] - 1]])
+
+
+def _pwl2d_lattice(op: PiecewiseLinear2dOp, form, em: _Emitter) -> SSAValue:
+    inner, outer, stride, offset, bp, values = form
+    return _hinge_mlp(em.concat([inner, outer]), np.array([1.0, float(stride)]), float(offset),
+                      bp, values, em)
 
 
 def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
@@ -292,9 +352,13 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
 # --------------------------------------------------------------------------------------
 
 
-def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
+def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
+                 integers: dict[SSAValue, np.ndarray] | None = None,
+                 lattice_neurons: int = LATTICE_MAX_NEURONS) -> list[Operation]:
     """The replacement ops of library op `op`; the last one produces its value. Intermediate
-    results get name hints `<name>_in` (operand concat) and `<name>_strips` (pwl_2d chain 1)."""
+    results get name hints `<name>_in` (operand concat) and `<name>_strips` (pwl_2d chain 1).
+    `integers` (`twdialect.ranges.integer_components`) enables the one-chain lattice form of
+    piecewise_linear_2d on integer operands (at most `lattice_neurons` hinges; 0 disables)."""
     em = _Emitter()
     try:
         match op:
@@ -307,7 +371,11 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
             case PiecewiseLinearOp():
                 _pwl(op, em)
             case PiecewiseLinear2dOp():
-                _pwl2d(op, em)
+                form = lattice_form(op, ranges, integers or {}, lattice_neurons)
+                if form is not None:
+                    _pwl2d_lattice(op, form, em)
+                else:
+                    _pwl2d(op, em)
             case _:
                 raise DecomposeError(f"{describe(op)}: not a library op", op)
     except ContractError as e:
@@ -318,14 +386,16 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box]) -> list[Operation]:
     return em.ops
 
 
-def decompose_graph(graph: GraphOp) -> int:
+def decompose_graph(graph: GraphOp, lattice_neurons: int = LATTICE_MAX_NEURONS) -> int:
     """Replace every library op of `graph` in place; returns how many were replaced."""
     library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
     if not library:
         return 0
     ranges = value_ranges(graph, strict=False)
+    has_2d = any(isinstance(op, PiecewiseLinear2dOp) for op in library)
+    integers = integer_components(graph) if has_2d and lattice_neurons > 0 else {}
     for op in library:
-        new_ops = decompose_op(op, ranges)
+        new_ops = decompose_op(op, ranges, integers, lattice_neurons)
         result = new_ops[-1].results[0]
         old = op.results[0]
         inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
@@ -335,6 +405,8 @@ def decompose_graph(graph: GraphOp) -> int:
             new_ops[-1].attributes[SCOPE_TERMINAL] = op.attributes[SCOPE_TERMINAL]
         result.name_hint = old.name_hint
         ranges[result] = ranges[old]
+        if old in integers:
+            integers[result] = integers[old]
         Rewriter.insert_op(new_ops, InsertPoint.before(op))
         old.replace_all_uses_with(result)
         Rewriter.erase_op(op)
@@ -347,6 +419,13 @@ class DecomposePass(ModulePass):
 
     name = "decompose"
 
+    # Most hinge neurons of the one-chain lattice form of piecewise_linear_2d (0: always use
+    # the two-chain form).
+    lattice_neurons: int = LATTICE_MAX_NEURONS
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.lattice_neurons < 0:
+            raise ValueError("decompose: lattice-neurons must be >= 0, got "
+                             f"{self.lattice_neurons}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            decompose_graph(graph)
+            decompose_graph(graph, self.lattice_neurons)

@@ -71,6 +71,18 @@ piecewise_linear_2d(x, y, xs, ys, T) -> triangulated interpolation, inputs clamp
     one per (i, j) with c_ij != 0: at most n1 n2 - 1.
     Exact everywhere (corners, edges and outside the grid included), up to f32 rounding of the
     strip weights (which moves strip edges by about 2^-24 |xs|) and of a, b, c.
+    Lattice form (one MLP chain). An AND of two continuous ramps needs two ReLU layers, but
+    when x and y are integers (`twdialect.ranges.integer_components`: inputs declared
+    `integer`, integer embeddings and weights, ...) with finite ranges [x0, x1] x [y0, y1] of
+    at most LATTICE_MAX_POINTS lattice points, t = (x - x0) + (x1 - x0 + 1)(y - y0) numbers the
+    lattice points one to one, and the op is the 1-d interpolant through (t, f(x, y)): one
+    hinge chain over concat(x, y) with first-layer weights (1, x1 - x0 + 1), breakpoints where
+    the slope along t changes (the ends of each row, plus the kinks inside a row), built as
+    piecewise_linear is. The order (which operand is the row) with fewer breakpoints wins; used
+    when it needs at most `lattice-neurons` (default LATTICE_MAX_NEURONS) neurons.
+    Exact at every integer point, up to the f32 rounding of the hinge coefficients (t, the
+    weights and the biases are integers, exact in f32 below 2^24); non-integer operands break
+    the declared promise (the oracle refuses non-integer values of an `integer` input).
 
 Primitives (`tw.linear`, `tw.mlp`, ...) and views are untouched by `decompose`.
 """
@@ -103,6 +115,11 @@ SELECT_COND_TOLERANCE = 0.25
 SELECT_MAX_MAGNITUDE = float(2 ** 20)
 # Condition values treated as exactly +/-1 by `contract_mask` (float64 noise only).
 SELECT_EXACT_ATOL = 1e-9
+# The one-chain integer-lattice form of piecewise_linear_2d: at most this many lattice points
+# are tabulated, and by default at most this many hinge neurons are spent (`decompose` option
+# lattice-neurons); beyond either the two-chain form is used.
+LATTICE_MAX_POINTS = 1 << 16
+LATTICE_MAX_NEURONS = 256
 # Default guard band of `contract_mask` around compare's ramp zone: inputs this close (times
 # 1 + |t|) to an edge count as outside the exact region, which absorbs the tiny f32-weight
 # rounding of upstream decompositions (e.g. piecewise_linear slopes) in differential tests.
@@ -178,6 +195,7 @@ def decomposition_cost(op: Operation) -> DecompositionCost:
         case PiecewiseLinearOp():
             return DecompositionCost(1, shape_of(op.breakpoints)[0] + 1)
         case PiecewiseLinear2dOp():
+            # The two-chain form; integer operands may get the one-chain lattice form.
             n1, n2 = shape_of(op.xs)[0], shape_of(op.ys)[0]
             return DecompositionCost(2, 2 * (n1 - 1) + 2 * (n2 - 1) + n1 * n2 - 1)
     raise ContractError(f"{describe(op)}: not a library op", op)

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
+    UnitAttr,
     f64,
     i64,
 )
@@ -311,18 +312,26 @@ class GraphOp(IRDLOperation):
 
 @irdl_op_definition
 class InputOp(IRDLOperation):
-    """`%x = tw.input "x" #tw.range<-8.0, 8.0> : !tw.vec<2>`: a named per-position input."""
+    """`%x = tw.input "x" <-8.0, 8.0> : !tw.vec<2>`: a named per-position input.
+
+    `integer` (`tw.input "d" <0.0, 9.0> integer : !tw.vec<1>`) declares every value
+    integer-valued, as the declared range is: a promise the oracle checks and analyses use
+    (an integer lattice lets `decompose` build some tables in one MLP chain instead of two)."""
 
     name = "tw.input"
     input_name = prop_def(StringAttr, prop_name="name")
     range = prop_def(RangeAttr)
+    integer = opt_prop_def(UnitAttr)
     out = result_def(VecType)
-    assembly_format = "$name $range attr-dict `:` type($out)"
+    assembly_format = "$name $range (`integer` $integer^)? attr-dict `:` type($out)"
     traits = traits_def(TwCanonicalization())  # not Pure: inputs are the graph's interface, dce keeps them
 
     def verify_(self) -> None:
         if not self.input_name.data:
             _fail(self, "input name must not be empty")
+        lo, hi = self.range.bounds
+        if self.integer is not None and np.ceil(lo) > np.floor(hi):
+            _fail(self, f"declared integer but its range [{lo}, {hi}] holds no integer")
 
 
 @irdl_op_definition

@@ -165,6 +165,9 @@ def _check_inputs(graph: GraphOp, inputs: Mapping[str, np.ndarray], n_positions:
             if a.ndim != 2 or a.shape[1] != w:
                 raise EvaluationError(f"input \"{name}\" must be shaped (n_positions, {w}), "
                                       f"got {a.shape}")
+            if op.integer is not None and not np.all(a == np.round(a)):
+                raise EvaluationError(f"input \"{name}\" is declared integer but holds "
+                                      "non-integer values")
             feeds[name] = a
         elif isinstance(op, EmbeddingOp):
             name = op.input_name.data

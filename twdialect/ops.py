@@ -184,11 +184,15 @@ def _row(v, n: int | None = None, name: str = "vector") -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-def input(name: str, width: int, value_range: tuple[float, float]) -> Value:  # noqa: A001
-    """A named per-position input of `width` floats, each within `value_range`."""
+def input(name: str, width: int, value_range: tuple[float, float],  # noqa: A001
+          integer: bool = False) -> Value:
+    """A named per-position input of `width` floats, each within `value_range` (and an integer
+    when `integer`: a promise the oracle checks and `decompose` may use)."""
     lo, hi = value_range
-    return _one(InputOp.create(result_types=[VecType(width)],
-                               properties={"name": StringAttr(name), "range": RangeAttr(lo, hi)}))
+    props = {"name": StringAttr(name), "range": RangeAttr(lo, hi)}
+    if integer:
+        props["integer"] = UnitAttr()
+    return _one(InputOp.create(result_types=[VecType(width)], properties=props))
 
 
 def embedding(name: str, table) -> Value:

@@ -231,3 +231,77 @@ def value_ranges(graph: GraphOp | ModuleOp, name: str = "main",
                              f"(lo={lo.tolist()}, hi={hi.tolist()})", op)
         ranges[op.results[0]] = (lo, hi)
     return ranges
+
+
+# --------------------------------------------------------------------------------------
+# Integrality: which components are integers at every position, for every admissible input
+# --------------------------------------------------------------------------------------
+
+
+def _is_int(a: np.ndarray) -> np.ndarray:
+    return np.isfinite(a) & (a == np.round(a))
+
+
+def _affine_integer(x_int: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """Component j of x @ w + b is an integer if b_j is and every term with w_ij != 0 has an
+    integer x_i and an integer w_ij."""
+    ok_terms = (w == 0) | (_is_int(w) & x_int[:, None])
+    out = ok_terms.all(axis=0)
+    return out if b is None else out & _is_int(b)
+
+
+def op_integer(op: Operation, ins: list[np.ndarray]) -> np.ndarray:
+    """Per output component: True where the oracle's value is an integer whenever the operands'
+    True components are (sound, conservative: False means "not known")."""
+    w = width_of(op.results[0])
+    match op:
+        case InputOp():
+            return np.full(w, op.integer is not None)
+        case EmbeddingOp():
+            return _is_int(_prop(op, "table")).all(axis=0)
+        case PosEncodingOp():
+            return np.arange(w) < 2  # i and i*i
+        case LiteralOp():
+            return _is_int(_prop(op, "value"))
+        case LinearOp():
+            return _affine_integer(ins[0], _prop(op, "weight"), _opt_prop(op, "bias"))
+        case ReluOp() | AfterOp():
+            return ins[0].copy()
+        case AddOp():
+            return ins[0] & ins[1]
+        case ConcatOp():
+            return np.concatenate(ins)
+        case SliceOp():
+            s = op.start.value.data
+            return ins[0][s:s + w].copy()
+        case MlpOp():
+            hidden = _affine_integer(ins[0], _prop(op, "w1"), _opt_prop(op, "b1"))
+            return _affine_integer(hidden, _prop(op, "w2"), _opt_prop(op, "b2"))
+        case CompareOp():
+            return np.ones(w, dtype=bool)  # the oracle's compare is -1 or +1
+        case SelectOp():
+            return ins[1] & ins[2]
+        case ClampOp():
+            bounds = _is_int(np.array([op.lo.value.data, op.hi.value.data])).all()
+            return ins[0] & bounds
+        case PiecewiseLinearOp():
+            # Integer at integer x when every breakpoint, value and slope is an integer and
+            # the ends are flat (they are: the table is constant beyond its breakpoints).
+            bp, v = _prop(op, "breakpoints"), _prop(op, "values")
+            slopes = np.diff(v, axis=0) / np.diff(bp)[:, None] if bp.size > 1 else v[:0]
+            ok = bool(ins[0][0]) and _is_int(bp).all()
+            return ok & _is_int(v).all(axis=0) & _is_int(slopes).all(axis=0)
+    return np.zeros(w, dtype=bool)  # attn averages, 2-d tables interpolate: not known
+
+
+def integer_components(graph: GraphOp | ModuleOp, name: str = "main") -> dict[SSAValue, np.ndarray]:
+    """value -> bool array per component: True where every admissible run gives an integer
+    (inputs declared `integer`, integer embedding tables, positions, integer weights...).
+    One walk over the block."""
+    g = find_graph(graph, name) if not isinstance(graph, GraphOp) else graph
+    known: dict[SSAValue, np.ndarray] = {}
+    for op in g.block.ops:
+        if isinstance(op, OutputOp) or not op.results:
+            continue
+        known[op.results[0]] = op_integer(op, [known[v] for v in op.operands])
+    return known
