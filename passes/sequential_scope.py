@@ -14,22 +14,43 @@ and which becomes readable only when its dependencies are. Values are unchanged.
 
 Options:
   `batch-size=K`     gate iteration i on iteration i-K (K >= 1; K >= #iterations gates nothing).
-  `batch-size=auto`  (default) K = clamp(d // (headroom * peak), 2, #iterations - 1), where `d` is
-                     the residual width (option `d`), `headroom` a safety factor (option, default
-                     1: the lowering keeps an admission reserve, so in-flight chains cannot
-                     deadlock and the seed's factor 4 only costs depth; see docs/passes.md) and `peak` the peak intermediate width of one
-                     iteration: the largest total width of the iteration's non-view values alive
-                     at once, with lifetimes taken from critical-path slots (a value lives from
-                     its own slot to its last reader's, following reads through free views,
-                     clipped to the iteration's span). K=1 would serialise the loop and a K near
-                     the natural in-flight count lets wide intermediates fill the residual
-                     stream, hence the clamp; a loop of fewer than 3 iterations is not gated.
-  `d`                residual stream width the auto rule budgets for (default 256).
-  `headroom`         divisor of the auto rule (default 1). The rule only sizes K; sweeping K
-                     finds the optimum (bench/passes_effect.py records one sweep).
+  `batch-size=auto`  (default) choose K per loop by scheduling: each candidate is applied to a
+                     copy of the graph and scheduled with the lowering's own scheduler on the
+                     machine `d`/`d-head`/`d-hidden`; the fewest layers wins, ties going to
+                     the fewest constraints (ungated first, then the largest K). Candidates:
+                     ungated, the rule's K (below), clamp(d // (h * peak)) for h in 1, 2, 4,
+                     and 2, 3, 4, 6, 8, 12, 16, 24, ... below #iterations. A candidate whose
+                     schedule stalls on residual width counts as infinitely bad; if every
+                     candidate stalls, K=1 is tried, and if that stalls too the rule's K is
+                     kept (the lowering then reports the stall). Gating only adds ordering
+                     edges, so it can only help where the greedy scheduler stalls or plateaus;
+                     where ungated is as good, auto adds no gate. Loops are searched one at a
+                     time in order of first appearance, the loops not yet decided ungated and
+                     the ones decided at their choice. A candidate whose critical-path floor
+                     already reaches the best layers found is not scheduled (it could at best
+                     tie), and once the ungated schedule meets its floor the search stops.
+                     Budget: each trial costs the graph's op count out of `search-budget`
+                     (op-schedules per graph); when it runs out, the loop keeps the best K
+                     found so far, and a loop not searched at all (budget spent, or a graph
+                     that does not lower on its own: an op wider than the machine) takes the
+                     rule's K. A loop already gated (the pass ran before) is left as it is.
+                     The rule: K = clamp(d // (headroom * peak), 2, #iterations - 1), where
+                     `peak` is the peak intermediate width of one iteration: the largest total
+                     width of the iteration's non-view values alive at once, with lifetimes
+                     taken from critical-path slots (a value lives from its own slot to its
+                     last reader's, following reads through free views, clipped to the
+                     iteration's span). K=1 would serialise the loop and a K near the natural
+                     in-flight count lets wide intermediates fill the residual stream, hence
+                     the clamp; the rule gates no loop of fewer than 3 iterations.
+  `d`, `d-head`, `d-hidden`  the machine auto schedules for (defaults 256, 16 and 0 = 4 * d, as
+                     `lower-to-transformer`); give the ones you compile with.
+  `headroom`         divisor of the rule (default 1; the seed's rule of thumb is 4).
+  `search-budget`    op-schedules auto may spend per graph (default 20000, a few seconds;
+                     0: the rule alone).
 
 Scopes are told apart by name: two loops built with the same name are reported, not merged.
-Running the pass twice adds no second gate.
+Running the pass twice adds no second gate. The output depends only on the input and the
+options (the scheduler is deterministic), so the same input gives byte-identical IR.
 """
 
 from __future__ import annotations
@@ -65,6 +86,9 @@ class SequentialScopeError(ValueError):
         self.op = op
 
 
+SEARCH_BUDGET = 20_000  # op-schedules per graph (ops x trials); a few seconds at most
+
+
 @dataclass(frozen=True)
 class SequentialScopePass(ModulePass):
     """Route each iteration's entry reads through `tw.after` on the terminal K iterations back."""
@@ -73,21 +97,32 @@ class SequentialScopePass(ModulePass):
 
     batch_size: int | str = "auto"
     d: int = 256
+    d_head: int = 16
+    d_hidden: int = 0  # 0: 4 * d
     headroom: int = 1
+    search_budget: int = SEARCH_BUDGET
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if isinstance(self.batch_size, str):
             if self.batch_size != "auto":
                 raise ValueError(f"sequential-scope: batch-size must be an integer or 'auto', "
                                  f"got {self.batch_size!r}")
-            if self.d < 1 or self.headroom < 1:
-                raise ValueError(f"sequential-scope: d and headroom must be positive, got "
-                                 f"d={self.d} headroom={self.headroom}")
+            if self.d < 1 or self.headroom < 1 or self.d_head < 1:
+                raise ValueError(f"sequential-scope: d, d-head and headroom must be positive, "
+                                 f"got d={self.d} d-head={self.d_head} headroom={self.headroom}")
+            if self.d_hidden < 0 or self.search_budget < 0:
+                raise ValueError(f"sequential-scope: d-hidden and search-budget must be >= 0, "
+                                 f"got d-hidden={self.d_hidden} "
+                                 f"search-budget={self.search_budget}")
+            if self.search_budget and self.d % self.d_head:
+                raise ValueError(f"sequential-scope: d={self.d} must be a multiple of "
+                                 f"d-head={self.d_head}")
         elif self.batch_size < 1:
             raise ValueError(f"sequential-scope: batch-size must be at least 1, got "
                              f"{self.batch_size}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            gate_graph(graph, self.batch_size, self.d, self.headroom)
+            gate_graph(graph, self.batch_size, self.d, self.headroom, self.d_head,
+                       self.d_hidden, self.search_budget)
 
 
 @dataclass
@@ -177,25 +212,158 @@ def auto_batch_size(n_iterations: int, d: int, peak: int, headroom: int = 1) -> 
     return max(2, min(n_iterations - 1, k))
 
 
-def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256,
-               headroom: int = 1) -> dict[str, int]:
+def candidate_batch_sizes(n_iterations: int, d: int, peak: int, headroom: int = 1) -> list[int]:
+    """What auto tries, in tie-break order: 0 (ungated) first, then K from largest to smallest:
+    the rule's K, clamp(d // (h * peak)) for h in 1, 2, 4, and the steps of ratio ~1.5 below
+    #iterations: 2, 3, 4, 6, 8, 12, 16, 24, ... (K=1, which serialises, only as the last
+    resort; see `choose_batch_sizes`)."""
+    if n_iterations < 2:
+        return [0]
+    ks = {m << i for i in range(n_iterations.bit_length()) for m in (2, 3)
+          if (m << i) < n_iterations}
+    if n_iterations >= 3:
+        ks.add(auto_batch_size(n_iterations, d, peak, headroom))
+        ks.update(auto_batch_size(n_iterations, d, peak, h) for h in (1, 2, 4))
+    return [0] + sorted(ks, reverse=True)
+
+
+@dataclass
+class Choice:
+    """How auto sized one loop: the K chosen, the rule's K, the peak width, the layers of every
+    candidate scheduled (None: it stalled) and the floor of every candidate skipped because
+    its critical-path floor already reached the best layers found; `searched` is False where
+    the rule decided."""
+
+    k: int
+    rule_k: int
+    peak: int
+    n_iterations: int
+    layers: dict[int, int | None]
+    pruned: dict[int, int]
+    searched: bool
+
+
+def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: int = 16,
+                       d_hidden: int = 0, search_budget: int = SEARCH_BUDGET,
+                       scopes: list[Scope] | None = None) -> dict[str, Choice]:
+    """Size every loop of `graph` for `batch-size=auto` (see the module docstring); the graph
+    is not modified (candidates are scheduled on copies)."""
+    scopes = find_scopes(graph) if scopes is None else scopes
+    if not scopes:
+        return {}
+    slots = critical_path(graph).slots
+    reads = last_reads(graph, slots)
+    n_ops = len(graph.block.ops)
+    budget = search_budget
+    lowers = True  # False once the graph fails for a reason gating cannot fix
+    decided: dict[str, int] = {}
+    out: dict[str, Choice] = {}
+    for scope in scopes:
+        n = len(scope.indices)
+        peak = peak_width(scope, slots, reads)
+        rule_k = auto_batch_size(n, d, peak, headroom) if n >= 3 else 0
+        choice = out[scope.name] = Choice(rule_k, rule_k, peak, n, {}, {}, False)
+        if _already_gated(scope):
+            choice.k = 0  # the pass ran before: add nothing
+            continue
+        cands = candidate_batch_sizes(n, d, peak, headroom)
+        if not lowers or n < 2 or budget < n_ops:
+            decided[scope.name] = choice.k
+            continue
+        choice.searched = True
+        best: int | None = None
+        for k in cands + [1]:
+            if k == 1 and best is not None:
+                break  # K=1 serialises: only when every other candidate stalls
+            if budget < n_ops:
+                break  # out of budget: the best so far, or the rule if none scheduled
+            budget -= n_ops
+            bound = None if best is None else choice.layers[best]
+            trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
+            if trial.unlowerable:
+                lowers = choice.searched = False
+                break
+            if trial.layers is None and trial.floor is not None:  # pruned
+                choice.pruned[k] = trial.floor
+                continue
+            choice.layers[k] = trial.layers
+            if trial.layers is not None and (bound is None or trial.layers < bound):
+                best = k
+                if k == 0 and trial.layers == trial.floor:
+                    break  # ungated at its floor: gating only adds constraints
+        if best is not None:
+            choice.k = best
+        decided[scope.name] = choice.k
+    return out
+
+
+@dataclass
+class _Trial:
+    layers: int | None = None  # None: stalled, or pruned (then floor is set)
+    floor: int | None = None  # the critical-path floor, when computed
+    unlowerable: bool = False
+
+
+def _trial(graph: GraphOp, ks: dict[str, int], d: int, d_head: int, d_hidden: int,
+           bound: int | None) -> _Trial:
+    """Schedule `graph` gated per `ks` on a copy. Not scheduled (pruned) when its critical-path
+    floor is at least `bound`: it could at best tie, and ties go to the earlier candidate."""
+    from lowering import prepare
+    from lowering.machine import GeometryError, Machine
+    from lowering.schedule import ResidualStall, schedule
+    from lowering.tasks import LoweringError, TaskGraph
+
+    copy = graph.clone()
+    _apply(copy, ks)
+    copy = _only_graph(prepare(ModuleOp([copy])))
+    if bound is not None:
+        floor = critical_path(copy).n_layers
+        if floor >= bound:
+            return _Trial(floor=floor)
+    try:
+        sched = schedule(TaskGraph(copy), Machine(d, d_head, d_hidden or 4 * d), suggest=False)
+        return _Trial(sched.n_layers, sched.floor)
+    except ResidualStall:
+        return _Trial()
+    except (GeometryError, LoweringError):
+        return _Trial(unlowerable=True)
+
+
+def _only_graph(module: ModuleOp) -> GraphOp:
+    return next(g for g in module.body.block.ops if isinstance(g, GraphOp))
+
+
+def _already_gated(scope: Scope) -> bool:
+    """Some iteration already reads through a tw.after on a terminal of this scope."""
+    terminals = set(scope.terminals.values())
+    for it in scope.indices:
+        for op in scope.ops[it]:
+            for v in op.operands:
+                if isinstance(v.owner, AfterOp) and any(t in terminals for t in v.owner.deps):
+                    return True
+    return False
+
+
+def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256, headroom: int = 1,
+               d_head: int = 16, d_hidden: int = 0,
+               search_budget: int = SEARCH_BUDGET) -> dict[str, int]:
     """Gate every scope of `graph`; returns {scope name: K used} (K == 0: not gated)."""
     scopes = find_scopes(graph)
     if not scopes:
         return {}
-    chosen: dict[str, int] = {}
     if batch_size == "auto":
-        slots = critical_path(graph).slots
-        reads = last_reads(graph, slots)
+        choices = choose_batch_sizes(graph, d, headroom, d_head, d_hidden, search_budget, scopes)
+        chosen = {name: c.k for name, c in choices.items()}
+    else:
+        chosen = {s.name: int(batch_size) if batch_size < len(s.indices) else 0 for s in scopes}
+    _apply(graph, chosen, scopes)
+    return chosen
+
+
+def _apply(graph: GraphOp, ks: dict[str, int], scopes: list[Scope] | None = None) -> None:
     gates = 0
-    for scope in scopes:
-        n = len(scope.indices)
-        if batch_size == "auto":
-            peak = peak_width(scope, slots, reads)
-            k = auto_batch_size(n, d, peak, headroom) if n >= 3 else 0
-        else:
-            k = int(batch_size) if batch_size < n else 0
-        chosen[scope.name] = k
+    for scope in find_scopes(graph) if scopes is None else scopes:
+        k = ks.get(scope.name, 0)
         if k:
             gates += _gate_scope(scope, k)
     if gates and first_use_before_def(graph.block) is not None:
@@ -205,7 +373,6 @@ def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256,
             raise SequentialScopeError(
                 f"@{graph.sym_name.data}: gating creates a cycle: an iteration's terminal "
                 "depends on a later iteration of the same scope") from None
-    return chosen
 
 
 def _gate_scope(scope: Scope, k: int) -> int:
@@ -232,5 +399,6 @@ def _gate_scope(scope: Scope, k: int) -> int:
     return gates
 
 
-__all__ = ["SequentialScopePass", "SequentialScopeError", "auto_batch_size", "find_scopes",
-           "gate_graph", "peak_width"]
+__all__ = ["SequentialScopePass", "SequentialScopeError", "Choice", "auto_batch_size",
+           "candidate_batch_sizes", "choose_batch_sizes", "find_scopes", "gate_graph",
+           "peak_width"]

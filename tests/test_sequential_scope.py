@@ -13,6 +13,8 @@ from passes import PipelineError, run_pipeline
 from passes.sequential_scope import (
     SequentialScopeError,
     auto_batch_size,
+    candidate_batch_sizes,
+    choose_batch_sizes,
     find_scopes,
     gate_graph,
     last_reads,
@@ -130,14 +132,14 @@ def test_auto_peak_width_counts_live_intermediates():
     (scope,) = find_scopes(g)
     # Two wide mlp results are live at once (one read while the next is written).
     assert peak_width(scope, slots, last_reads(g, slots)) == 16
-    assert gate_graph(g, "auto", d=64) == {"loop": 64 // 16}
+    assert gate_graph(g, "auto", d=64, search_budget=0) == {"loop": 64 // 16}  # the rule
 
 
-def test_auto_gates_with_the_chosen_k():
+def test_rule_gates_with_its_k():
     # Peak 9: the 8-wide mlp result is still read while the scalar terminal is written.
-    expected = gate_graph(find_graph(loop(10, wide=8)), "auto", d=32)
+    expected = gate_graph(find_graph(loop(10, wide=8)), "auto", d=32, search_budget=0)
     assert expected == {"loop": 32 // 9}
-    m = check_values(loop(10, wide=8), "sequential-scope{batch-size=auto d=32}")
+    m = check_values(loop(10, wide=8), "sequential-scope{batch-size=auto d=32 search-budget=0}")
     assert_gated(m, 3)
 
 
@@ -252,8 +254,8 @@ def test_random_loops_keep_values_and_are_gated(seed, n_iter, k, depth, carried)
 def test_compiled_wide_loop_auto_ties_ungated_and_beats_serial():
     """16 iterations, each two 16-wide mlps, at d=256: the residual width binds (floor 3). The
     scheduler's admission reserve keeps the ungated loop from deadlocking; K=1 serialises;
-    auto sizes K so that it costs no layer over the ungated schedule; the seed's headroom 4
-    gates too hard."""
+    auto schedules its candidates and keeps the ungated loop; the rule with the seed's
+    headroom 4 gates too hard (as a search seed it costs nothing)."""
     from lowering import compile
 
     module = loop(16, wide=16, depth=2)
@@ -263,9 +265,165 @@ def test_compiled_wide_loop_auto_ties_ungated_and_beats_serial():
     assert ungated.stats.n_layers > ungated.stats.floor  # residual-bound
     serial = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=1}")
     auto = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=auto d=256}")
-    tight = compile(module, d=256, d_head=16,
+    auto4 = compile(module, d=256, d_head=16,
                     pipeline="sequential-scope{batch-size=auto d=256 headroom=4}")
-    assert auto.stats.n_layers <= ungated.stats.n_layers < tight.stats.n_layers
-    assert tight.stats.n_layers < serial.stats.n_layers
-    for ct in (ungated, serial, auto, tight):
+    tight = compile(module, d=256, d_head=16,
+                    pipeline="sequential-scope{batch-size=auto d=256 headroom=4 search-budget=0}")
+    assert auto.stats.n_layers == auto4.stats.n_layers == ungated.stats.n_layers
+    assert ungated.stats.n_layers < tight.stats.n_layers < serial.stats.n_layers
+    for ct in (ungated, serial, auto, auto4, tight):
         np.testing.assert_allclose(ct.run(inputs)["y"], ref, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# batch-size=auto: the search
+# --------------------------------------------------------------------------------------
+
+
+def bulge_loop(n_iter: int, wide: int, seed: int = 0):
+    """`n_iter` independent iterations reading x (width 4): mlp to wide/4, mlp to `wide`, mlp
+    back to wide/4, a linear to a scalar terminal. The wide middle value appears after the
+    iteration is admitted, which is where the greedy scheduler can stall on residual width."""
+    rng = np.random.default_rng(seed)
+    q = wide // 4
+    with tw.Graph("main") as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+
+        def body():
+            h = tw.mlp(x, rng.uniform(-1, 1, (4, q)) / 4, rng.uniform(-0.1, 0.1, q), np.eye(q))
+            h = tw.mlp(h, rng.uniform(-1, 1, (q, wide)) / q, None, np.eye(wide))
+            h = tw.mlp(h, rng.uniform(-1, 1, (wide, q)) / wide, None, np.eye(q))
+            return tw.linear(h, rng.uniform(-1, 1, (q, 1)) / q)
+
+        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
+    return g.module
+
+
+def compiled_layers(module, d: int, pipeline: str | None = None) -> int | None:
+    """Layers of the compiled module, None when the scheduler stalls on residual width."""
+    from lowering import GeometryError, compile
+
+    try:
+        return compile(module, d=d, d_head=16, pipeline=pipeline).stats.n_layers
+    except GeometryError as e:
+        assert "residual width binds" in str(e)
+        return None
+
+
+def test_auto_compiles_where_ungated_stalls_and_beats_every_candidate():
+    """12 iterations at d=128: ungated, the greedy scheduler stalls; the rule's K=3 compiles in
+    15 layers; auto finds K=4 (14 layers), no worse than any candidate, and the values hold."""
+    from lowering import compile
+
+    module = bulge_loop(12, 32)
+    d = 128
+    (choice,) = choose_batch_sizes(find_graph(module), d=d).values()
+    assert compiled_layers(module, d) is None
+    cands = candidate_batch_sizes(12, d, choice.peak)
+    assert 0 in cands and choice.rule_k in cands and choice.k in cands and 1 not in cands
+    layers = {k: compiled_layers(module, d, f"sequential-scope{{batch-size={k}}}")
+              for k in cands + [1] if k}
+    auto = compile(module, d=d, d_head=16, pipeline=f"sequential-scope{{d={d}}}")
+    assert auto.stats.n_layers == layers[choice.k] == choice.layers[choice.k]
+    assert all(v is None or auto.stats.n_layers <= v for v in layers.values()), layers
+    assert auto.stats.n_layers < layers[choice.rule_k]  # the search beats the rule here
+    assert auto.stats.n_layers < layers[1]  # and does not serialise
+    for k, floor in choice.pruned.items():  # skipped only where it could at best tie
+        assert floor >= auto.stats.n_layers and (layers[k] is None or layers[k] >= floor)
+    inputs = sample_inputs(module, 3, 0)
+    np.testing.assert_allclose(auto.run(inputs)["y"], evaluate(module, inputs)["y"], atol=1e-5)
+    m = check_values(bulge_loop(12, 32), f"sequential-scope{{d={d}}}")
+    assert_gated(m, choice.k)
+
+
+def test_auto_falls_back_to_k1_when_every_other_candidate_stalls():
+    module = bulge_loop(3, 64)
+    (choice,) = choose_batch_sizes(find_graph(module), d=96).values()
+    assert choice.layers == {0: None, 2: None, 1: choice.layers[1]} and choice.layers[1]
+    assert choice.k == 1 and choice.rule_k == 2
+    m = check_values(module, "sequential-scope{d=96}")
+    assert_gated(m, 1)
+    assert compiled_layers(m, 96) == choice.layers[1]
+
+
+def test_auto_keeps_the_rule_when_nothing_compiles():
+    module = bulge_loop(4, 128)  # at d=160 even K=1 stalls
+    (choice,) = choose_batch_sizes(find_graph(module), d=160).values()
+    assert set(choice.layers.values()) == {None}
+    assert choice.k == choice.rule_k == 2
+
+
+def test_auto_adds_no_gate_where_ungated_is_optimal():
+    module = bulge_loop(12, 32)
+    d = 512
+    ungated = compiled_layers(module, d)
+    (choice,) = choose_batch_sizes(find_graph(module), d=d).values()
+    assert choice.k == 0 and choice.layers[0] == ungated
+    for k in candidate_batch_sizes(12, d, choice.peak)[1:]:
+        assert compiled_layers(module, d, f"sequential-scope{{batch-size={k}}}") >= ungated
+    m = check_values(module, f"sequential-scope{{d={d}}}")
+    assert not afters(m)
+
+
+def test_auto_on_an_unlowerable_graph_takes_the_rule():
+    # A 64-wide mlp result cannot fit d=32 at all: no K helps, the pass does not fail, the
+    # rule decides and the lowering reports the real problem.
+    module = loop(6, wide=64)
+    (choice,) = choose_batch_sizes(find_graph(module), d=32).values()
+    assert not choice.searched and choice.k == choice.rule_k
+    check_values(module, "sequential-scope{d=32}")
+
+
+def test_auto_search_budget_zero_is_the_rule():
+    module = bulge_loop(12, 32)
+    (choice,) = choose_batch_sizes(find_graph(module), d=128, search_budget=0).values()
+    assert not choice.searched and choice.k == choice.rule_k and not choice.layers
+    m = check_values(module, "sequential-scope{d=128 search-budget=0}")
+    assert_gated(m, choice.rule_k)
+
+
+def test_auto_is_deterministic_and_idempotent():
+    texts = {print_module(run_pipeline(bulge_loop(12, 32), "sequential-scope{d=128}"))
+             for _ in range(2)}
+    assert len(texts) == 1
+    m = run_pipeline(bulge_loop(12, 32), "sequential-scope{d=128}")
+    run_pipeline(m, "sequential-scope{d=128}")
+    assert print_module(m) == texts.pop()
+
+
+def test_auto_searches_two_loops_one_after_the_other():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+        rng = np.random.default_rng(1)
+
+        def body(wide):
+            h = tw.mlp(x, rng.uniform(-1, 1, (4, 8)) / 4, None, np.eye(8))
+            h = tw.mlp(h, rng.uniform(-1, 1, (8, wide)) / 8, None, np.eye(wide))
+            h = tw.mlp(h, rng.uniform(-1, 1, (wide, 8)) / wide, None, np.eye(8))
+            return tw.linear(h, rng.uniform(-1, 1, (8, 1)) / 8)
+
+        a = tw.sequential_scope([lambda: body(32)] * 6, "a")
+        b = tw.sequential_scope([lambda: body(4)] * 6, "b")
+        tw.output("y", tw.concat(a + b))
+    ungated = compiled_layers(g.module, 128)
+    choices = choose_batch_sizes(find_graph(g.module), d=128)
+    assert set(choices) == {"a", "b"} and all(c.searched for c in choices.values())
+    # Loop b is searched with loop a already gated at its choice.
+    assert choices["b"].layers[0] == choices["a"].layers[choices["a"].k]
+    m = check_values(g.module, "sequential-scope{d=128}")
+    assert len(afters(m)) == sum(6 - c.k for c in choices.values() if c.k)
+    best = min(v for v in choices["b"].layers.values() if v is not None)
+    assert compiled_layers(m, 128) == best < ungated  # 9 vs 15: gating pays without a stall
+
+
+def test_auto_searches_through_library_ops():
+    # The trial decomposes its copy (library ops do not lower as they are).
+    with tw.Graph("main") as g:
+        x = tw.input("x", 2, (-1.0, 1.0))
+        ts = tw.sequential_scope(
+            [lambda i=i: tw.clamp(tw.linear(x, [[1.0 + i], [0.5]]), -0.5, 0.5) for i in range(4)],
+            "loop")
+        tw.output("y", tw.concat(ts))
+    (choice,) = choose_batch_sizes(find_graph(g.module), d=64).values()
+    assert choice.searched and choice.layers[0] is not None
+    check_values(g.module, "sequential-scope{d=64}")

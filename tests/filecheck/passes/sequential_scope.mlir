@@ -1,11 +1,13 @@
 // sequential-scope: each entry read of iteration i goes through tw.after on iteration i-K's
 // terminal (an ordering-only edge). K=1 chains every iteration; K=2 lets two run together;
-// K >= #iterations (and auto on a short loop) gates nothing.
+// K >= #iterations gates nothing; auto gates nothing where the ungated schedule is as short as
+// any gated one (here: three narrow iterations), and search-budget=0 keeps the analytic rule.
 // RUN: tw-opt %s -p 'sequential-scope{batch-size=1}' | filecheck %s --check-prefix=K1
 // RUN: tw-opt %s -p 'sequential-scope{batch-size=2}' | filecheck %s --check-prefix=K2
 // RUN: tw-opt %s -p 'sequential-scope{batch-size=3}' | filecheck %s --check-prefix=NONE
 // RUN: tw-opt %s -p 'sequential-scope{batch-size=1},sequential-scope{batch-size=1}' | filecheck %s --check-prefix=K1
-// RUN: tw-opt %s -p 'sequential-scope{batch-size=auto d=64}' | filecheck %s --check-prefix=AUTO
+// RUN: tw-opt %s -p 'sequential-scope{batch-size=auto d=64}' | filecheck %s --check-prefix=NONE
+// RUN: tw-opt %s -p 'sequential-scope{batch-size=auto d=64 search-budget=0}' | filecheck %s --check-prefix=RULE
 
 builtin.module {
   tw.graph @main {
@@ -37,8 +39,8 @@ builtin.module {
 
 // NONE-NOT: tw.after
 
-// Peak width 2 (the 1-wide mlp result is still read while the 1-wide terminal is written)
-// gives K = d / (4 * 2) = 8, clamped to #iterations - 1 = 2.
-// AUTO:     %h1 = tw.mlp %x
-// AUTO:     tw.after %x, (%t0)
-// AUTO-NOT: tw.after
+// The rule: peak width 2 (the 1-wide mlp result is still read while the 1-wide terminal is
+// written) gives K = d / 2 = 32, clamped to #iterations - 1 = 2.
+// RULE:     %h1 = tw.mlp %x
+// RULE:     tw.after %x, (%t0)
+// RULE-NOT: tw.after
