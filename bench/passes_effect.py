@@ -4,6 +4,8 @@
     python bench/passes_effect.py --no-compile    # graph-level figures only
     python bench/passes_effect.py --only balance  # cases whose name contains "balance"
     python bench/passes_effect.py --only NONE --timing-ops 10000 100000   # run time, scaling
+    python bench/passes_effect.py --examples-only                 # the token programs only
+    python bench/passes_effect.py --only example/adder/default    # one program, one pipeline
 
 Each line: {"case", "pipeline", "graph", "before": {...}, "after": {...}, "pass_seconds"}, where
 before/after hold ops (ops in the graph body, outputs excluded), floor (critical-path floor in
@@ -12,11 +14,31 @@ heads, neurons, graph_params and allocated_params. Timing lines: {"timing", "pip
 "ops", "seconds"}.
 
 CASES is a table of (name, pipeline, graph factory, compile geometry); add rows for new passes.
+
+Examples. `--examples-only` runs just the bundled token programs (examples.PROGRAMS), each
+under every pipeline of PIPELINES plus `horizontal-fuse` and `select-tree-to-pwl2d,default`
+(select-tree-to-pwl2d, then the default pipeline), as cases "example/<program>/<pipeline>".
+They compile at the geometry bench/suite.py uses for the program (its d, d_head, d_hidden).
+Graph form: a program's graph is built directly from primitives (embedding, pos_encoding,
+literal, attn, concat, mlp; no library op) and is compiled as built: `compile` without a
+pipeline hands it to the lowering unchanged. So it is already "decomposed" (decompose and
+select-tree-to-pwl2d find nothing to rewrite) and already hand-optimised (each stage is one
+MLP or one layer of heads; layers == floor). Every pass is measured on that built graph, the
+very form the suite compiles; the question is whether a pass still finds anything to gain
+there and keeps the program intact. Exactness: the same random prompts per program
+(--prompts, default 50) are checked with examples.token_program.matches_reference (one
+teacher-forced forward pass per prompt) on the compiled model before and after the pass;
+before/after hold `exact` (fraction right, compiled model) and `oracle_exact` (fraction right
+through the tw interpreter, also in --no-compile mode), and the line's `exact` is true only
+when every prompt is still answered right after the pass (compiled model; the oracle with
+--no-compile).
+Example lines add "program", "geometry" and "prompts"; a pass that raises gives "pass_error".
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -206,6 +228,7 @@ class Case:
     graph: Callable[[], object]
     d: int = 256
     d_head: int = 16
+    program: str = ""  # a bundled token program (examples.PROGRAMS): run_example measures it
 
 
 PIPELINES = {
@@ -251,6 +274,24 @@ for _spec_name, _spec in PIPELINES.items():
     CASES.append(Case(f"{_spec_name}/random_60_x20", _spec, lambda: None))
 CASES.append(Case("default/library_40_x10", DEFAULT_PIPELINE, lambda: None))
 
+# The bundled token programs under every pipeline above, horizontal-fuse, and
+# select-tree-to-pwl2d ahead of the default (it must see selects before decompose lowers them).
+EXAMPLE_PIPELINES = dict(PIPELINES)
+EXAMPLE_PIPELINES["horizontal-fuse"] = "horizontal-fuse"
+EXAMPLE_PIPELINES["select-tree-to-pwl2d,default"] = "select-tree-to-pwl2d," + DEFAULT_PIPELINE
+EXAMPLE_PROMPTS = 50  # random prompts per program for the exactness check
+EXAMPLE_SEED = 2026
+
+
+def example_cases() -> list[Case]:
+    import examples
+
+    return [Case(f"example/{prog}/{spec_name}", spec, lambda: None, program=prog)
+            for prog in examples.PROGRAMS for spec_name, spec in EXAMPLE_PIPELINES.items()]
+
+
+CASES += example_cases()
+
 # Candidate orders measured against the default (docs/passes.md quotes the results).
 ORDER_CANDIDATES = [
     DEFAULT_PIPELINE,
@@ -275,17 +316,22 @@ def graph_figures(module) -> dict:
             "slots": max(cp.ready.values()) + 1 if cp.ready else 0}
 
 
-def compiled_figures(module, d: int, d_head: int) -> dict:
+def compile_with_figures(module, d: int, d_head: int, d_hidden: int | None = None):
+    """(figures, compiled model or None when the lowering refused the graph)."""
     from lowering import compile
 
     try:
-        ct = compile(module, d=d, d_head=d_head)
+        ct = compile(module, d=d, d_head=d_head, d_hidden=d_hidden)
     except Exception as e:  # noqa: BLE001 - report, keep measuring the other cases
-        return {"compile_error": f"{type(e).__name__}: {str(e)[:160]}"}
+        return {"compile_error": f"{type(e).__name__}: {str(e)[:160]}"}, None
     s = ct.stats
     return {"layers": s.n_layers, "heads": int(sum(s.heads_per_layer)),
             "neurons": int(sum(s.neurons_per_layer)), "graph_params": int(s.graph_params),
-            "allocated_params": int(s.allocated_params)}
+            "allocated_params": int(s.allocated_params)}, ct
+
+
+def compiled_figures(module, d: int, d_head: int) -> dict:
+    return compile_with_figures(module, d, d_head)[0]
 
 
 def measure(module, pipeline: str, compiled: bool, d: int, d_head: int) -> dict:
@@ -301,6 +347,74 @@ def measure(module, pipeline: str, compiled: bool, d: int, d_head: int) -> dict:
     return {"before": before, "after": after, "pass_seconds": round(seconds, 4)}
 
 
+def _example_prompts(program, n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [program.sample(rng) for _ in range(n)]
+
+
+def _example_figures(program, prompts: list[str], compiled: bool) -> dict:
+    """Graph (and compiled) figures of program.module as it is now, with the fraction of
+    `prompts` answered exactly by the oracle and by the compiled model."""
+    from examples.token_program import matches_reference, oracle_runner
+
+    fig = graph_figures(program.module)
+    oracle = oracle_runner(program)
+    fig["oracle_exact"] = _fraction(program, prompts, oracle, matches_reference)
+    if compiled:
+        geo = program.geometry
+        figures, ct = compile_with_figures(program.module, geo.d, geo.d_head, geo.d_hidden)
+        fig.update(figures)
+        fig["exact"] = 0.0 if ct is None else \
+            _fraction(program, prompts, ct.run, matches_reference)
+    return fig
+
+
+def _fraction(program, prompts, runner, check) -> float:
+    ok = 0
+    for q in prompts:
+        try:
+            ok += bool(check(program, q, runner))
+        except Exception:  # noqa: BLE001 - a model that cannot run a prompt got it wrong
+            pass
+    return round(ok / len(prompts), 4) if prompts else 1.0
+
+
+@functools.cache
+def _example_before(name: str, compiled: bool, n_prompts: int, seed: int) -> dict:
+    """The unchanged program's figures (the same for every pipeline: measured once)."""
+    import examples
+
+    program = examples.load(name)
+    return _example_figures(program, _example_prompts(program, n_prompts, seed), compiled)
+
+
+def run_example(name: str, pipeline: str, compiled: bool = True,
+                n_prompts: int = EXAMPLE_PROMPTS, seed: int = EXAMPLE_SEED) -> dict:
+    """Figures of token program `name` before and after `pipeline` (a spec or a key of
+    EXAMPLE_PIPELINES), on its graph as built, compiled at the suite's geometry, with the
+    exactness check on `n_prompts` random prompts (see the module docstring)."""
+    import examples
+
+    spec = EXAMPLE_PIPELINES.get(pipeline, pipeline)
+    program = examples.load(name)
+    geo = program.geometry
+    prompts = _example_prompts(program, n_prompts, seed)
+    row = {"program": name, "prompts": n_prompts,
+           "geometry": {"d": geo.d, "d_head": geo.d_head, "d_hidden": geo.d_hidden},
+           "before": dict(_example_before(name, compiled, n_prompts, seed))}
+    t0 = time.perf_counter()
+    try:
+        run_pipeline(program.module, spec)
+    except Exception as e:  # noqa: BLE001 - a pass that fails on a program is a finding
+        row.update({"pass_error": f"{type(e).__name__}: {str(e)[:160]}", "after": {},
+                    "pass_seconds": round(time.perf_counter() - t0, 4), "exact": False})
+        return row
+    row["pass_seconds"] = round(time.perf_counter() - t0, 4)
+    row["after"] = after = _example_figures(program, prompts, compiled)
+    row["exact"] = after.get("exact" if compiled else "oracle_exact") == 1.0
+    return row
+
+
 def _sum_dicts(rows: list[dict]) -> dict:
     out: dict = {}
     for row in rows:
@@ -313,6 +427,8 @@ def _sum_dicts(rows: list[dict]) -> dict:
 
 
 def run_case(case: Case, compiled: bool) -> dict:
+    if case.program:
+        return run_example(case.program, case.pipeline, compiled)
     if case.name.endswith("_x20") or case.name.endswith("_x10"):
         # Aggregates over seeds: sums of every figure.
         count = 20 if case.name.endswith("_x20") else 10
@@ -351,6 +467,10 @@ def main(argv=None) -> None:
     ap.add_argument("--timing-ops", type=int, nargs="*", default=[],
                     help="also time each pass on layered graphs of these sizes (e.g. 10000 100000)")
     ap.add_argument("--orders-only", action="store_true", help="skip the case table")
+    ap.add_argument("--examples-only", action="store_true",
+                    help="only the bundled token programs (cases example/<program>/<pipeline>)")
+    ap.add_argument("--prompts", type=int, default=EXAMPLE_PROMPTS,
+                    help="random prompts per program for the examples' exactness check")
     ap.add_argument("--orders", action="store_true",
                     help="also compare candidate pipeline orders on the synthetic graphs")
     args = ap.parse_args(argv)
@@ -358,8 +478,11 @@ def main(argv=None) -> None:
     for case in [] if args.orders_only else CASES:
         if args.only and args.only not in case.name:
             continue
+        if args.examples_only and not case.program:
+            continue
         row = {"case": case.name, "pipeline": case.pipeline}
-        row.update(run_case(case, compiled))
+        row.update(run_example(case.program, case.pipeline, compiled, args.prompts)
+                   if case.program else run_case(case, compiled))
         print(json.dumps(row, sort_keys=True), flush=True)
     if args.orders or args.orders_only:
         for spec in ORDER_CANDIDATES:
