@@ -29,8 +29,11 @@ Options:
                      the ones decided at their choice. A candidate whose critical-path floor
                      already reaches the best layers found is not scheduled (it could at best
                      tie), and once the ungated schedule meets its floor the search stops.
-                     Budget: each trial costs the graph's op count out of `search-budget`
-                     (op-schedules per graph); when it runs out, the loop keeps the best K
+                     Budget: a trial on a graph of N ops costs N * max(1, N / 1000) out of
+                     `search-budget` (the scheduler's time per op grows with the graph, about
+                     0.1 ms at 10^2 ops, 0.4 ms at 5x10^3, 1 ms at 2x10^4; by default a
+                     graph of up to ~1000 ops gets about 20 trials, one past ~4400 ops the
+                     rule alone); when it runs out, the loop keeps the best K
                      found so far, and a loop not searched at all (budget spent, or a graph
                      that does not lower on its own: an op wider than the machine) takes the
                      rule's K. A loop already gated (the pass ran before) is left as it is.
@@ -86,7 +89,8 @@ class SequentialScopeError(ValueError):
         self.op = op
 
 
-SEARCH_BUDGET = 20_000  # op-schedules per graph (ops x trials); a few seconds at most
+SEARCH_BUDGET = 20_000  # op-schedules per graph; a few seconds at most
+TRIAL_OPS = 1000  # a trial of N ops costs N * max(1, N / TRIAL_OPS) (the scheduler is superlinear)
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,7 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
     slots = critical_path(graph).slots
     reads = last_reads(graph, slots)
     n_ops = len(graph.block.ops)
+    cost = max(n_ops, n_ops * n_ops // TRIAL_OPS)  # one trial, in op-schedules
     budget = search_budget
     lowers = True  # False once the graph fails for a reason gating cannot fix
     decided: dict[str, int] = {}
@@ -267,7 +272,7 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
             choice.k = 0  # the pass ran before: add nothing
             continue
         cands = candidate_batch_sizes(n, d, peak, headroom)
-        if not lowers or n < 2 or budget < n_ops:
+        if not lowers or n < 2 or budget < cost:
             decided[scope.name] = choice.k
             continue
         choice.searched = True
@@ -275,9 +280,9 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
         for k in cands + [1]:
             if k == 1 and best is not None:
                 break  # K=1 serialises: only when every other candidate stalls
-            if budget < n_ops:
+            if budget < cost:
                 break  # out of budget: the best so far, or the rule if none scheduled
-            budget -= n_ops
+            budget -= cost
             bound = None if best is None else choice.layers[best]
             trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
             if trial.unlowerable:

@@ -221,6 +221,9 @@ def test_gate_cycle_is_reported():
     ("sequential-scope{batch-size=0}", "at least 1"),
     ("sequential-scope{batch-size=\"fast\"}", "integer or 'auto'"),
     ("sequential-scope{d=0}", "positive"),
+    ("sequential-scope{d-head=0}", "positive"),
+    ("sequential-scope{d=100}", "multiple of d-head=16"),
+    ("sequential-scope{search-budget=-1}", ">= 0"),
 ])
 def test_bad_options_are_reported(spec, message):
     with pytest.raises((ValueError, PipelineError), match=message):
@@ -380,6 +383,17 @@ def test_auto_search_budget_zero_is_the_rule():
     assert not choice.searched and choice.k == choice.rule_k and not choice.layers
     m = check_values(module, "sequential-scope{d=128 search-budget=0}")
     assert_gated(m, choice.rule_k)
+
+
+def test_auto_budget_caps_the_trials():
+    g = find_graph(bulge_loop(12, 32))
+    n_ops = len(g.block.ops)  # 51 ops: a trial costs 51
+    (few,) = choose_batch_sizes(g, d=128, search_budget=n_ops - 1).values()
+    assert not few.searched and few.k == few.rule_k == 3
+    (two,) = choose_batch_sizes(g, d=128, search_budget=2 * n_ops).values()
+    assert two.layers == {0: None, 8: 25} and two.k == 8  # the best of what it could afford
+    (full,) = choose_batch_sizes(g, d=128).values()
+    assert full.k == 4 and len(full.layers) + len(full.pruned) == 6
 
 
 def test_auto_is_deterministic_and_idempotent():
