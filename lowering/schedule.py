@@ -166,7 +166,7 @@ class _Columns:
 def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
     """Place every task; on a residual-width stall the error names the smallest d that fits."""
     try:
-        return _schedule(tg, machine, max_stall)
+        return _schedule_twice(tg, machine, max_stall)
     except ResidualStall as e:
         if not suggest:
             raise
@@ -186,7 +186,7 @@ def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> i
 
     def fits(d: int) -> bool:
         try:
-            _schedule(tg, dataclasses.replace(machine, d=d), max_stall)
+            _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
             return True
         except GeometryError:
             return False
@@ -212,7 +212,16 @@ def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> i
     return hi_k * step
 
 
-def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
+def _schedule_twice(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule:
+    """The light admission reserve first; if the residual stalls, the full one (see below)."""
+    try:
+        return _schedule(tg, machine, max_stall)
+    except ResidualStall:
+        return _schedule(tg, machine, max_stall, full_reserve=True)
+
+
+def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
+              full_reserve: bool = False) -> Schedule:
     check_fits(tg, machine)
     cp = critical_path(tg.graph)
     last_slot = max([s for op, s in cp.slots.items()] + [-1])
@@ -264,12 +273,21 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
         if needed[t.tid] and not t.waits:
             pending.setdefault(0, []).append(t.tid)
 
-    # Admission reserve, under residual pressure: a task that grows the live set may not eat
-    # into the last `reserve` columns; tasks that free at least what they take may. So some
-    # in-flight chain can always take its next step, and greedy admission of many wide chains
-    # cannot deadlock. (With room to spare it would only delay work.)
-    reserve = min(max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0]),
-                  machine.free_columns // 2)
+    # Admission reserve: a task that starts new work (it retires no computed operand, e.g.
+    # the first step of another loop iteration) may not eat into the last `reserve` columns;
+    # a task that advances work in flight (it retires a computed operand) may, even when its
+    # output is wider than what it retires. So in-flight chains keep room for their next
+    # steps, and greedy admission of many wide chains does not deadlock.
+    # The light reserve (half the width at most, only under 25% free) barely delays work at
+    # generous widths; when it still stalls, the full reserve (the widest output, anywhere)
+    # is tried before the width is declared too small.
+    widest = max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0])
+    if full_reserve:
+        reserve, pressure = min(widest, machine.free_columns), machine.free_columns
+    else:
+        reserve = min(widest, machine.free_columns // 2)
+        pressure = PRESSURE * machine.free_columns
+    source_groups = set(tg.sources)
     heaps: dict[str, list[tuple[int, int, int]]] = {ATTN: [], MLP: [], EITHER: []}
     n_todo = sum(needed)
     s = 0
@@ -302,8 +320,8 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> Schedule:
             free_after = len(columns.free) + columns.dirty_width - need_cols
             if reclaim is None or (
                     need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
-                    and free_after < reserve and free_after < PRESSURE * machine.free_columns
-                    and _net_columns(tg, t, cols, readers_left) > 0):
+                    and free_after < reserve and free_after < pressure
+                    and not _advances(tg, t, readers_left, source_groups)):
                 heapq.heappush(heaps[t.kind], entry)
                 continue
             if attention:
@@ -395,6 +413,12 @@ def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph):
         plan.append(g)
         got += tg.groups[g].width
     return plan, sum(tg.groups[g].width for g in plan)
+
+
+def _advances(tg: TaskGraph, t: Task, readers_left, source_groups: set[int]) -> bool:
+    """Whether the task is the last reader of a computed (non-source) operand."""
+    return any(g != POS_GROUP and readers_left[g] == 1 and g not in source_groups
+               and not tg.groups[g].is_output for g in t.reads)
 
 
 def _net_columns(tg: TaskGraph, t: Task, cols, readers_left) -> int:

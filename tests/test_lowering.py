@@ -2,10 +2,14 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lowering import GeometryError, compile
+from lowering.machine import Machine
+from lowering.schedule import schedule
+from lowering.tasks import TaskGraph
+from twdialect.interp import find_graph
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.random_graphs import random_graph, sample_inputs
@@ -21,12 +25,16 @@ def assert_matches(ct, module, feeds, atol=1e-4):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), n_ops=st.integers(1, 30))
+@example(seed=1885, n_ops=17)
 def test_random_primitive_graphs_match_oracle(seed, n_ops):
     module = random_graph(seed, n_ops, library=False, embedding=seed % 2 == 0)
     ct = compile(module, d=96, d_head=8, d_hidden=256)
     assert_matches(ct, module, sample_inputs(module, 6, seed))
-    # Generous width: the greedy scheduler stays within 1.25x of the critical-path floor.
-    assert ct.stats.n_layers <= 1.25 * ct.stats.floor + 1e-9
+    # At a width where the residual never binds, the greedy scheduler stays within 1.25x of
+    # the critical-path floor. (d=96 binds for some graphs: seed 1885 takes 4 layers at d=96
+    # and 2, its floor, from d=128 on.)
+    generous = schedule(TaskGraph(find_graph(module)), Machine(512, 8, 1024), suggest=False)
+    assert generous.n_layers <= 1.25 * generous.floor + 1e-9
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,3 +217,30 @@ def test_sweep_random_graphs_exact_and_near_floor():
         ct = compile(module, d=96, d_head=8, d_hidden=256)
         assert_matches(ct, module, sample_inputs(module, 6, seed))
         assert ct.stats.n_layers <= 1.25 * ct.stats.floor, (seed, n_ops)
+
+
+def bulging_loop(n_iter: int, wide: int, d_in: int = 4, seed: int = 0):
+    """Independent iterations x -> wide/4 -> wide -> wide/4 -> scalar: narrow to admit, wide
+    in the middle (the shape on which greedy admission used to deadlock the residual)."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph() as g:
+        x = tw.input("x", d_in, (-1.0, 1.0))
+        outs = []
+        for _ in range(n_iter):
+            h = x
+            for a, b in ((d_in, wide // 4), (wide // 4, wide), (wide, wide // 4)):
+                h = tw.mlp(h, rng.uniform(-1, 1, (a, b)) / a, rng.uniform(-0.1, 0.1, b), np.eye(b))
+            outs.append(tw.linear(h, rng.uniform(-1, 1, (wide // 4, 1))))
+        tw.output("y", tw.concat(*outs))
+    return g.module
+
+
+@pytest.mark.parametrize("n_iter, wide, d", [(8, 64, 128), (12, 128, 256), (8, 128, 256)])
+def test_wide_middle_chains_do_not_deadlock_the_residual(n_iter, wide, d):
+    """Each iteration holds wide/4 columns once started and needs `wide` more for its middle
+    step. Admitting every iteration at once leaves no room for any middle step; the admission
+    reserve keeps room for in-flight chains (retried with the full reserve after a stall)."""
+    module = bulging_loop(n_iter, wide)
+    ct = compile(module, d=d, d_head=16)
+    assert_matches(ct, module, sample_inputs(module, 4, 0))
+    assert max(ct.stats.occupancy_per_layer) <= d

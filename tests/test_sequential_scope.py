@@ -313,22 +313,23 @@ def compiled_layers(module, d: int, pipeline: str | None = None) -> int | None:
         return None
 
 
-def test_auto_compiles_where_ungated_stalls_and_beats_every_candidate():
-    """12 iterations at d=128: ungated, the greedy scheduler stalls; the rule's K=3 compiles in
-    15 layers; auto finds K=4 (14 layers), no worse than any candidate, and the values hold."""
+def test_auto_beats_ungated_the_rule_and_k1_and_no_candidate_does_better():
+    """12 iterations with a wide middle step at d=128: auto's K compiles in fewer layers than
+    ungated, the rule's K and K=1, and no candidate does better; the values hold."""
     from lowering import compile
 
     module = bulge_loop(12, 32)
     d = 128
     (choice,) = choose_batch_sizes(find_graph(module), d=d).values()
-    assert compiled_layers(module, d) is None
+    ungated = compiled_layers(module, d)
     cands = candidate_batch_sizes(12, d, choice.peak)
     assert 0 in cands and choice.rule_k in cands and choice.k in cands and 1 not in cands
     layers = {k: compiled_layers(module, d, f"sequential-scope{{batch-size={k}}}")
               for k in cands + [1] if k}
     auto = compile(module, d=d, d_head=16, pipeline=f"sequential-scope{{d={d}}}")
-    assert auto.stats.n_layers == layers[choice.k] == choice.layers[choice.k]
+    assert choice.k != 0 and auto.stats.n_layers == layers[choice.k] == choice.layers[choice.k]
     assert all(v is None or auto.stats.n_layers <= v for v in layers.values()), layers
+    assert auto.stats.n_layers < ungated
     assert auto.stats.n_layers < layers[choice.rule_k]  # the search beats the rule here
     assert auto.stats.n_layers < layers[1]  # and does not serialise
     for k, floor in choice.pruned.items():  # skipped only where it could at best tie
@@ -339,14 +340,25 @@ def test_auto_compiles_where_ungated_stalls_and_beats_every_candidate():
     assert_gated(m, choice.k)
 
 
-def test_auto_falls_back_to_k1_when_every_other_candidate_stalls():
+def test_auto_falls_back_to_k1_when_every_other_candidate_stalls(monkeypatch):
+    """K=1 serialises, so it is tried only when every other candidate stalls (simulated here:
+    the scheduler's full admission reserve leaves few such loops)."""
+    import passes.sequential_scope as pass_module
+
+    real_trial = pass_module._trial
+
+    def trial(graph, ks, *args):
+        result = real_trial(graph, ks, *args)
+        return result if ks.get("loop") == 1 else pass_module._Trial()  # a stall
+
+    monkeypatch.setattr(pass_module, "_trial", trial)
     module = bulge_loop(3, 64)
     (choice,) = choose_batch_sizes(find_graph(module), d=96).values()
-    assert choice.layers == {0: None, 2: None, 1: choice.layers[1]} and choice.layers[1]
-    assert choice.k == 1 and choice.rule_k == 2
-    m = check_values(module, "sequential-scope{d=96}")
-    assert_gated(m, 1)
-    assert compiled_layers(m, 96) == choice.layers[1]
+    assert set(choice.layers) == {0, choice.rule_k, 1} and choice.layers[1]
+    assert choice.k == 1
+    (choice,) = choose_batch_sizes(find_graph(bulge_loop(12, 32)), d=128).values()
+    assert choice.k == 1 and choice.layers[1] and \
+        all(v is None for k, v in choice.layers.items() if k != 1)
 
 
 def test_auto_keeps_the_rule_when_nothing_compiles():
@@ -391,9 +403,11 @@ def test_auto_budget_caps_the_trials():
     (few,) = choose_batch_sizes(g, d=128, search_budget=n_ops - 1).values()
     assert not few.searched and few.k == few.rule_k == 3
     (two,) = choose_batch_sizes(g, d=128, search_budget=2 * n_ops).values()
-    assert two.layers == {0: None, 8: 25} and two.k == 8  # the best of what it could afford
+    assert len(two.layers) == 2 and 0 in two.layers  # ungated and one more candidate
+    assert two.k == min(two.layers, key=lambda k: (two.layers[k], k != 0, -k))
     (full,) = choose_batch_sizes(g, d=128).values()
-    assert full.k == 4 and len(full.layers) + len(full.pruned) == 6
+    assert len(full.layers) + len(full.pruned) == 6
+    assert full.layers[full.k] <= two.layers[two.k]
 
 
 def test_auto_is_deterministic_and_idempotent():

@@ -1,11 +1,15 @@
 // sequential-scope{batch-size=auto} schedules each candidate K on a copy and keeps the one
-// with the fewest layers. Three iterations, each 4 -> 16 -> 64 -> 16 -> 1: at d=96 the greedy
-// scheduler stalls on residual width ungated and at K=2 (the rule's K), so auto falls back to
-// K=1, which compiles (13 layers); at d=256 the ungated loop is optimal and auto adds no gate.
-// RUN: tw-opt %s -p 'sequential-scope{d=96}' | filecheck %s --check-prefix=K1
-// RUN: tw-opt %s -p 'sequential-scope{d=96},lower-to-transformer{d=96}' | filecheck %s --check-prefix=LAYERS
-// RUN: tw-opt %s -p 'sequential-scope{d=96},sequential-scope{d=96}' | filecheck %s --check-prefix=K1
+// with the fewest layers. Three iterations, each 4 -> 16 -> 64 -> 16 -> 1. At d=144 ungated
+// takes 8 layers and K=1 10; K=2 (iteration 2 waits for iteration 0) takes 7, and auto picks
+// it. At d=96 and d=256 no K beats ungated and auto adds no gate; with search-budget=0 the
+// analytic rule decides (K=2 at d=96).
+// RUN: tw-opt %s -p 'sequential-scope{d=144}' | filecheck %s --check-prefix=K2
+// RUN: tw-opt %s -p 'sequential-scope{d=144},sequential-scope{d=144}' | filecheck %s --check-prefix=K2
+// RUN: tw-opt %s -p 'sequential-scope{d=144},lower-to-transformer{d=144}' | filecheck %s --check-prefix=AUTO
+// RUN: tw-opt %s -p 'lower-to-transformer{d=144}' | filecheck %s --check-prefix=UNGATED
+// RUN: tw-opt %s -p 'sequential-scope{d=144 batch-size=1},lower-to-transformer{d=144}' | filecheck %s --check-prefix=SERIAL
 // RUN: tw-opt %s -p 'sequential-scope{d=96 search-budget=0}' | filecheck %s --check-prefix=RULE
+// RUN: tw-opt %s -p 'sequential-scope{d=96}' | filecheck %s --check-prefix=NONE
 // RUN: tw-opt %s -p 'sequential-scope{d=256}' | filecheck %s --check-prefix=NONE
 
 builtin.module {
@@ -28,16 +32,17 @@ builtin.module {
   }
 }
 
-// K1:      %t0 = tw.linear %c0
-// K1-NEXT: %[[G1:.*]] = tw.after %x, (%t0) : !tw.vec<4>, !tw.vec<1>
-// K1-NEXT: %a1 = tw.mlp %[[G1]]
-// K1:      %t1 = tw.linear %c1
-// K1-NEXT: %[[G2:.*]] = tw.after %x, (%t1) : !tw.vec<4>, !tw.vec<1>
-// K1-NEXT: %a2 = tw.mlp %[[G2]]
-// K1-NOT:  tw.after
+// K2:      %a1 = tw.mlp %x
+// K2:      %[[G:.*]] = tw.after %x, (%t0) : !tw.vec<4>, !tw.vec<1>
+// K2-NEXT: %a2 = tw.mlp %[[G]]
+// K2-NOT:  tw.after
 
-// LAYERS: tw.graph @main
-// LAYERS-SAME: tw.n_layers = 13
+// AUTO: tw.graph @main
+// AUTO-SAME: tw.n_layers = 7
+// UNGATED: tw.graph @main
+// UNGATED-SAME: tw.n_layers = 8
+// SERIAL: tw.graph @main
+// SERIAL-SAME: tw.n_layers = 10
 
 // RULE:     %a1 = tw.mlp %x
 // RULE:     %[[G:.*]] = tw.after %x, (%t0) : !tw.vec<4>, !tw.vec<1>
