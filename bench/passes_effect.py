@@ -9,8 +9,10 @@
 
 Each line: {"case", "pipeline", "graph", "before": {...}, "after": {...}, "pass_seconds"}, where
 before/after hold ops (ops in the graph body, outputs excluded), floor (critical-path floor in
-layers), slots (last sublayer slot of the floor) and, when the lowering is compiled, layers,
-heads, neurons, graph_params and allocated_params. Timing lines: {"timing", "pipeline",
+layers of the graph as it stands: a library op counts its two-chain worst case), slots (last
+sublayer slot of the floor) and, when the lowering is compiled, layers, compiled_floor (the
+floor after decompose, what the lowering measures layers against), heads, neurons,
+graph_params and allocated_params. Timing lines: {"timing", "pipeline",
 "ops", "seconds"}.
 
 CASES is a table of (name, pipeline, graph factory, compile geometry); add rows for new passes.
@@ -177,6 +179,40 @@ def select_tree_depth4():
     return g.module
 
 
+def select_tree_depth4_integer():
+    """The same shape of tree on two integer scalars (inputs declared `integer`, 0..9): the
+    table decomposes to one MLP chain (the integer-lattice form, twdialect/contracts.py)."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 9.0), integer=True)
+        y = tw.input("y", 1, (0.0, 9.0), integer=True)
+        a = tw.select(tw.compare(x, 2.0), tw.linear(x, [[2.0]], [1.0]), tw.literal([3.0]))
+        b = tw.select(tw.compare(y, 3.0), tw.piecewise_linear(y, [1, 4, 6], [0, 2, -1]),
+                      tw.literal([-1.0]))
+        c = tw.select(tw.compare(y, 6.0), a, b)
+        e = tw.select(tw.compare(x, 7.0), c, tw.literal([7.0]))
+        tw.output("d", tw.select(tw.compare(x, 4.0), e,
+                                 tw.linear(tw.concat(x, y), [[1.0], [-0.5]])))
+    return g.module
+
+
+def bulge_loop(n_iter: int = 32, wide: int = 128, seed: int = 0):
+    """32 independent iterations x -> wide/4 -> wide -> wide/4 -> scalar: narrow when admitted,
+    wide in the middle, so admitting many at once crowds the residual stream."""
+    rng = np.random.default_rng(seed)
+    q = wide // 4
+    with tw.Graph() as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+
+        def body():
+            h = tw.mlp(x, rng.uniform(-1, 1, (4, q)) / 4, rng.uniform(-0.1, 0.1, q), np.eye(q))
+            h = tw.mlp(h, rng.uniform(-1, 1, (q, wide)) / q, None, np.eye(wide))
+            h = tw.mlp(h, rng.uniform(-1, 1, (wide, q)) / wide, None, np.eye(q))
+            return tw.linear(h, rng.uniform(-1, 1, (q, 1)) / q)
+
+        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
+    return g.module
+
+
 def wide_loop(n_iter: int = 32, wide: int = 32, depth: int = 3, seed: int = 0):
     """An unrolled loop built with tw.sequential_scope: each iteration runs `depth` mlps of
     width `wide` on x and narrows to a scalar; all iterations are independent."""
@@ -263,12 +299,18 @@ CASES += [
          lambda: scalar_negates(16, shared_input=True), d=64),
     Case("hfuse/attention_family_4", "horizontal-fuse", attention_family, d=64),
     Case("select/depth4_tree_2_scalars", "select-tree-to-pwl2d", select_tree_depth4, d=64),
+    Case("select/depth4_tree_2_integer_scalars", "select-tree-to-pwl2d",
+         select_tree_depth4_integer, d=64),
     Case("scope/loop32_w32_auto", "sequential-scope{batch-size=auto d=1024}", wide_loop, d=1024),
     Case("scope/loop32_w32_auto_headroom2",
          "sequential-scope{batch-size=auto d=1024 headroom=2}", wide_loop, d=1024),
 ]
 CASES += [Case(f"scope/loop32_w32_K{k}", f"sequential-scope{{batch-size={k}}}", wide_loop, d=1024)
           for k in (1, 2, 4, 8, 16, 24, 31)]
+CASES += [Case("scope/loop32_bulge128_auto", "sequential-scope{batch-size=auto d=1024}",
+               bulge_loop, d=1024)]
+CASES += [Case(f"scope/loop32_bulge128_K{k}", f"sequential-scope{{batch-size={k}}}", bulge_loop,
+               d=1024) for k in (1, 4, 8, 16)]
 for _spec_name, _spec in PIPELINES.items():
     CASES.append(Case(f"{_spec_name}/layered_2000", _spec, layered, d=2048, d_head=16))
     CASES.append(Case(f"{_spec_name}/random_60_x20", _spec, lambda: None))
@@ -325,7 +367,7 @@ def compile_with_figures(module, d: int, d_head: int, d_hidden: int | None = Non
     except Exception as e:  # noqa: BLE001 - report, keep measuring the other cases
         return {"compile_error": f"{type(e).__name__}: {str(e)[:160]}"}, None
     s = ct.stats
-    return {"layers": s.n_layers, "heads": int(sum(s.heads_per_layer)),
+    return {"layers": s.n_layers, "compiled_floor": s.floor, "heads": int(sum(s.heads_per_layer)),
             "neurons": int(sum(s.neurons_per_layer)), "graph_params": int(s.graph_params),
             "allocated_params": int(s.allocated_params)}, ct
 
