@@ -198,3 +198,52 @@ def test_depth4_select_tree_layers(integer, layers):
     ct = compile(module, d=64, d_head=16, pipeline="default")
     assert ct.stats.n_layers == layers
     assert np.abs(ct.run(feed)["d"] - ideal).max() <= 1e-4 * (1 + np.abs(ideal).max())
+
+
+def random_integer_tree(seed: int, depth: int, width: int):
+    """A random select tree over compares of two integer inputs x in [-3, 6], y in [0, 7];
+    thresholds are integers and ramps below 1, so no integer lies in a ramp zone."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (-3, 6), integer=True)
+        y = tw.input("y", 1, (0, 7), integer=True)
+        var = {"x": x, "y": y}
+
+        def leaf():
+            kind, name = rng.integers(4), ("x", "y")[rng.integers(2)]
+            if kind == 0:
+                return tw.literal(np.round(rng.uniform(-3, 3, width), 2))
+            if kind == 1:
+                bp = np.unique(np.round(rng.uniform(-4, 8, int(rng.integers(2, 5))), 1))
+                bp = bp if bp.size >= 2 else np.array([0.0, 1.0])
+                return tw.piecewise_linear(var[name], bp, rng.uniform(-2, 2, (bp.size, width)))
+            if kind == 2:
+                return tw.linear(var[name], rng.uniform(-2, 2, (1, width)), rng.uniform(-1, 1, width))
+            return tw.linear(tw.concat(x, y), rng.uniform(-2, 2, (2, width)))
+
+        def node(d):
+            if d == 0:
+                return leaf()
+            name = ("x", "y")[rng.integers(2)]
+            t = float(rng.integers(-2, 7))
+            c = tw.compare(var[name], t, float(rng.choice([0.25, 0.5, 0.9])))
+            return tw.select(c, node(d - 1), node(d - 1))
+
+        tw.output("r", node(depth))
+    return g.module
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 100_000), depth=st.integers(1, 4), width=st.sampled_from([1, 2]))
+def test_random_integer_trees_compile_to_one_layer_and_match_everywhere(seed, depth, width):
+    """On integers the rewrite is exact everywhere (no point lies in a ramp zone), and the
+    table is one MLP layer (its lattice form fits the default neuron budget on this grid)."""
+    module = random_integer_tree(seed, depth, width)
+    feed = lattice_feed((-3, 6), (0, 7))
+    ideal = evaluate(module, feed)["r"]
+    run_pipeline(module, "select-tree-to-pwl2d{max-breakpoints=256}")
+    assert not [op for op in find_graph(module).block.ops if op.name == "tw.select"]
+    ct = compile(module, d=64, d_head=16, pipeline="default")
+    assert len(mlps(run_pipeline(module, "decompose"))) == 1  # these all fit the budget
+    assert ct.stats.n_layers == 1
+    np.testing.assert_allclose(ct.run(feed)["r"], ideal, atol=1e-4 * (1 + np.abs(ideal).max()))
