@@ -15,6 +15,10 @@ spirit: small, no hidden state, every decision local.
   dead columns are reclaimed lazily, only when a writer needs room: a cancel in the same
   sublayer (attention: V=I, O=-I dims; MLP: two neurons per column) zeroes them while the
   writer fills them (both land in the same residual add).
+* Admission: new work (a task that retires no computed operand, e.g. the first step of another
+  loop iteration) may not take the last columns that work in flight may need next; a schedule
+  that still stalls is retried once with the full reserve before the width is declared too
+  small.
 """
 
 from __future__ import annotations
