@@ -19,7 +19,9 @@ Options:
                      machine `d`/`d-head`/`d-hidden`; the fewest layers wins, ties going to
                      the fewest constraints (ungated first, then the largest K). Candidates:
                      ungated, the rule's K (below), clamp(d // (h * peak)) for h in 1, 2, 4,
-                     and 2, 3, 4, 6, 8, 12, 16, 24, ... below #iterations. A candidate whose
+                     and 2, 3, 4, 6, 8, 12, 16, 24, ... below #iterations; when a K wins,
+                     the midpoints between it and its tried neighbours are scheduled too,
+                     until the gaps close (the ladder is coarse). A candidate whose
                      schedule stalls on residual width counts as infinitely bad; if every
                      candidate stalls, K=1 is tried, and if that stalls too the rule's K is
                      kept (the lowering then reports the stall). Gating only adds ordering
@@ -296,6 +298,27 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
                 best = k
                 if k == 0 and trial.layers == trial.floor:
                     break  # ungated at its floor: gating only adds constraints
+        while best and lowers and budget >= cost:
+            # Refine between the best K and its tried neighbours (the ladder is coarse).
+            tried = set(choice.layers) | set(choice.pruned)
+            above = min([k for k in tried if k > best] + [n])
+            below = max([k for k in tried if 0 < k < best] + [1])
+            probes = [k for k in dict.fromkeys(((best + above) // 2, (below + best) // 2))
+                      if k not in tried and 1 < k < n]
+            if not probes:
+                break
+            for k in probes:
+                if budget < cost:
+                    break
+                budget -= cost
+                bound = choice.layers[best] + (1 if k > best else 0)  # a larger K may tie
+                trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
+                if trial.layers is None and trial.floor is not None:
+                    choice.pruned[k] = trial.floor
+                    continue
+                choice.layers[k] = trial.layers
+                if trial.layers is not None and (trial.layers, -k) < (choice.layers[best], -best):
+                    best = k
         if best is not None:
             choice.k = best
         decided[scope.name] = choice.k

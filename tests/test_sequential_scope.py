@@ -406,8 +406,22 @@ def test_auto_budget_caps_the_trials():
     assert len(two.layers) == 2 and 0 in two.layers  # ungated and one more candidate
     assert two.k == min(two.layers, key=lambda k: (two.layers[k], k != 0, -k))
     (full,) = choose_batch_sizes(g, d=128).values()
-    assert len(full.layers) + len(full.pruned) == 6
+    assert len(full.layers) + len(full.pruned) >= 6  # the candidates, then the refinement
     assert full.layers[full.k] <= two.layers[two.k]
+
+
+def test_auto_refines_between_ladder_steps_and_matches_the_best_k():
+    """The ladder 2, 3, 4, 6, 8, 12, ... is coarse; auto also probes midpoints next to the
+    winner. On this loop it matches the best K over every K in 1..n-1."""
+    module = bulge_loop(12, 32)
+    d = 128
+    (choice,) = choose_batch_sizes(find_graph(module), d=d).values()
+    every = {k: compiled_layers(module, d, f"sequential-scope{{batch-size={k}}}")
+             for k in range(1, 12)}
+    best = min(v for v in every.values() if v is not None)
+    assert choice.layers[choice.k] == best
+    assert set(choice.layers) - set(candidate_batch_sizes(12, d, choice.peak)), \
+        "no refinement probe was scheduled"
 
 
 def test_auto_is_deterministic_and_idempotent():
