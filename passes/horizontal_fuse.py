@@ -41,29 +41,24 @@ iteration structure that `sequential-scope` reads survives.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint, Rewriter
 
-from twdialect.analysis import (
-    accumulating_adds,
-    adds_into,
-    critical_path,
-    first_use_before_def,
-    sort_block_topologically,
-)
+from twdialect.analysis import WRITER_OPS, critical_path
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
     ANNOTATION,
     ITERATION,
     SCOPE,
     SCOPE_TERMINAL,
+    AddOp,
     AttnOp,
     ConcatOp,
     GraphOp,
@@ -114,14 +109,17 @@ def fuse_graph(graph: GraphOp, max_group: int, d_head: int, pooled: bool = True)
     """Fuse one graph in place; returns the number of groups formed."""
     slots = critical_path(graph).slots
     linear_groups, attn_groups = _collect_groups(graph, slots, max_group, d_head, pooled)
+    # The new ops and the readers of replaced results: the only ops that can end up reading
+    # a value defined below them (by id; the dict keeps them alive).
+    touched: dict[int, Operation] = {}
     for group in linear_groups:
-        _fuse_linears(group)
+        _fuse_linears(group, touched)
     for group in attn_groups:
-        _fuse_attns(group)
-    if (linear_groups or attn_groups) and first_use_before_def(graph.block) is not None:
+        _fuse_attns(group, touched)
+    if touched:
         # The fused op sits where the last member was; consumers of earlier members that came
         # before it move after it (stable Kahn order, deterministic).
-        sort_block_topologically(graph.block)
+        _restore_def_before_use(graph.block, touched)
     return len(linear_groups) + len(attn_groups)
 
 
@@ -130,15 +128,19 @@ def fuse_graph(graph: GraphOp, max_group: int, d_head: int, pooled: bool = True)
 # --------------------------------------------------------------------------------------
 
 
-def _tags(op: Operation) -> tuple[Attribute | None, Attribute | None]:
-    return (op.attributes.get(SCOPE), op.attributes.get(ITERATION))
+def _free_addend(v: SSAValue) -> bool:
+    return type(v.owner) in WRITER_OPS and v.has_one_use()
 
 
-def _is_standalone_linear(op: LinearOp) -> bool:
-    if isinstance(op.x.owner, ReluOp):
+def _is_fast_add(op: Operation) -> bool:
+    """Is `op` in `accumulating_adds` or `adds_into` (`twdialect.analysis`)? Their union is
+    exactly the adds of two distinct addends at least one of which is a single-use writer
+    result: an accumulating add has such a writer addend, and an add with one that is not
+    accumulating is an add into it. Checked per use, so no walk over the whole block."""
+    if type(op) is not AddOp:
         return False
-    uses = list(op.out.uses)
-    return not (uses and all(isinstance(u.operation, ReluOp) for u in uses))
+    lhs, rhs = op.operands
+    return lhs is not rhs and (_free_addend(lhs) or _free_addend(rhs))
 
 
 class _Bucket:
@@ -158,35 +160,31 @@ class _Bucket:
         self.out_width = 0
         self.member_dims = 0  # sum over members of min(input width, output width)
 
-    def add(self, op: Operation, inputs: tuple[SSAValue, ...], fixed_cost: int | None = None,
-            out_width: int = 0) -> None:
-        """Pack `op`, which reads the distinct values `inputs` and writes `out_width` columns.
-        Its width cost is `fixed_cost` (attention: its value width) or the width of the inputs
-        the group does not read yet."""
-
-        def cost() -> int:
-            if fixed_cost is not None:
-                return fixed_cost
-            return sum(width_of(v) for v in inputs if v not in self.seen_inputs)
-
-        own_dims = min(sum(width_of(v) for v in inputs), out_width)
-
-        def inflates() -> bool:
-            # A lowering that pools head work by value dims charges a linear
-            # min(inputs, outputs): the group must not cost more than its members did.
-            if not self.pooled or fixed_cost is not None:
-                return False
-            return min(self.width + cost(), self.out_width + out_width) > \
-                self.member_dims + own_dims
-
-        if self.current and (len(self.current) >= self.max_group
-                             or self.width + cost() > self.d_head or inflates()):
+    def add(self, op: Operation, x: SSAValue, in_width: int, out_width: int = 0,
+            fixed_cost: int | None = None) -> None:
+        """Pack `op`, which reads `x` (`in_width` columns) and writes `out_width` columns. Its
+        width cost is `fixed_cost` (attention: its value width) or `in_width` unless the group
+        reads `x` already."""
+        if fixed_cost is not None:
+            cost = fixed_cost
+        else:
+            cost = 0 if x in self.seen_inputs else in_width
+        own_dims = min(in_width, out_width)
+        if self.current and (
+                len(self.current) >= self.max_group or self.width + cost > self.d_head
+                # A lowering that pools head work by value dims charges a linear
+                # min(inputs, outputs): the group must not cost more than its members did.
+                or (self.pooled and fixed_cost is None
+                    and min(self.width + cost, self.out_width + out_width)
+                    > self.member_dims + own_dims)):
             self._close()
-        self.width += cost()
+            if fixed_cost is None:
+                cost = in_width
+        self.width += cost
         self.out_width += out_width
         self.member_dims += own_dims
         self.current.append(op)
-        self.seen_inputs.update(inputs)
+        self.seen_inputs.add(x)
 
     def _close(self) -> None:
         if len(self.current) >= 2:
@@ -198,37 +196,59 @@ class _Bucket:
         return self.groups
 
 
-def _feeds_accumulating_add(op: Operation, accumulating: set[Operation]) -> bool:
-    return any(use.operation in accumulating for use in op.results[0].uses)
-
-
 def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int, d_head: int,
                     pooled: bool):
     linear_buckets: dict[tuple, _Bucket] = {}
     attn_buckets: dict[tuple, _Bucket] = {}
-    # A writer adding straight into an accumulating add's columns makes that add free (and an
-    # add into a dying addend needs that addend to be a writer's own result); read through a
-    # slice it would not be, and the add would cost a slot: leave those writers.
-    accumulating = accumulating_adds(graph)
-    accumulating |= {add for add, addend in adds_into(graph, accumulating).items()}
     for op in graph.block.ops:
-        if not isinstance(op, (LinearOp, AttnOp)) or SCOPE_TERMINAL in op.attributes \
-                or _feeds_accumulating_add(op, accumulating):
+        kind = type(op)  # exact types: isinstance on xDSL ops is slow
+        if kind is not LinearOp and kind is not AttnOp:
             continue
-        if isinstance(op, LinearOp):
-            if not _is_standalone_linear(op) or width_of(op.x) > d_head:
+        attrs = op.attributes
+        if SCOPE_TERMINAL in attrs:
+            continue
+        # A writer adding straight into an accumulating add's columns makes that add free
+        # (and an add into a dying addend needs that addend to be a writer's own result);
+        # read through a slice it would not be, and the add would cost a slot: leave those.
+        # A linear feeding only relus belongs to an MLP chain (see the module docstring).
+        fast_add = False
+        only_relus = True
+        uses = 0
+        for use in op.results[0].uses:
+            user = use.operation
+            uses += 1
+            if type(user) is not ReluOp:
+                only_relus = False
+                if _is_fast_add(user):
+                    fast_add = True
+                    break
+        if fast_add:
+            continue
+        if kind is LinearOp:
+            x = op.operands[0]
+            if (uses and only_relus) or type(x.owner) is ReluOp:
                 continue
-            key = (slots[op],) + _tags(op)
-            bucket = linear_buckets.setdefault(key, _Bucket(max_group, d_head, pooled))
-            bucket.add(op, (op.x,), out_width=width_of(op.out))
+            in_width = width_of(x)
+            if in_width > d_head:
+                continue
+            key = (slots[op], attrs.get(SCOPE), attrs.get(ITERATION))
+            bucket = linear_buckets.get(key)
+            if bucket is None:
+                bucket = linear_buckets[key] = _Bucket(max_group, d_head, pooled)
+            bucket.add(op, x, in_width, width_of(op.results[0]))
         else:
-            d_v = shape_of(op.wv)[1]
+            props = op.properties
+            d_v = shape_of(props["wv"])[1]
             if d_v > d_head:
                 continue
+            query, key_value, value = op.operands
             # Values are hashable and compare by identity: same q/k *values*, same weights.
-            key = (slots[op], op.query, op.key, op.wq, op.wk) + _tags(op)
-            bucket = attn_buckets.setdefault(key, _Bucket(max_group, d_head))
-            bucket.add(op, (op.value,), d_v)
+            key = (slots[op], query, key_value, props["wq"], props["wk"],
+                   attrs.get(SCOPE), attrs.get(ITERATION))
+            bucket = attn_buckets.get(key)
+            if bucket is None:
+                bucket = attn_buckets[key] = _Bucket(max_group, d_head)
+            bucket.add(op, value, width_of(value), fixed_cost=d_v)
     linear_groups = [g for b in linear_buckets.values() for g in b.finish()]
     attn_groups = [g for b in attn_buckets.values() for g in b.finish()]
     return linear_groups, attn_groups
@@ -258,81 +278,177 @@ def _concat_of(values: list[SSAValue]) -> tuple[SSAValue, list[Operation], dict[
     if len(values) == 1:
         return values[0], [], offsets
     cat = ConcatOp.create(operands=values, result_types=[_vec(at)])
-    return cat.out, [cat], offsets
+    return cat.results[0], [cat], offsets
 
 
-def _slices_for(fused: SSAValue, members: list[Operation]) -> list[SliceOp]:
+def _slices_for(fused: SSAValue, results: list[SSAValue], widths: list[int]) -> list[SliceOp]:
     slices = []
     at = 0
-    for m in members:
-        w = width_of(m.results[0])
+    for r, w in zip(results, widths):
         s = SliceOp.create(operands=[fused], result_types=[_vec(w)],
                            properties={"start": _offset(at)})
-        if m.results[0].name_hint:
-            s.out.name_hint = m.results[0].name_hint
+        if r.name_hint:
+            s.results[0].name_hint = r.name_hint
         slices.append(s)
         at += w
     return slices
 
 
-def _replace_members(members: list[Operation], new_ops: list[Operation],
-                     slices: list[SliceOp]) -> None:
+def _replace_members(members: list[Operation], results: list[SSAValue],
+                     new_ops: list[Operation], slices: list[SliceOp],
+                     touched: dict[int, Operation]) -> None:
     # Insert at the last member: every member's operands are defined before it.
     last = members[-1]
-    Rewriter.insert_op(new_ops + slices, InsertPoint.before(last))
-    for m, s in zip(members, slices):
-        m.results[0].replace_all_uses_with(s.out)
+    block = last.parent
+    assert block is not None
+    for op in new_ops + slices:
+        block.insert_op_before(op, last)
+        touched[id(op)] = op
+    for r, s in zip(results, slices):
+        for use in r.uses:
+            touched[id(use.operation)] = use.operation
+        r.replace_all_uses_with(s.results[0])
     for m in members:
-        Rewriter.erase_op(m)
+        # Erase without `Operation.erase`'s per-result placeholder values: nothing reads the
+        # members any more.
+        block.detach_op(m)
+        m.drop_all_references()
 
 
-def _fuse_linears(members: list[Operation]) -> None:
-    inputs = list(dict.fromkeys(m.x for m in members))
-    x, prefix, offsets = _concat_of(inputs)
-    widths = [width_of(m.out) for m in members]
+def _fuse_linears(members: list[Operation], touched: dict[int, Operation]) -> None:
+    xs = [m.operands[0] for m in members]
+    results = [m.results[0] for m in members]
+    x, prefix, offsets = _concat_of(list(dict.fromkeys(xs)))
+    widths = [width_of(r) for r in results]
     total_out = sum(widths)
-    matrix = np.zeros((width_of(x), total_out))
-    bias = np.zeros(total_out)
+    # f32 throughout: the weights are f32 and so is the fused attribute (exact either way).
+    matrix = np.zeros((width_of(x), total_out), dtype=np.float32)
+    bias = np.zeros(total_out, dtype=np.float32)
     has_bias = False
     col = 0
-    for m, w in zip(members, widths):
-        row = offsets[m.x]
-        matrix[row:row + width_of(m.x), col:col + w] = to_numpy(m.weight)
-        if m.bias is not None:
-            bias[col:col + w] = to_numpy(m.bias)
+    for m, xm, w in zip(members, xs, widths):
+        props = m.properties
+        row = offsets[xm]
+        matrix[row:row + width_of(xm), col:col + w] = to_numpy(props["weight"], np.float32)
+        b = props.get("bias")
+        if b is not None:
+            bias[col:col + w] = to_numpy(b, np.float32)
             has_bias = True
         col += w
     props = {"weight": dense(matrix)}
     if has_bias:
         props["bias"] = dense(bias)
     fused = LinearOp.create(operands=[x], result_types=[_vec(total_out)], properties=props)
-    slices = _slices_for(fused.out, members)
+    slices = _slices_for(fused.results[0], results, widths)
     _copy_shared_tags(members, prefix + [fused] + slices)
-    _replace_members(members, prefix + [fused], slices)
+    _replace_members(members, results, prefix + [fused], slices, touched)
 
 
-def _fuse_attns(members: list[Operation]) -> None:
+def _fuse_attns(members: list[Operation], touched: dict[int, Operation]) -> None:
     first = members[0]
-    values = list(dict.fromkeys(m.value for m in members))
-    v, prefix, offsets = _concat_of(values)
-    dvs = [shape_of(m.wv)[1] for m in members]
-    outs = [width_of(m.out) for m in members]
-    wv = np.zeros((width_of(v), sum(dvs)))
-    wo = np.zeros((sum(dvs), sum(outs)))
+    query, key, _ = first.operands
+    values = [m.operands[2] for m in members]
+    results = [m.results[0] for m in members]
+    v, prefix, offsets = _concat_of(list(dict.fromkeys(values)))
+    dvs = [shape_of(m.properties["wv"])[1] for m in members]
+    outs = [width_of(r) for r in results]
+    wv = np.zeros((width_of(v), sum(dvs)), dtype=np.float32)
+    wo = np.zeros((sum(dvs), sum(outs)), dtype=np.float32)
     col_v = col_o = 0
-    for m, dv, o in zip(members, dvs, outs):
-        row = offsets[m.value]
-        wv[row:row + width_of(m.value), col_v:col_v + dv] = to_numpy(m.wv)
-        wo[col_v:col_v + dv, col_o:col_o + o] = to_numpy(m.wo)
+    for m, vm, dv, o in zip(members, values, dvs, outs):
+        props = m.properties
+        row = offsets[vm]
+        wv[row:row + width_of(vm), col_v:col_v + dv] = to_numpy(props["wv"], np.float32)
+        wo[col_v:col_v + dv, col_o:col_o + o] = to_numpy(props["wo"], np.float32)
         col_v += dv
         col_o += o
-    fused = AttnOp.create(operands=[first.query, first.key, v],
+    fused = AttnOp.create(operands=[query, key, v],
                           result_types=[_vec(sum(outs))],
-                          properties={"wq": first.wq, "wk": first.wk, "wv": dense(wv),
-                                      "wo": dense(wo)})
-    slices = _slices_for(fused.out, members)
+                          properties={"wq": first.properties["wq"],
+                                      "wk": first.properties["wk"],
+                                      "wv": dense(wv), "wo": dense(wo)})
+    slices = _slices_for(fused.results[0], results, outs)
     _copy_shared_tags(members, prefix + [fused] + slices)
-    _replace_members(members, prefix + [fused], slices)
+    _replace_members(members, results, prefix + [fused], slices, touched)
+
+
+# --------------------------------------------------------------------------------------
+# Order: define before use again
+# --------------------------------------------------------------------------------------
+
+
+def _restore_def_before_use(block: Block, touched: dict[int, Operation]) -> None:
+    """Reorder `block` exactly as `twdialect.analysis.sort_block_topologically` would (the
+    stable Kahn order: always place the earliest op whose operands are all defined), in one
+    walk that inspects operands only where needed and moves only the ops that must move.
+
+    `touched` (by id) must hold every op that may read a value defined below it; all other
+    ops read only values defined above them. After fusion that holds for the new ops and the
+    readers of replaced results: every other op keeps its operands, and ops never change
+    their relative order. An op whose operands are all placed stays where it is; one that
+    is not is deferred and, once its last missing operand is placed, goes right behind it
+    (deferred ops that become ready together in their old order). Readers of a deferred op
+    are inspected too. O(ops) for the walk, O(log) per deferred op."""
+    check = dict(touched)  # ops whose operands the walk inspects
+    unplaced = set(touched)  # ids of ops not placed yet that an inspected op may read
+    waiting: dict[int, list[Operation]] = {}  # id(op) -> deferred ops reading its results
+    missing: dict[Operation, int] = {}  # deferred op -> operands not placed yet
+    position: dict[Operation, int] = {}  # deferred op -> its old position (the tie-break)
+    ready: list[tuple[int, Operation]] = []  # deferred ops now placeable
+    moves: list[tuple[Operation, Operation | None]] = []  # (op, the op it goes behind)
+    last: Operation | None = None
+
+    def place(key: int) -> None:
+        unplaced.discard(key)
+        for w in waiting.pop(key, ()):
+            missing[w] -= 1
+            if not missing[w]:
+                heapq.heappush(ready, (position[w], w))
+
+    for i, op in enumerate(block.ops):
+        while ready:  # all of them came before `op`
+            d = heapq.heappop(ready)[1]
+            moves.append((d, last))
+            last = d
+            place(id(d))
+        key = id(op)
+        if key not in check:
+            last = op
+            continue
+        n = 0
+        for v in op.operands:
+            owner = id(v.owner)
+            if owner in unplaced:
+                waiting.setdefault(owner, []).append(op)
+                n += 1
+        if n:
+            missing[op] = n
+            position[op] = i
+            unplaced.add(key)
+            for r in op.results:
+                for use in r.uses:
+                    check[id(use.operation)] = use.operation
+        else:
+            last = op
+            place(key)
+    while ready:
+        d = heapq.heappop(ready)[1]
+        moves.append((d, last))
+        last = d
+        place(id(d))
+    if len(moves) != len(missing):
+        raise ValueError("the graph has a cycle")
+    for d, _ in moves:
+        block.detach_op(d)
+    for d, behind in moves:
+        if behind is None:
+            first = block.first_op
+            if first is None:
+                block.add_op(d)
+            else:
+                block.insert_op_before(d, first)
+        else:
+            block.insert_op_after(d, behind)
 
 
 __all__ = ["HorizontalFusePass", "fuse_graph"]

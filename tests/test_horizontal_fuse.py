@@ -9,11 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from passes import PipelineError, run_pipeline
+from passes import horizontal_fuse as hf
 from twdialect import evaluate, ops as tw, print_module
-from twdialect.analysis import critical_path, first_use_before_def
+from twdialect.analysis import (
+    accumulating_adds,
+    adds_into,
+    critical_path,
+    first_use_before_def,
+    sort_block_topologically,
+)
 from twdialect.dialect import AttnOp, LinearOp, SliceOp
 from twdialect.interp import find_graph
-from twdialect.random_graphs import random_graph, sample_inputs
+from twdialect.random_graphs import layered_graph, random_graph, sample_inputs
 
 
 def count(module, cls) -> int:
@@ -241,6 +248,49 @@ def test_library_random_graphs_keep_values_and_depth(seed):
     # After decompose the library ops are linears and mlps: more candidates.
     decomposed = run_pipeline(random_graph(seed, 25), "decompose")
     check_preserved(decomposed, "horizontal-fuse", n_positions=6, seed=seed)
+
+
+def test_layered_graph_keeps_values_and_depth():
+    """A larger graph: many groups, many readers moved behind fused ops."""
+    m, _ = layered_graph(1500, seed=1)
+    linears = count(m, LinearOp)
+    check_preserved(m, "horizontal-fuse", n_positions=4)
+    assert count(m, LinearOp) < linears
+
+
+def fused_unordered(make):
+    """`make()`'s graph with its groups fused but the block not reordered yet."""
+    graph = find_graph(make())
+    groups = hf._collect_groups(graph, critical_path(graph).slots, 16, 16, True)
+    touched = {}
+    for group in groups[0]:
+        hf._fuse_linears(group, touched)
+    for group in groups[1]:
+        hf._fuse_attns(group, touched)
+    return graph, touched
+
+
+@pytest.mark.parametrize("make", [lambda: layered_graph(800, seed=2)[0],
+                                  lambda: wide_random(5, 120), lambda: wide_random(9, 60)])
+def test_reorder_is_the_stable_topological_sort(make):
+    """The pass's one-walk reorder gives exactly `sort_block_topologically`'s order."""
+    reference, _ = fused_unordered(make)
+    assert first_use_before_def(reference.block) is not None  # there is something to move
+    sort_block_topologically(reference.block)
+    graph, touched = fused_unordered(make)
+    hf._restore_def_before_use(graph.block, touched)
+    assert print_module(graph) == print_module(reference)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_add_check_matches_the_analysis(seed):
+    """The per-use check for adds a writer must keep feeding is `accumulating_adds` plus
+    `adds_into`."""
+    for module in (random_graph(seed, 40), layered_graph(600, seed=seed)[0]):
+        graph = find_graph(module)
+        accumulating = accumulating_adds(graph)
+        expected = accumulating | set(adds_into(graph, accumulating))
+        assert {op for op in graph.block.ops if hf._is_fast_add(op)} == expected
 
 
 @pytest.mark.slow
