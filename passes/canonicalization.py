@@ -17,6 +17,8 @@ one op with fewer operand edges), so no sequence of them can loop:
   slice lying inside one concat operand                        -> slice of that operand
   linear/mlp reading a concat with literal operands           -> reads the rest; the
                                                                  literal rows join the bias
+  add(v, v), v read by nothing else, written by a linear / mlp -> that writer, output doubled
+  / relu / attn
 Literals are folded in float64 and stored as f32 (the storage type of every dense attribute).
 Folded ops keep the root's discardable attributes (annotation, scope tags)."""
 
@@ -29,6 +31,7 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewri
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     AddOp,
+    AttnOp,
     ConcatOp,
     LinearOp,
     LiteralOp,
@@ -129,6 +132,44 @@ class AddOfLiterals(RewritePattern):
             _replace_by_value(rewriter, op, op.lhs)
         elif lhs is not None and not np.any(lhs):
             _replace_by_value(rewriter, op, op.rhs)
+
+
+class AddOfItself(RewritePattern):
+    """add(v, v), where nothing else reads v and v is written by a linear, mlp, relu or attn
+    -> that writer with its output doubled (x2 is exact in f32). Two identical single-use
+    writers feeding an add accumulate into one block of columns for free; once `cse` merges
+    them the add would need a copy and a sublayer, so doubling the writer keeps the depth."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: AddOp, rewriter: PatternRewriter, /):
+        v = op.lhs
+        if op.rhs is not v or sum(1 for _ in v.uses) != 2:
+            return
+        owner = v.owner
+        match owner:
+            case LinearOp():
+                new = owner.clone()
+                new.properties["weight"] = dense(2.0 * to_numpy(owner.weight))
+                if owner.bias is not None:
+                    new.properties["bias"] = dense(2.0 * to_numpy(owner.bias))
+            case MlpOp():
+                new = owner.clone()
+                new.properties["w2"] = dense(2.0 * to_numpy(owner.w2))
+                if owner.b2 is not None:
+                    new.properties["b2"] = dense(2.0 * to_numpy(owner.b2))
+            case AttnOp():
+                new = owner.clone()
+                new.properties["wo"] = dense(2.0 * to_numpy(owner.wo))
+            case ReluOp():
+                n = width_of(v)
+                new = MlpOp.create(operands=[owner.x], result_types=[VecType(n)],
+                                   properties={"w1": dense(np.eye(n)), "w2": dense(2.0 * np.eye(n))},
+                                   attributes=dict(owner.attributes))
+            case _:
+                return
+        new.results[0].name_hint = op.results[0].name_hint  # it stands for the add
+        rewriter.replace(op, new)
+        rewriter.erase_op(owner)
 
 
 class SimplifyConcat(RewritePattern):
@@ -237,7 +278,7 @@ PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
     LinearOp: (IdentityLinear(), ZeroLinear(), FoldLinearOfLiteral(), FoldLiteralConcatOperands()),
     ReluOp: (FoldReluOfLiteral(),),
     MlpOp: (FoldMlpOfLiteral(), FoldLiteralConcatOperands()),
-    AddOp: (AddOfLiterals(),),
+    AddOp: (AddOfLiterals(), AddOfItself()),
     ConcatOp: (SimplifyConcat(),),
     SliceOp: (SimplifySlice(),),
 }

@@ -138,3 +138,29 @@ builtin.module {
 // CHECK-NEXT: %x = tw.input "x"
 // CHECK-NEXT: %y = tw.linear %x weight dense<{{\[\[}}3.000000e+00, 4.000000e+00]]> : tensor<1x2xf32> bias dense<[1.500000e+00, 2.500000e+00]> : tensor<2xf32> : !tw.vec<1> -> !tw.vec<2>
 // CHECK-NEXT: tw.output "y" %y
+
+// -----
+
+// add(v, v) with no other reader of v: the writer doubles its output (an mlp's second layer,
+// a relu becomes an mlp with 2*I out), so no copy is needed. With another reader it stays.
+builtin.module {
+  tw.graph @add_of_itself {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+    %m = tw.mlp %x w1 dense<[[1.0]]> : tensor<1x1xf32> w2 dense<[[3.0]]> : tensor<1x1xf32> b2 dense<[0.25]> : tensor<1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %d = tw.add %m, %m : !tw.vec<1>
+    %r = tw.relu %x : !tw.vec<1>
+    %e = tw.add %r, %r : !tw.vec<1>
+    %s = tw.relu %x : !tw.vec<1>
+    %f = tw.add %s, %s : !tw.vec<1>
+    tw.output "d" %d : !tw.vec<1>
+    tw.output "e" %e : !tw.vec<1>
+    tw.output "f" %f : !tw.vec<1>
+    tw.output "s" %s : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @add_of_itself
+// CHECK-NEXT: %x = tw.input "x"
+// CHECK-NEXT: %d = tw.mlp %x w1 dense<1.000000e+00> : tensor<1x1xf32> w2 dense<6.000000e+00> : tensor<1x1xf32> b2 dense<5.000000e-01> : tensor<1xf32>
+// CHECK-NEXT: %e = tw.mlp %x w1 dense<1.000000e+00> : tensor<1x1xf32> w2 dense<2.000000e+00> : tensor<1x1xf32>
+// CHECK-NEXT: %s = tw.relu %x
+// CHECK-NEXT: %f = tw.add %s, %s
