@@ -57,7 +57,8 @@ from passes.optimize import DEFAULT_PIPELINE  # noqa: E402
 from twdialect import ops as tw  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402
-from twdialect.random_graphs import layered_graph, random_graph  # noqa: E402
+from twdialect.random_graphs import chain_loop, layered_graph, random_graph  # noqa: E402
+from twdialect.random_graphs import select_tree_depth4 as select_tree_depth4_on  # noqa: E402
 
 # --------------------------------------------------------------------------------------
 # Graphs
@@ -180,55 +181,21 @@ def select_tree_depth4():
 
 
 def select_tree_depth4_integer():
-    """The same shape of tree on two integer scalars (inputs declared `integer`, 0..9): the
-    table decomposes to one MLP chain (the integer-lattice form, twdialect/contracts.py)."""
-    with tw.Graph() as g:
-        x = tw.input("x", 1, (0.0, 9.0), integer=True)
-        y = tw.input("y", 1, (0.0, 9.0), integer=True)
-        a = tw.select(tw.compare(x, 2.0), tw.linear(x, [[2.0]], [1.0]), tw.literal([3.0]))
-        b = tw.select(tw.compare(y, 3.0), tw.piecewise_linear(y, [1, 4, 6], [0, 2, -1]),
-                      tw.literal([-1.0]))
-        c = tw.select(tw.compare(y, 6.0), a, b)
-        e = tw.select(tw.compare(x, 7.0), c, tw.literal([7.0]))
-        tw.output("d", tw.select(tw.compare(x, 4.0), e,
-                                 tw.linear(tw.concat(x, y), [[1.0], [-0.5]])))
-    return g.module
+    """The depth-4 tree on two integer scalars (inputs declared `integer`, 0..9): the table
+    decomposes to one MLP chain (the integer-lattice form, twdialect/contracts.py)."""
+    return select_tree_depth4_on(integer=True)
 
 
 def bulge_loop(n_iter: int = 32, wide: int = 128, seed: int = 0):
     """32 independent iterations x -> wide/4 -> wide -> wide/4 -> scalar: narrow when admitted,
     wide in the middle, so admitting many at once crowds the residual stream."""
-    rng = np.random.default_rng(seed)
-    q = wide // 4
-    with tw.Graph() as g:
-        x = tw.input("x", 4, (-1.0, 1.0))
-
-        def body():
-            h = tw.mlp(x, rng.uniform(-1, 1, (4, q)) / 4, rng.uniform(-0.1, 0.1, q), np.eye(q))
-            h = tw.mlp(h, rng.uniform(-1, 1, (q, wide)) / q, None, np.eye(wide))
-            h = tw.mlp(h, rng.uniform(-1, 1, (wide, q)) / wide, None, np.eye(q))
-            return tw.linear(h, rng.uniform(-1, 1, (q, 1)) / q)
-
-        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
-    return g.module
+    return chain_loop(n_iter, [wide // 4, wide, wide // 4], seed)
 
 
 def wide_loop(n_iter: int = 32, wide: int = 32, depth: int = 3, seed: int = 0):
     """An unrolled loop built with tw.sequential_scope: each iteration runs `depth` mlps of
     width `wide` on x and narrows to a scalar; all iterations are independent."""
-    rng = np.random.default_rng(seed)
-    with tw.Graph() as g:
-        x = tw.input("x", 4, (-1.0, 1.0))
-
-        def body():
-            h = tw.mlp(x, rng.uniform(-1, 1, (4, wide)) / 4, rng.uniform(-0.1, 0.1, wide),
-                       np.eye(wide))
-            for _ in range(depth - 1):
-                h = tw.mlp(h, rng.uniform(-1, 1, (wide, wide)) / wide, None, np.eye(wide))
-            return tw.linear(h, rng.uniform(-1, 1, (wide, 1)) / wide)
-
-        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
-    return g.module
+    return chain_loop(n_iter, [wide] * depth, seed)
 
 
 def attention_inputs():
@@ -536,7 +503,8 @@ def main(argv=None) -> None:
                     row = measure(make(), spec, compiled, 2048, 16)
                 print(json.dumps({"order": spec, "graph": name, **row}, sort_keys=True),
                       flush=True)
-    specs = ["canonicalize", "fuse-linears", "balance-sums", DEFAULT_PIPELINE]
+    specs = ["canonicalize", "fuse-linears", "balance-sums", "horizontal-fuse",
+             "select-tree-to-pwl2d", "sequential-scope", "decompose", DEFAULT_PIPELINE]
     for n_ops in args.timing_ops:
         for row in timing(n_ops, specs):
             print(json.dumps(row, sort_keys=True), flush=True)

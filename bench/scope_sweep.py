@@ -45,7 +45,7 @@ from passes.sequential_scope import candidate_batch_sizes, choose_batch_sizes  #
 from twdialect import evaluate  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402
-from twdialect.random_graphs import sample_inputs  # noqa: E402
+from twdialect.random_graphs import chain_loop, sample_inputs  # noqa: E402
 
 D_HEAD = 16
 
@@ -54,22 +54,8 @@ def loop(n_iter: int, wide: int, depth: int, shape: str = "flat", seed: int = 0)
     """`n_iter` independent iterations reading x (width 4): `depth` mlps, then a linear to a
     scalar. flat: every mlp `wide` wide; bulge: the first mlp wide/4, the second `wide`, the
     rest wide/4 (the wide value appears after the iteration started)."""
-    rng = np.random.default_rng(seed)
-    with tw.Graph("main") as g:
-        x = tw.input("x", 4, (-1.0, 1.0))
-
-        def body():
-            widths = [wide] * depth if shape == "flat" else \
-                [wide // 4, wide] + [wide // 4] * (depth - 2)
-            h, w = x, 4
-            for i, w2 in enumerate(widths):
-                bias = rng.uniform(-0.1, 0.1, w2) if i == 0 else None
-                h = tw.mlp(h, rng.uniform(-1, 1, (w, w2)) / w, bias, np.eye(w2))
-                w = w2
-            return tw.linear(h, rng.uniform(-1, 1, (w, 1)) / w)
-
-        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
-    return g.module
+    widths = [wide] * depth if shape == "flat" else [wide // 4, wide] + [wide // 4] * (depth - 2)
+    return chain_loop(n_iter, widths, seed)
 
 
 def two_loops(n_iter: int = 6, seed: int = 1):

@@ -15,7 +15,7 @@ from twdialect import evaluate, ops as tw, parse_module, print_module
 from twdialect.dense import to_numpy
 from twdialect.dialect import InputOp, MlpOp, TwVerifyException
 from twdialect.interp import EvaluationError, evaluate_values, find_graph
-from twdialect.random_graphs import random_graph, sample_inputs
+from twdialect.random_graphs import random_graph, sample_inputs, select_tree_depth4
 from twdialect.ranges import integer_components
 
 
@@ -174,27 +174,13 @@ def test_lattice_too_many_points_keeps_two_chains():
 # --------------------------------------------------------------------------------------
 
 
-def select_tree(integer: bool):
-    with tw.Graph() as g:
-        x = tw.input("x", 1, (0, 9), integer=integer)
-        y = tw.input("y", 1, (0, 9), integer=integer)
-        a = tw.select(tw.compare(x, 2.0), tw.linear(x, [[2.0]], [1.0]), tw.literal([3.0]))
-        b = tw.select(tw.compare(y, 3.0), tw.piecewise_linear(y, [1, 4, 6], [0, 2, -1]),
-                      tw.literal([-1.0]))
-        c = tw.select(tw.compare(y, 6.0), a, b)
-        e = tw.select(tw.compare(x, 7.0), c, tw.literal([7.0]))
-        tw.output("d", tw.select(tw.compare(x, 4.0), e,
-                                 tw.linear(tw.concat(x, y), [[1.0], [-0.5]])))
-    return g.module
-
-
 @pytest.mark.parametrize("integer, layers", [(True, 1), (False, 2)])
 def test_depth4_select_tree_layers(integer, layers):
     feed = lattice_feed((0, 9), (0, 9))
-    ideal = evaluate(select_tree(integer), feed)["d"]
-    before = compile(select_tree(integer), d=64, d_head=16, pipeline="default")
+    ideal = evaluate(select_tree_depth4(integer), feed)["d"]
+    before = compile(select_tree_depth4(integer), d=64, d_head=16, pipeline="default")
     assert before.stats.n_layers == 5
-    module = run_pipeline(select_tree(integer), "select-tree-to-pwl2d")
+    module = run_pipeline(select_tree_depth4(integer), "select-tree-to-pwl2d")
     ct = compile(module, d=64, d_head=16, pipeline="default")
     assert ct.stats.n_layers == layers
     assert np.abs(ct.run(feed)["d"] - ideal).max() <= 1e-4 * (1 + np.abs(ideal).max())

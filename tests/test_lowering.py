@@ -12,7 +12,7 @@ from lowering.tasks import TaskGraph
 from twdialect.interp import find_graph
 from twdialect import evaluate
 from twdialect import ops as tw
-from twdialect.random_graphs import random_graph, sample_inputs
+from twdialect.random_graphs import chain_loop, random_graph, sample_inputs
 
 
 def assert_matches(ct, module, feeds, atol=1e-4):
@@ -219,28 +219,12 @@ def test_sweep_random_graphs_exact_and_near_floor():
         assert ct.stats.n_layers <= 1.25 * ct.stats.floor, (seed, n_ops)
 
 
-def bulging_loop(n_iter: int, wide: int, d_in: int = 4, seed: int = 0):
-    """Independent iterations x -> wide/4 -> wide -> wide/4 -> scalar: narrow to admit, wide
-    in the middle (the shape on which greedy admission used to deadlock the residual)."""
-    rng = np.random.default_rng(seed)
-    with tw.Graph() as g:
-        x = tw.input("x", d_in, (-1.0, 1.0))
-        outs = []
-        for _ in range(n_iter):
-            h = x
-            for a, b in ((d_in, wide // 4), (wide // 4, wide), (wide, wide // 4)):
-                h = tw.mlp(h, rng.uniform(-1, 1, (a, b)) / a, rng.uniform(-0.1, 0.1, b), np.eye(b))
-            outs.append(tw.linear(h, rng.uniform(-1, 1, (wide // 4, 1))))
-        tw.output("y", tw.concat(*outs))
-    return g.module
-
-
 @pytest.mark.parametrize("n_iter, wide, d", [(8, 64, 128), (12, 128, 256), (8, 128, 256)])
 def test_wide_middle_chains_do_not_deadlock_the_residual(n_iter, wide, d):
     """Each iteration holds wide/4 columns once started and needs `wide` more for its middle
     step. Admitting every iteration at once leaves no room for any middle step; the admission
     reserve keeps room for in-flight chains (retried with the full reserve after a stall)."""
-    module = bulging_loop(n_iter, wide)
+    module = chain_loop(n_iter, [wide // 4, wide, wide // 4], scoped=False)
     ct = compile(module, d=d, d_head=16)
     assert_matches(ct, module, sample_inputs(module, 4, 0))
     assert max(ct.stats.occupancy_per_layer) <= d

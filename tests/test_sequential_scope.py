@@ -24,7 +24,7 @@ from twdialect import evaluate, ops as tw, print_module
 from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.dialect import ITERATION, SCOPE, SCOPE_TERMINAL, AfterOp, int_prop
 from twdialect.interp import find_graph
-from twdialect.random_graphs import sample_inputs
+from twdialect.random_graphs import chain_loop, sample_inputs
 
 
 def afters(module) -> list[AfterOp]:
@@ -286,20 +286,8 @@ def test_compiled_wide_loop_auto_ties_ungated_and_beats_serial():
 def bulge_loop(n_iter: int, wide: int, seed: int = 0):
     """`n_iter` independent iterations reading x (width 4): mlp to wide/4, mlp to `wide`, mlp
     back to wide/4, a linear to a scalar terminal. The wide middle value appears after the
-    iteration is admitted, which is where the greedy scheduler can stall on residual width."""
-    rng = np.random.default_rng(seed)
-    q = wide // 4
-    with tw.Graph("main") as g:
-        x = tw.input("x", 4, (-1.0, 1.0))
-
-        def body():
-            h = tw.mlp(x, rng.uniform(-1, 1, (4, q)) / 4, rng.uniform(-0.1, 0.1, q), np.eye(q))
-            h = tw.mlp(h, rng.uniform(-1, 1, (q, wide)) / q, None, np.eye(wide))
-            h = tw.mlp(h, rng.uniform(-1, 1, (wide, q)) / wide, None, np.eye(q))
-            return tw.linear(h, rng.uniform(-1, 1, (q, 1)) / q)
-
-        tw.output("y", tw.concat(tw.sequential_scope([body] * n_iter, "loop")))
-    return g.module
+    iteration is admitted, which is where a greedy scheduler can crowd the residual."""
+    return chain_loop(n_iter, [wide // 4, wide, wide // 4], seed)
 
 
 def compiled_layers(module, d: int, pipeline: str | None = None) -> int | None:

@@ -177,3 +177,44 @@ def layered_graph(n_ops: int, seed: int = 0, layer_width: int = 64, value_width:
         for i, v in enumerate(prev):
             tw.output(f"out{i}", v)
     return g.module, time.perf_counter() - t0
+
+
+def chain_loop(n_iter: int, widths: list[int], seed: int = 0, d_in: int = 4,
+               scoped: bool = True, name: str = "loop"):
+    """`n_iter` independent iterations reading input x (width `d_in`): a chain of mlps of the
+    given widths, then a linear to a scalar; output "y" concatenates the scalars. `scoped`
+    builds them with `tw.sequential_scope` (tagged iterations for `sequential-scope`).
+    widths [32, 32, 32] is a flat loop; [32, 128, 32] bulges (narrow when an iteration starts,
+    wide in the middle: the shape that crowds the residual when many start at once)."""
+    rng = np.random.default_rng(seed)
+    with tw.Graph("main") as g:
+        x = tw.input("x", d_in, (-1.0, 1.0))
+
+        def body():
+            h, w = x, d_in
+            for i, w2 in enumerate(widths):
+                bias = rng.uniform(-0.1, 0.1, w2) if i == 0 else None
+                h = tw.mlp(h, rng.uniform(-1, 1, (w, w2)) / w, bias, np.eye(w2))
+                w = w2
+            return tw.linear(h, rng.uniform(-1, 1, (w, 1)) / w)
+
+        bodies = [body] * n_iter
+        tw.output("y", tw.concat(tw.sequential_scope(bodies, name) if scoped
+                                 else [b() for b in bodies]))
+    return g.module
+
+
+def select_tree_depth4(integer: bool = False):
+    """A depth-4 select tree over compares of two scalars x, y in [0, 9] with constant,
+    piecewise-linear and affine leaves (`integer`: the inputs are declared integer)."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 9.0), integer=integer)
+        y = tw.input("y", 1, (0.0, 9.0), integer=integer)
+        a = tw.select(tw.compare(x, 2.0), tw.linear(x, [[2.0]], [1.0]), tw.literal([3.0]))
+        b = tw.select(tw.compare(y, 3.0), tw.piecewise_linear(y, [1, 4, 6], [0, 2, -1]),
+                      tw.literal([-1.0]))
+        c = tw.select(tw.compare(y, 6.0), a, b)
+        e = tw.select(tw.compare(x, 7.0), c, tw.literal([7.0]))
+        tw.output("d", tw.select(tw.compare(x, 4.0), e,
+                                 tw.linear(tw.concat(x, y), [[1.0], [-0.5]])))
+    return g.module
