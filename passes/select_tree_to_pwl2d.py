@@ -24,20 +24,28 @@ the declared `tw.input` ranges); without a finite range it is left alone.
 Conditions: inner selects and compares must have no uses outside the tree (they disappear);
 the grid has at most `max-breakpoints` lines per axis; the replacement must not sit in a later
 critical-path slot than the root did. Leaves that become dead are erased.
+
+Cost. A candidate root costs its walk, which stops at the first rejection it can see (a third
+variable, too many compare lines, an inner value read outside the tree), so the inner selects
+of a chain rejected for those reasons do not each walk the whole chain. The whole-graph
+analyses run once and only on need: the critical path once a tree matches, the value ranges
+once a tree has an affine leaf.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from twdialect.analysis import MLP, critical_path, next_slot
+from twdialect.analysis import MLP, CriticalPath, critical_path, next_slot
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     CompareOp,
@@ -49,7 +57,6 @@ from twdialect.dialect import (
     PiecewiseLinearOp,
     SelectOp,
     SliceOp,
-    VecType,
     width_of,
 )
 from twdialect.interp import pwl_1d
@@ -98,6 +105,10 @@ class _Tree:
     root: SelectOp
     selects: list[SelectOp] = field(default_factory=list)
     compares: list[CompareOp] = field(default_factory=list)
+    # Found once while matching: each compare's variable and decision line b_hi, and each
+    # variable's compare grid lines (b_lo, b_hi of its compares, in compare order).
+    decisions: dict[CompareOp, tuple[SSAValue, float]] = field(default_factory=dict)
+    lines: dict[SSAValue, list[float]] = field(default_factory=dict)
     leaves: dict[SSAValue, _Leaf] = field(default_factory=dict)
     variables: list[SSAValue] = field(default_factory=list)
 
@@ -133,14 +144,15 @@ def _affine_forms(value: SSAValue, width: int):
             return chain, None
 
 
-def _classify_leaf(value: SSAValue, width: int, variables: list[SSAValue]) -> _Leaf:
+def _classify_leaf(value: SSAValue, forms, variables: list[SSAValue]) -> _Leaf:
+    """`forms` is `_affine_forms(value, width)` (None for literals and tables)."""
     owner = value.owner
     if isinstance(owner, LiteralOp):
         return _Leaf("const", value, (), (to_numpy(owner.value),))
     if isinstance(owner, PiecewiseLinearOp):
         return _Leaf("pwl", value, (owner.x,),
                      (to_numpy(owner.breakpoints), to_numpy(owner.values)))
-    chain, pair = _affine_forms(value, width)
+    chain, pair = forms
     # Prefer a variable the tree already has; else the deepest form (the same for every leaf
     # on one chain, so such leaves share their variables).
     for base, w, b in chain:
@@ -155,11 +167,16 @@ def _classify_leaf(value: SSAValue, width: int, variables: list[SSAValue]) -> _L
                   "is not piecewise linear in the tree's scalars")
 
 
-def _match(root: SelectOp) -> _Tree:
+def _match(root: SelectOp, max_bp: int) -> _Tree:
+    """The tree under `root`, or `_Reject`. A rejection that the walk can already see (a
+    third variable, more compare lines than `max_bp`, an inner value read outside the tree)
+    is raised at once: in a tall chain every inner select is tried as a root in turn, and each
+    try must stop early for the chain to cost linear time, not quadratic."""
     tree = _Tree(root)
     members: set[Operation] = set()
-    width = width_of(root.out)
-    leaf_values: list[SSAValue] = []
+    users: list[Operation] = []  # readers of inner selects and compares: must be members
+    leaf_values: dict[SSAValue, None] = {}  # an insertion-ordered set
+    distinct: dict[SSAValue, set[float]] = {}  # each variable's distinct compare lines
     stack = [root]
     while stack:
         sel = stack.pop()
@@ -167,39 +184,76 @@ def _match(root: SelectOp) -> _Tree:
             continue  # shared sub-tree
         members.add(sel)
         tree.selects.append(sel)
-        cmp_op = sel.cond.owner
-        if not isinstance(cmp_op, CompareOp) or width_of(cmp_op.x) != 1:
+        if sel is not root:
+            _collect_users(sel, users)
+        # Unpacking `operands` is several times cheaper than xDSL's named accessors.
+        cond, if_true, if_false = sel.operands
+        cmp_op = cond.owner
+        if not isinstance(cmp_op, CompareOp):
             raise _Reject("condition is not a compare of a scalar")
         if cmp_op not in members:
             members.add(cmp_op)
-            tree.compares.append(cmp_op)
-            tree.add_variable(cmp_op.x)
-        for branch in (sel.if_true, sel.if_false):
+            _add_compare(tree, cmp_op, distinct, max_bp)
+            _collect_users(cmp_op, users)
+        for branch in (if_true, if_false):
             if isinstance(branch.owner, SelectOp):
                 stack.append(branch.owner)
-            elif branch not in leaf_values:
-                leaf_values.append(branch)
+            else:
+                leaf_values[branch] = None  # a repeated leaf keeps its first place
+    # Intermediate values must be private to the tree: they are erased.
+    if any(user not in members for user in users):
+        raise _Reject("an intermediate select/compare has a use outside the tree")
+    _add_leaves(tree, list(leaf_values))
+    return tree
+
+
+def _add_compare(tree: _Tree, cmp_op: CompareOp, distinct: dict[SSAValue, set[float]],
+                 max_bp: int) -> None:
+    """Record a new compare of the tree: its variable, decision line and grid lines."""
+    x = cmp_op.operands[0]
+    if width_of(x) != 1:
+        raise _Reject("condition is not a compare of a scalar")
+    tree.compares.append(cmp_op)
+    tree.add_variable(x)
+    b_lo, b_hi = _step_points(cmp_op)
+    tree.decisions[cmp_op] = (x, b_hi)
+    tree.lines.setdefault(x, []).extend((b_lo, b_hi))
+    # The variable's axis holds at least these lines, so too many of them reject already.
+    seen = distinct.setdefault(x, set())
+    seen.update((b_lo, b_hi))
+    if len(seen) > max_bp:
+        raise _Reject(f"more than max-breakpoints={max_bp} grid lines")
+
+
+def _collect_users(op: Operation, users: list[Operation]) -> None:
+    """Append the readers of inner `op` to `users`; a reader that is neither a select nor a
+    compare can never be a member, so it rejects at once."""
+    for use in op.results[0].uses:
+        if not isinstance(use.operation, (SelectOp, CompareOp)):
+            raise _Reject("an intermediate select/compare has a use outside the tree")
+        users.append(use.operation)
+
+
+def _add_leaves(tree: _Tree, leaf_values: list[SSAValue]) -> None:
     # Leaves after compares, so a leaf on a chain of scalar linears through a compared variable
     # is written in that variable (a computed variable is not replaced by its input).
     # Leaves with a fixed form (constants, tables, linears of concat(s1, s2)) first: leaves on
     # a chain of scalar linears can then pick a variable those already introduced.
+    width = width_of(tree.root.out)
+    forms = {v: _affine_forms(v, width) for v in leaf_values
+             if not isinstance(v.owner, (LiteralOp, PiecewiseLinearOp))}
+
     def flexible(value: SSAValue) -> bool:
-        if isinstance(value.owner, (LiteralOp, PiecewiseLinearOp)):
-            return False
-        chain, pair = _affine_forms(value, width)
+        if value not in forms:
+            return False  # a literal or a table
+        chain, pair = forms[value]
         return pair is None and bool(chain)
 
     for value in sorted(leaf_values, key=flexible):
-        leaf = _classify_leaf(value, width, tree.variables)
+        leaf = _classify_leaf(value, forms.get(value), tree.variables)
         for v in leaf.variables:
             tree.add_variable(v)
         tree.leaves[value] = leaf
-    # Intermediate values must be private to the tree: they are erased.
-    for op in tree.selects[1:] + tree.compares:
-        for use in op.results[0].uses:
-            if use.operation not in members:
-                raise _Reject("an intermediate select/compare has a use outside the tree")
-    return tree
 
 
 # --------------------------------------------------------------------------------------
@@ -227,11 +281,20 @@ def _step_points(cmp_op: CompareOp) -> tuple[float, float]:
     return b_lo, b_hi
 
 
-def _axis(tree: _Tree, var: SSAValue, ranges, max_bp: int) -> np.ndarray:
-    points: list[float] = []
-    for c in tree.compares:
-        if c.x is var:
-            points.extend(_step_points(c))
+def _grid_lines(points: list[float]) -> np.ndarray:
+    """np.unique of the points rounded to f32, in float64. A tree has a handful of points, so
+    sorting the distinct Python floats is several times cheaper than np.unique; numpy keeps
+    the cases where its own order decides which equal value survives (signed zeros, NaN)."""
+    rounded = np.asarray(points, dtype=np.float32).astype(np.float64).tolist()
+    distinct = set(rounded)
+    if any(p != p for p in distinct) or \
+            (0.0 in distinct and len({math.copysign(1.0, p) for p in rounded if p == 0.0}) > 1):
+        return np.unique(np.asarray(points, dtype=np.float32)).astype(np.float64)
+    return np.array(sorted(distinct), dtype=np.float64)
+
+
+def _axis(tree: _Tree, var: SSAValue, analyses: _Analyses, max_bp: int) -> np.ndarray:
+    points = list(tree.lines.get(var, ()))
     unbounded = False
     for leaf in tree.leaves.values():
         if leaf.kind == "pwl" and leaf.variables[0] is var:
@@ -239,12 +302,12 @@ def _axis(tree: _Tree, var: SSAValue, ranges, max_bp: int) -> np.ndarray:
         elif leaf.kind == "affine" and var in leaf.variables:
             unbounded = True
     if unbounded:
-        box = ranges()
+        box = analyses.ranges
         lo, hi = box[var] if box is not None else ([np.inf], [np.inf])
         if not (np.isfinite(lo[0]) and np.isfinite(hi[0])):
             raise _Reject("an affine leaf's variable has no finite value range")
         points.extend([_f32_at_most(lo[0]), _f32_at_least(hi[0])])
-    axis = np.unique(np.asarray(points, dtype=np.float32)).astype(np.float64)
+    axis = _grid_lines(points)
     if axis.size < 2:
         axis = np.array([axis[0], float(np.nextafter(np.float32(axis[0]), np.float32(np.inf)))])
     if axis.size > max_bp:
@@ -252,51 +315,58 @@ def _axis(tree: _Tree, var: SSAValue, ranges, max_bp: int) -> np.ndarray:
     return axis
 
 
+def _leaf_value(leaf: _Leaf, coords: dict[SSAValue, np.ndarray], width: int) -> np.ndarray:
+    """The leaf at the grid vertices: (n, width), or (1, width) for a constant (np.where
+    broadcasts it)."""
+    if leaf.kind == "const":
+        return leaf.data[0].reshape(1, width)
+    if leaf.kind == "pwl":
+        return pwl_1d(coords[leaf.variables[0]], *leaf.data)
+    w, b = leaf.data
+    return np.stack([coords[v] for v in leaf.variables], axis=1) @ w + b
+
+
 def _tabulate(tree: _Tree, coords: dict[SSAValue, np.ndarray]) -> np.ndarray:
     """The tree's value at every grid vertex (rows), deciding each compare as g >= b_hi."""
-    n = next(iter(coords.values())).shape[0]
     width = width_of(tree.root.out)
-    memo: dict[SSAValue, np.ndarray] = {}
-
-    def leaf_value(leaf: _Leaf) -> np.ndarray:
-        if leaf.kind == "const":
-            return np.broadcast_to(leaf.data[0], (n, width))
-        if leaf.kind == "pwl":
-            return pwl_1d(coords[leaf.variables[0]], *leaf.data)
-        w, b = leaf.data
-        return np.stack([coords[v] for v in leaf.variables], axis=1) @ w + b
-
-    def value(v: SSAValue) -> np.ndarray:
-        if v in memo:
-            return memo[v]
-        sel = v.owner
-        if isinstance(sel, SelectOp) and v not in tree.leaves:
-            c = sel.cond.owner
-            decide = coords[c.x] >= _step_points(c)[1]
-            out = np.where(decide[:, None], value(sel.if_true), value(sel.if_false))
-        else:
-            out = leaf_value(tree.leaves[v])
-        memo[v] = out
-        return out
-
-    return value(tree.root.out)
+    values = {v: _leaf_value(leaf, coords, width) for v, leaf in tree.leaves.items()}
+    decide = {c: (coords[x] >= b_hi)[:, None] for c, (x, b_hi) in tree.decisions.items()}
+    # Children before parents, with an explicit stack: a tall tree would pass Python's
+    # recursion limit.
+    stack = [tree.root]
+    while stack:
+        sel = stack.pop()
+        out = sel.results[0]
+        if out in values:
+            continue  # a shared sub-tree, already done
+        cond, if_true, if_false = sel.operands
+        pending = [b.owner for b in (if_true, if_false) if b not in values]
+        if pending:
+            stack.append(sel)
+            stack.extend(pending)
+            continue
+        values[out] = np.where(decide[cond.owner], values[if_true], values[if_false])
+    return values[tree.root.results[0]]
 
 
-def _replacement(tree: _Tree, ranges, max_bp: int) -> Operation:
-    axes = [_axis(tree, v, ranges, max_bp) for v in tree.variables]
-    width = width_of(tree.root.out)
+def _replacement(tree: _Tree, analyses: _Analyses, max_bp: int) -> Operation:
+    axes = [_axis(tree, v, analyses, max_bp) for v in tree.variables]
+    out_type = tree.root.results[0].type  # the tree's !tw.vec<N> (building one costs more)
+    width = width_of(tree.root.results[0])
     if len(axes) == 1:
         xs = axes[0]
         values = _tabulate(tree, {tree.variables[0]: xs})
         return PiecewiseLinearOp.create(
-            operands=[tree.variables[0]], result_types=[VecType(width)],
+            operands=[tree.variables[0]], result_types=[out_type],
             properties={"breakpoints": dense(xs), "values": dense(values)})
     xs, ys = axes
-    gx, gy = np.meshgrid(xs, ys, indexing="ij")
-    flat = _tabulate(tree, {tree.variables[0]: gx.reshape(-1), tree.variables[1]: gy.reshape(-1)})
-    table = flat.reshape(xs.size, ys.size, width)
+    # The grid's vertices in row-major (x, y) order, as meshgrid(xs, ys, indexing="ij")
+    # flattened (np.repeat: meshgrid and np.tile cost more than the rest of a small table).
+    coords = {tree.variables[0]: np.repeat(xs, ys.size),
+              tree.variables[1]: np.repeat(ys[None, :], xs.size, axis=0).reshape(-1)}
+    table = _tabulate(tree, coords).reshape(xs.size, ys.size, width)
     return PiecewiseLinear2dOp.create(
-        operands=list(tree.variables), result_types=[VecType(width)],
+        operands=list(tree.variables), result_types=[out_type],
         properties={"xs": dense(xs), "ys": dense(ys), "table": dense(table)})
 
 
@@ -305,65 +375,92 @@ def _replacement(tree: _Tree, ranges, max_bp: int) -> Operation:
 # --------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Analyses:
+    """Whole-graph analyses, each run once and only on first need: a graph without an
+    eligible tree pays for neither. The critical path is first needed before any rewrite;
+    the ranges of a tree's variables are the same before and after rewrites of later trees
+    (see `rewrite_graph`)."""
+
+    graph: GraphOp
+
+    @cached_property
+    def critical_path(self) -> CriticalPath:
+        return critical_path(self.graph)
+
+    @cached_property
+    def ranges(self) -> dict | None:
+        # Sound boxes from the declared input ranges (infinite where a bound overflows).
+        try:
+            return value_ranges(self.graph, strict=False)
+        except RangeError:
+            return None
+
+
 def rewrite_graph(graph: GraphOp, max_bp: int = 64) -> int:
     """Rewrite every eligible tree in `graph`, roots first; returns how many were rewritten."""
     ops = list(graph.block.ops)
-    index = {op: i for i, op in enumerate(ops)}
-    cp = critical_path(graph)
-    cached: list = []
-
-    def ranges():
-        # Sound boxes from the declared input ranges (infinite where a bound overflows).
-        if not cached:
-            try:
-                cached.append(value_ranges(graph, strict=False))
-            except RangeError:
-                cached.append(None)
-        return cached[0]
-
-    erased: set[Operation] = set()
+    analyses = _Analyses(graph)
     count = 0
     # Reverse block order visits a tree's root before its inner selects; trees rewritten later
-    # lie earlier in the block and cannot read a rewritten root, so `cp` stays valid for them.
+    # lie earlier in the block and cannot read a rewritten root, so the critical path and the
+    # ranges of their variables stay those of the graph as found.
     for root in reversed(ops):
-        if not isinstance(root, SelectOp) or root in erased:
+        if not isinstance(root, SelectOp) or root.parent is None:  # None: erased with a tree
             continue
         try:
-            tree = _match(root)
-            new = _replacement(tree, ranges, max_bp)
+            tree = _match(root, max_bp)
+            if _deepens(tree, analyses.critical_path):
+                continue
+            new = _replacement(tree, analyses, max_bp)
         except _Reject:
             continue
-        ready = max(cp.ready[v] for v in tree.variables)
-        if next_slot(ready, MLP) + 2 * (len(tree.variables) - 1) > cp.slots[root]:
-            continue  # would deepen the graph (a leaf variable is ready late)
-        new.attributes.update(root.attributes)
-        if root.out.name_hint:
-            new.results[0].name_hint = root.out.name_hint
-        Rewriter.insert_op(new, InsertPoint.before(root))
-        root.out.replace_all_uses_with(new.results[0])
-        dead = sorted(tree.selects + tree.compares, key=index.__getitem__, reverse=True)
-        for op in dead:
-            Rewriter.erase_op(op)
-            erased.add(op)
-        _erase_dead_leaves(tree, index, erased)
+        _rewrite(tree, new, graph.block)
         count += 1
     return count
 
 
-def _erase_dead_leaves(tree: _Tree, index: dict[Operation, int], erased: set) -> None:
+def _deepens(tree: _Tree, cp: CriticalPath) -> bool:
+    """Whether the table would sit in a later slot than the root (a leaf variable is ready
+    late). Checked before the table is built: it is the cheaper test."""
+    ready = max(cp.ready[v] for v in tree.variables)
+    return next_slot(ready, MLP) + 2 * (len(tree.variables) - 1) > cp.slots[tree.root]
+
+
+def _rewrite(tree: _Tree, new: Operation, block: Block) -> None:
+    root, out = tree.root, tree.root.results[0]
+    new.attributes.update(root.attributes)
+    if out.name_hint:
+        new.results[0].name_hint = out.name_hint
+    Rewriter.insert_op(new, InsertPoint.before(root))
+    out.replace_all_uses_with(new.results[0])
+    _erase(tree.selects + tree.compares)
+    _erase_dead_leaves(tree, block)
+
+
+def _erase(ops: list[Operation]) -> None:
+    """Erase `ops`, whose results are read by none but `ops`, in any order. Cheaper than
+    `Rewriter.erase_op`, which builds an ErasedSSAValue per result even when it has no use;
+    and no users-first order is needed, as every op drops its operands before the check."""
+    for op in ops:
+        op.detach()
+        op.drop_all_references()
+    if any(op.results[0].uses for op in ops):
+        raise AssertionError("select-tree-to-pwl2d: an erased op still has a use")
+
+
+def _erase_dead_leaves(tree: _Tree, block: Block) -> None:
     """Leaf ops that only fed the tree are pure and now dead; so are the linears and concats
-    below them that only fed those (walked down, latest first)."""
+    below them that only fed those (walked down)."""
     prunable = (LiteralOp, LinearOp, PiecewiseLinearOp, ConcatOp, SliceOp)
     work = [leaf.value.owner for leaf in tree.leaves.values()]
     while work:
+        # Operands are not ops of the block (`parent`) when they are block arguments or when
+        # they were erased already.
         work = [op for op in dict.fromkeys(work) if isinstance(op, prunable)
-                and op not in erased and op in index and not op.results[0].uses]
-        work.sort(key=index.__getitem__, reverse=True)
-        below = []
-        for op in work:
-            below.extend(v.owner for v in op.operands)
-            Rewriter.erase_op(op)
-            erased.add(op)
+                and op.parent is block and not op.results[0].uses]
+        below = [v.owner for op in work for v in op.operands]
+        _erase(work)
         work = below
 
 

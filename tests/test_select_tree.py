@@ -3,6 +3,8 @@ that agrees with the oracle everywhere outside the compare ramp zones."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -203,6 +205,22 @@ def test_too_many_breakpoints_are_rejected():
     m, th = depth4_tree()
     m = check_contract(m, th, "select-tree-to-pwl2d{max-breakpoints=4}")
     assert count(m, PiecewiseLinear2dOp) == 0 and count(m, SelectOp) >= 1
+
+
+def test_tree_taller_than_the_recursion_limit_becomes_one_table():
+    # A chain of selects deeper than Python's recursion limit, on four thresholds (so few grid
+    # lines): matched and tabulated without recursion.
+    th = Thresholds()
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, X_RANGE)
+        tw.input("y", 1, Y_RANGE)
+        v = tw.literal([0.0])
+        for i in range(sys.getrecursionlimit() + 100):
+            v = tw.select(th.compare("x", x, (-1.5, -0.5, 0.5, 1.5)[i % 4]),
+                          tw.literal([float(i % 7)]), v)
+        tw.output("r", v)
+    m = check_contract(g.module, th)
+    assert count(m, SelectOp) == 0 and count(m, PiecewiseLinearOp) == 1
 
 
 def test_terminal_mark_moves_to_the_table():
