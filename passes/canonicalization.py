@@ -169,7 +169,7 @@ class AddOfItself(RewritePattern):
                 return
         new.results[0].name_hint = op.results[0].name_hint  # it stands for the add
         rewriter.replace(op, new)
-        rewriter.erase_op(owner)
+        rewriter.erase(owner)
 
 
 class SimplifyConcat(RewritePattern):
