@@ -28,7 +28,11 @@ def assert_matches(ct, module, feeds, atol=1e-4):
 @example(seed=1885, n_ops=17)
 def test_random_primitive_graphs_match_oracle(seed, n_ops):
     module = random_graph(seed, n_ops, library=False, embedding=seed % 2 == 0)
-    ct = compile(module, d=96, d_head=8, d_hidden=256)
+    try:
+        ct = compile(module, d=96, d_head=8, d_hidden=256)
+    except GeometryError as e:  # rare: a wide op while much is live (seed 1151 needs 120)
+        assert "smallest d that fits" in str(e)
+        ct = compile(module, d=512, d_head=8, d_hidden=256)
     assert_matches(ct, module, sample_inputs(module, 6, seed))
     # At a width where the residual never binds, the greedy scheduler stays within 1.25x of
     # the critical-path floor. (d=96 binds for some graphs: seed 1885 takes 4 layers at d=96
@@ -52,9 +56,12 @@ def test_random_graphs_under_pressure_match_oracle(seed):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
+@example(seed=1151)
 def test_generate_with_kv_cache_equals_full_forward(seed):
     module = random_graph(seed, 20, library=False)
-    ct = compile(module, d=96, d_head=8, d_hidden=256)
+    # A generous width (seed 1151 needs d=120: a 78-wide relu while 54 columns
+    # hold live values); this test is about stepping, not about width.
+    ct = compile(module, d=256, d_head=8, d_hidden=256)
     feeds = sample_inputs(module, 7, seed)
     full = ct.run(feeds)
     prompt = {k: v[:3] for k, v in feeds.items()}
