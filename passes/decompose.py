@@ -289,10 +289,14 @@ def lattice_form(op: PiecewiseLinear2dOp, ranges: dict[SSAValue, Box],
             (op.x, op.y, (x0, nx), (y0, ny), grid.transpose(1, 0, 2)),
             (op.y, op.x, (y0, ny), (x0, nx), grid)):
         seq = rows.reshape(-1, grid.shape[2])  # seq[t]: t = (inner - i0) + n_in (outer - o0)
+        (ilo, ihi), (olo, ohi) = spans[0 if inner is op.x else 1], spans[0 if outer is op.x else 1]
+        offset = i0 + n_in * o0
+        if max(abs(ilo), abs(ihi)) + n_in * max(abs(olo), abs(ohi)) + abs(offset) >= 2 ** 24:
+            continue  # the sum would not be exact in f32
         knots = _slope_changes(seq)
         if best is None or knots.size < best[4].size:
-            best = (inner, outer, n_in, i0 + n_in * o0, knots.astype(np.float64), seq[knots])
-    return best if best[4].size + 1 <= max_neurons else None
+            best = (inner, outer, n_in, offset, knots.astype(np.float64), seq[knots])
+    return best if best is not None and best[4].size + 1 <= max_neurons else None
 
 
 def _slope_changes(seq: np.ndarray) -> np.ndarray:

@@ -163,6 +163,14 @@ def test_lattice_form_respects_the_neuron_budget_and_picks_the_cheaper_order():
     assert len(mlps(run_pipeline(module, "decompose{lattice-neurons=4}"))) == 2
 
 
+def test_lattice_needs_f32_exact_integers():
+    # x near 2^24: x + stride * y is not exact in f32, so the two-chain form is used.
+    big = float(2 ** 24 - 4)
+    module = table_graph((big, big + 3), (0, 2), [big, big + 3.0], [0.0, 2.0],
+                         np.arange(4.0).reshape(2, 2, 1))
+    assert len(mlps(run_pipeline(module, "decompose"))) == 2
+
+
 def test_lattice_too_many_points_keeps_two_chains():
     module = table_graph((0, 999), (0, 999), [0.0, 999.0], [0.0, 999.0],
                          np.arange(4.0).reshape(2, 2, 1))

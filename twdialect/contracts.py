@@ -81,7 +81,8 @@ piecewise_linear_2d(x, y, xs, ys, T) -> triangulated interpolation, inputs clamp
     piecewise_linear is. The order (which operand is the row) with fewer breakpoints wins; used
     when it needs at most `lattice-neurons` (default LATTICE_MAX_NEURONS) neurons.
     Exact at every integer point, up to the f32 rounding of the hinge coefficients (t, the
-    weights and the biases are integers, exact in f32 below 2^24); non-integer operands break
+    weights and the biases are integers, exact in f32 below 2^24: an order whose sums could
+    reach 2^24 is not used); non-integer operands break
     the declared promise (the oracle refuses non-integer values of an `integer` input).
 
 Primitives (`tw.linear`, `tw.mlp`, ...) and views are untouched by `decompose`.
