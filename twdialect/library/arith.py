@@ -389,7 +389,8 @@ def multiply_2d(a: Value, b: Value, a_range: tuple[float, float], b_range: tuple
     Contract: exact at grid vertices; on a cell of size ha x hb the triangulated interpolant
     of a*b over-estimates it by at most ha*hb/4; inputs outside the ranges are clamped.
     Cost: 2 MLP sublayers (the decomposition of piecewise_linear_2d), neurons growing with
-    n_a + n_b + n_a*n_b.
+    n_a + n_b + n_a*n_b; 1 MLP sublayer when a and b are known integers (the lattice form,
+    twdialect/contracts.py), e.g. digits: exact products with a grid at every integer.
     """
     check_value("multiply_2d", a, "a", 1)
     check_value("multiply_2d", b, "b", 1)
