@@ -48,17 +48,16 @@ from functools import lru_cache
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from twdialect.analysis import WRITER_OPS, critical_path
+from twdialect.analysis import critical_path, is_free_add
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
     ANNOTATION,
     ITERATION,
     SCOPE,
     SCOPE_TERMINAL,
-    AddOp,
     AttnOp,
     ConcatOp,
     GraphOp,
@@ -126,21 +125,6 @@ def fuse_graph(graph: GraphOp, max_group: int, d_head: int, pooled: bool = True)
 # --------------------------------------------------------------------------------------
 # Grouping: one block walk, buckets keyed by slot (+ scope tags, + q/k for attention)
 # --------------------------------------------------------------------------------------
-
-
-def _free_addend(v: SSAValue) -> bool:
-    return type(v.owner) in WRITER_OPS and v.has_one_use()
-
-
-def _is_fast_add(op: Operation) -> bool:
-    """Is `op` in `accumulating_adds` or `adds_into` (`twdialect.analysis`)? Their union is
-    exactly the adds of two distinct addends at least one of which is a single-use writer
-    result: an accumulating add has such a writer addend, and an add with one that is not
-    accumulating is an add into it. Checked per use, so no walk over the whole block."""
-    if type(op) is not AddOp:
-        return False
-    lhs, rhs = op.operands
-    return lhs is not rhs and (_free_addend(lhs) or _free_addend(rhs))
 
 
 class _Bucket:
@@ -219,7 +203,7 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
             uses += 1
             if type(user) is not ReluOp:
                 only_relus = False
-                if _is_fast_add(user):
+                if is_free_add(user):
                     fast_add = True
                     break
         if fast_add:

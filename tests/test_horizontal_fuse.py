@@ -16,6 +16,7 @@ from twdialect.analysis import (
     adds_into,
     critical_path,
     first_use_before_def,
+    is_free_add,
     sort_block_topologically,
 )
 from twdialect.dialect import AttnOp, LinearOp, SliceOp
@@ -283,14 +284,14 @@ def test_reorder_is_the_stable_topological_sort(make):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_fast_add_check_matches_the_analysis(seed):
-    """The per-use check for adds a writer must keep feeding is `accumulating_adds` plus
-    `adds_into`."""
+def test_free_add_check_matches_the_analysis(seed):
+    """`is_free_add`, the per-op check the pass uses for adds a writer must keep feeding, is
+    `accumulating_adds` plus `adds_into`."""
     for module in (random_graph(seed, 40), layered_graph(600, seed=seed)[0]):
         graph = find_graph(module)
         accumulating = accumulating_adds(graph)
         expected = accumulating | set(adds_into(graph, accumulating))
-        assert {op for op in graph.block.ops if hf._is_fast_add(op)} == expected
+        assert {op for op in graph.block.ops if is_free_add(op)} == expected
 
 
 @pytest.mark.slow

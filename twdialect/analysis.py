@@ -103,6 +103,17 @@ def _free_addend(v: SSAValue) -> bool:
     return type(v.owner) in WRITER_OPS and v.has_one_use()
 
 
+def is_free_add(op: Operation) -> bool:
+    """Whether `op` is in `accumulating_adds` or `adds_into`, checked on the op alone (no walk
+    over the block). Their union is exactly the adds of two distinct addends at least one of
+    which is a single-use writer result: an accumulating add has such an addend, and an add
+    with one that is not accumulating adds into it."""
+    if type(op) is not AddOp:
+        return False
+    lhs, rhs = op.operands
+    return lhs is not rhs and (_free_addend(lhs) or _free_addend(rhs))
+
+
 def adds_into(graph: GraphOp, accumulating: set[Operation] | None = None) -> dict[Operation, SSAValue]:
     """Adds (not accumulating) with one single-use writer addend: add -> that addend.
 
