@@ -134,6 +134,10 @@ class AddOfLiterals(RewritePattern):
             _replace_by_value(rewriter, op, op.rhs)
 
 
+# The properties that scale a writer's output: doubling them doubles the result.
+_OUTPUT_PROPS = {LinearOp: ("weight", "bias"), MlpOp: ("w2", "b2"), AttnOp: ("wo",)}
+
+
 class AddOfItself(RewritePattern):
     """add(v, v), where nothing else reads v and v is written by a linear, mlp, relu or attn
     -> that writer with its output doubled (x2 is exact in f32). Two identical single-use
@@ -146,27 +150,18 @@ class AddOfItself(RewritePattern):
         if op.rhs is not v or sum(1 for _ in v.uses) != 2:
             return
         owner = v.owner
-        match owner:
-            case LinearOp():
-                new = owner.clone()
-                new.properties["weight"] = dense(2.0 * to_numpy(owner.weight))
-                if owner.bias is not None:
-                    new.properties["bias"] = dense(2.0 * to_numpy(owner.bias))
-            case MlpOp():
-                new = owner.clone()
-                new.properties["w2"] = dense(2.0 * to_numpy(owner.w2))
-                if owner.b2 is not None:
-                    new.properties["b2"] = dense(2.0 * to_numpy(owner.b2))
-            case AttnOp():
-                new = owner.clone()
-                new.properties["wo"] = dense(2.0 * to_numpy(owner.wo))
-            case ReluOp():
-                n = width_of(v)
-                new = MlpOp.create(operands=[owner.x], result_types=[VecType(n)],
-                                   properties={"w1": dense(np.eye(n)), "w2": dense(2.0 * np.eye(n))},
-                                   attributes=dict(owner.attributes))
-            case _:
-                return
+        if isinstance(owner, ReluOp):
+            n = width_of(v)
+            new = MlpOp.create(operands=[owner.x], result_types=[VecType(n)],
+                               properties={"w1": dense(np.eye(n)), "w2": dense(2.0 * np.eye(n))},
+                               attributes=dict(owner.attributes))
+        elif type(owner) in _OUTPUT_PROPS:
+            new = owner.clone()
+            for name in _OUTPUT_PROPS[type(owner)]:
+                if name in owner.properties:
+                    new.properties[name] = dense(2.0 * to_numpy(owner.properties[name]))
+        else:
+            return
         new.results[0].name_hint = op.results[0].name_hint  # it stands for the add
         rewriter.replace(op, new)
         rewriter.erase(owner)

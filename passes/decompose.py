@@ -285,13 +285,13 @@ def lattice_form(op: PiecewiseLinear2dOp, ranges: dict[SSAValue, Box],
     grid = pwl_2d(gx.reshape(-1), gy.reshape(-1), xs, ys, table).reshape(nx, ny, -1)
     best = None
     # t runs along the inner operand, one row per value of the outer: try both orders.
-    for inner, outer, (i0, n_in), (o0, _), rows in (
-            (op.x, op.y, (x0, nx), (y0, ny), grid.transpose(1, 0, 2)),
-            (op.y, op.x, (y0, ny), (x0, nx), grid)):
+    for inner, outer, (i0, i1), (o0, o1), rows in (
+            (op.x, op.y, spans[0], spans[1], grid.transpose(1, 0, 2)),
+            (op.y, op.x, spans[1], spans[0], grid)):
         seq = rows.reshape(-1, grid.shape[2])  # seq[t]: t = (inner - i0) + n_in (outer - o0)
-        (ilo, ihi), (olo, ohi) = spans[0 if inner is op.x else 1], spans[0 if outer is op.x else 1]
+        n_in = i1 - i0 + 1
         offset = i0 + n_in * o0
-        if max(abs(ilo), abs(ihi)) + n_in * max(abs(olo), abs(ohi)) + abs(offset) >= 2 ** 24:
+        if max(abs(i0), abs(i1)) + n_in * max(abs(o0), abs(o1)) + abs(offset) >= 2 ** 24:
             continue  # the sum would not be exact in f32
         knots = _slope_changes(seq)
         if best is None or knots.size < best[4].size:
