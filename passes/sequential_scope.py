@@ -278,28 +278,36 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
             decided[scope.name] = choice.k
             continue
         choice.searched = True
+
+        def attempt(k: int, bound: int | None) -> _Trial:
+            """Schedule candidate k (spending its cost) and record what came of it."""
+            nonlocal budget
+            budget -= cost
+            trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
+            if trial.layers is None and trial.floor is not None:  # pruned
+                choice.pruned[k] = trial.floor
+            elif not trial.unlowerable:
+                choice.layers[k] = trial.layers
+            return trial
+
         best: int | None = None
         for k in cands + [1]:
             if k == 1 and best is not None:
                 break  # K=1 serialises: only when every other candidate stalls
             if budget < cost:
                 break  # out of budget: the best so far, or the rule if none scheduled
-            budget -= cost
             bound = None if best is None else choice.layers[best]
-            trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
+            trial = attempt(k, bound)
             if trial.unlowerable:
                 lowers = choice.searched = False
                 break
-            if trial.layers is None and trial.floor is not None:  # pruned
-                choice.pruned[k] = trial.floor
-                continue
-            choice.layers[k] = trial.layers
             if trial.layers is not None and (bound is None or trial.layers < bound):
                 best = k
                 if k == 0 and trial.layers == trial.floor:
                     break  # ungated at its floor: gating only adds constraints
         while best and lowers and budget >= cost:
             # Refine between the best K and its tried neighbours (the ladder is coarse).
+            # (No trial here is unlowerable: that does not depend on K, and K=0 lowered.)
             tried = set(choice.layers) | set(choice.pruned)
             above = min([k for k in tried if k > best] + [n])
             below = max([k for k in tried if 0 < k < best] + [1])
@@ -310,13 +318,7 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
             for k in probes:
                 if budget < cost:
                     break
-                budget -= cost
-                bound = choice.layers[best] + (1 if k > best else 0)  # a larger K may tie
-                trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
-                if trial.layers is None and trial.floor is not None:
-                    choice.pruned[k] = trial.floor
-                    continue
-                choice.layers[k] = trial.layers
+                trial = attempt(k, choice.layers[best] + (1 if k > best else 0))  # larger K may tie
                 if trial.layers is not None and (trial.layers, -k) < (choice.layers[best], -best):
                     best = k
         if best is not None:
