@@ -31,14 +31,16 @@ def annotate_schedule(sched) -> None:
         op = t.op
         op.attributes["tw.layer"] = int_prop(s // 2)
         op.attributes["tw.sublayer"] = StringAttr("attn" if s % 2 == 0 else "mlp")
-        from lowering.schedule import task_cost
+        from lowering.rules import task_cost
 
-        a_cost, m_cost = task_cost(tg, t, sched.machine)
+        cost = task_cost(tg, t, sched.machine)
         if s % 2 == 0:
-            key = "tw.heads" if isinstance(op, AttnOp) else "tw.dims"
-            op.attributes[key] = int_prop(a_cost)
+            if isinstance(op, AttnOp):
+                op.attributes["tw.heads"] = int_prop(cost.heads)
+            else:
+                op.attributes["tw.dims"] = int_prop(cost.dims)
         else:
-            op.attributes["tw.neurons"] = int_prop(m_cost)
+            op.attributes["tw.neurons"] = int_prop(cost.neurons)
         op.attributes["tw.cols"] = _cols(sched.cols[t.out_group])
     for add in accumulating_adds(g):
         add.attributes["tw.accumulate"] = UnitAttr()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lowering.materialize import _rows
+from lowering.layer import component_rows
 from lowering.model import CompiledTransformer
 from twdialect.dialect import describe
 from twdialect.interp import evaluate_values
@@ -73,7 +73,7 @@ def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: st
         if any(tg.groups[g].value is not v for g in groups) and v.owner in tg.writer_ops:
             continue  # an addend of an accumulating add: only the sum is ever in the columns
         s = max(complete[g] for g in groups)
-        rows, scale = _rows(sched, refs)
+        rows, scale = component_rows(sched.machine, sched.cols, refs)
         got = snaps[s][:, rows] * scale
         want = oracle[v]
         err = float(np.abs(got - want).max()) if want.size else 0.0

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lowering.machine import GeometryError, Machine
-from lowering.tasks import POS_GROUP, Refs, Task, TaskGraph
+from lowering.rules import Cost, cancel_cost, task_cost
+from lowering.tasks import POS_GROUP, Task, TaskGraph
 from twdialect.analysis import ATTN, EITHER, MLP, critical_path
 from twdialect.dense import shape_of
-from twdialect.dialect import AttnOp, MlpOp, describe
+from twdialect.dialect import AttnOp, describe
 
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
 
@@ -54,60 +55,28 @@ class Schedule:
     occupancy: list[int] = field(default_factory=list)  # per layer, live columns (max)
 
 
-def attn_value_dims(op: AttnOp, v_support: int) -> int:
-    """Value dims an attn op needs: min over the factorizations of (v Wv) Wo."""
-    return min(shape_of(op.wv)[1], v_support, shape_of(op.wo)[1])
-
-
-def task_cost(tg: TaskGraph, t: Task, machine: Machine) -> tuple[int, int]:
-    """(attention cost, MLP cost): attn: heads for attn ops, value dims for head work;
-    MLP: neurons."""
-    op = t.op
-    refs = tg.in_refs(t)
-    if isinstance(op, AttnOp):
-        wv = tg.refs[op.value]
-        support = len({(g, i) for g, i in zip(wv.group.tolist(), wv.idx.tolist()) if g != Refs.CONST})
-        dims = attn_value_dims(op, support)
-        return (math.ceil(max(dims, 1) / machine.d_head), 0)
-    if isinstance(op, MlpOp):
-        return (0, shape_of(op.w1)[1])
-    support = len({(g, i) for g, i in zip(refs.group.tolist(), refs.idx.tolist()) if g != Refs.CONST})
-    out = tg.groups[t.out_group].width
-    if t.kind == MLP:  # relu: one neuron per non-constant component
-        return (0, support)
-    dims = min(support, out)
-    return (dims, 2 * dims)
-
-
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
     """Structural checks: an op too wide for any layer of this geometry."""
     for t in tg.tasks:
         op = t.op
+        cost = task_cost(tg, t, machine)
         if isinstance(op, AttnOp):
             d_qk = shape_of(op.wq)[1]
             if d_qk > machine.d_head:
                 raise GeometryError(f"{describe(op)}: query/key width {d_qk} exceeds d_head="
                                     f"{machine.d_head}; smallest d_head that fits: {d_qk}")
-            heads = task_cost(tg, t, machine)[0]
-            if heads > machine.n_heads:
-                raise GeometryError(f"{describe(op)}: needs {heads} heads, a layer has "
+            if cost.heads > machine.n_heads:
+                raise GeometryError(f"{describe(op)}: needs {cost.heads} heads, a layer has "
                                     f"{machine.n_heads}; smallest d that fits: "
-                                    f"{heads * machine.d_head}")
-        if isinstance(op, MlpOp) and shape_of(op.w1)[1] > machine.d_hidden:
-            raise GeometryError(f"{describe(op)}: needs {shape_of(op.w1)[1]} MLP neurons, "
-                                f"d_hidden={machine.d_hidden}; smallest d_hidden that fits: "
-                                f"{shape_of(op.w1)[1]}")
-        if t.kind == MLP and not isinstance(op, MlpOp):
-            n = task_cost(tg, t, machine)[1]
-            if n > machine.d_hidden:
-                raise GeometryError(f"{describe(op)}: needs {n} MLP neurons, d_hidden="
-                                    f"{machine.d_hidden}; smallest d_hidden that fits: {n}")
-        if t.kind == EITHER:
-            dims = task_cost(tg, t, machine)[0]
-            if dims > machine.n_heads * machine.d_head and 2 * dims > machine.d_hidden:
-                raise GeometryError(f"{describe(op)}: a {dims}-dim linear fits neither the heads "
-                                    f"of a layer ({machine.n_heads * machine.d_head} dims) nor its "
-                                    f"MLP ({machine.d_hidden} neurons, needs {2 * dims})")
+                                    f"{cost.heads * machine.d_head}")
+        if t.kind == MLP and cost.neurons > machine.d_hidden:
+            raise GeometryError(f"{describe(op)}: needs {cost.neurons} MLP neurons, d_hidden="
+                                f"{machine.d_hidden}; smallest d_hidden that fits: {cost.neurons}")
+        if t.kind == EITHER and cost.dims > machine.n_heads * machine.d_head \
+                and cost.neurons > machine.d_hidden:
+            raise GeometryError(f"{describe(op)}: a {cost.dims}-dim linear fits neither the heads "
+                                f"of a layer ({machine.n_heads * machine.d_head} dims) nor its "
+                                f"MLP ({machine.d_hidden} neurons, needs {cost.neurons})")
         width = tg.groups[t.out_group].width
         if width > machine.free_columns:
             raise GeometryError(f"{describe(op)}: its {width}-wide result exceeds the residual "
@@ -228,11 +197,12 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
               full_reserve: bool = False) -> Schedule:
     check_fits(tg, machine)
     cp = critical_path(tg.graph)
-    last_slot = max([s for op, s in cp.slots.items()] + [-1])
     floor = cp.n_layers
     needed = _needed_tasks(tg)
-    latest = _latest_slots(tg, needed, max(last_slot, 0))
-    costs = [task_cost(tg, t, machine) if needed[t.tid] else (0, 0) for t in tg.tasks]
+    # Deadlines count back from the outputs' floor only: ops no output reads must not
+    # stretch the horizon (that gave live ops false slack and cost layers).
+    latest = _latest_slots(tg, needed, max(cp.last_slot, 0))
+    costs = [task_cost(tg, t, machine) if needed[t.tid] else Cost() for t in tg.tasks]
 
     n_groups = len(tg.groups)
     cols: list[np.ndarray | None] = [None] * n_groups
@@ -317,7 +287,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
         for entry in cands:
             tid = entry[2]
             t = tg.tasks[tid]
-            a_cost, m_cost = costs[tid]
+            cost = costs[tid]
             g = t.out_group
             need_cols = tg.groups[g].width if cols[g] is None else 0
             reclaim, reclaim_w = _reclaim_plan(columns, need_cols, tg)
@@ -329,13 +299,11 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
                 heapq.heappush(heaps[t.kind], entry)
                 continue
             if attention:
-                if isinstance(t.op, AttnOp):
-                    h2, p2 = heads + a_cost, pool + reclaim_w
-                else:
-                    h2, p2 = heads, pool + a_cost + reclaim_w
+                h2 = heads + cost.heads
+                p2 = pool + cost.dims + cancel_cost(reclaim_w, True).dims
                 fits = h2 + math.ceil(p2 / machine.d_head) <= machine.n_heads
             else:
-                n2 = neurons + m_cost + 2 * reclaim_w
+                n2 = neurons + cost.neurons + cancel_cost(reclaim_w, False).neurons
                 fits = n2 <= machine.d_hidden
             if not fits:
                 heapq.heappush(heaps[t.kind], entry)

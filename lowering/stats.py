@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from lowering.schedule import Schedule, task_cost
-from twdialect.dialect import ANNOTATION, AttnOp, GraphOp
+from lowering.rules import task_cost
+from lowering.schedule import Schedule
+from twdialect.dialect import ANNOTATION, GraphOp
 
 
 def graph_params(graph: GraphOp) -> int:
@@ -102,14 +103,12 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         a = per_ann.setdefault(name, {"ops": 0, "heads": 0, "head_dims": 0, "neurons": 0,
                                       "first_layer": s // 2, "last_layer": s // 2})
         a["ops"] += 1
-        a_cost, m_cost = task_cost(tg, t, m)
+        cost = task_cost(tg, t, m)
         if s % 2 == 0:
-            if isinstance(t.op, AttnOp):
-                a["heads"] += a_cost
-            else:
-                a["head_dims"] += a_cost
+            a["heads"] += cost.heads
+            a["head_dims"] += cost.dims
         else:
-            a["neurons"] += m_cost
+            a["neurons"] += cost.neurons
         a["first_layer"] = min(a["first_layer"], s // 2)
         a["last_layer"] = max(a["last_layer"], s // 2)
     return Stats(

@@ -1,0 +1,180 @@
+"""One transformer layer's weights while they are written, and the component-to-row resolution.
+
+The weight writer (`lowering/materialize.py`) and the per-op rules (`lowering/rules.py`) add
+coordinates here; `LayerBuilder.finish` sums them into trimmed `LayerWeights`. A layer counts
+the heads and neurons it hands out, so the writer can check them against the schedule's plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowering.machine import Machine
+from lowering.tasks import POS_GROUP, Refs
+
+
+@dataclass
+class Matrix:
+    """A weight matrix as summed coordinates (rows, cols, vals) of a given shape.
+
+    Kept sparse: compiled layers are mostly zeros (a self-attention head's Q has one entry);
+    `dense()` gives the (float32) array for exports and small models."""
+
+    shape: tuple[int, int]
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray  # float32, duplicates already summed
+
+    @property
+    def nnz(self) -> int:
+        return len(self.vals)
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, np.float32)
+        out[self.rows, self.cols] = self.vals
+        return out
+
+
+@dataclass
+class LayerWeights:
+    """One layer: attention (heads of width d_head) then MLP. Shapes use the trimmed sizes."""
+
+    wq: Matrix  # (d, H*d_head)
+    wk: Matrix
+    wv: Matrix
+    wo: Matrix  # (H*d_head, d)
+    bo: np.ndarray  # (d,)
+    w1: Matrix  # (d, N)
+    b1: np.ndarray  # (N,)
+    w2: Matrix  # (N, d)
+    b2: np.ndarray  # (d,)
+    d_head: int = 1
+
+    @property
+    def n_heads(self) -> int:
+        return self.wq.shape[1] // self.d_head
+
+    @property
+    def n_neurons(self) -> int:
+        return self.w1.shape[1]
+
+
+class Coo:
+    """Coordinate lists for one matrix, summed into a dense array at the end."""
+
+    def __init__(self):
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+
+    def add(self, rows, cols, vals) -> None:
+        rows, cols, vals = np.asarray(rows, np.int64), np.asarray(cols, np.int64), np.asarray(vals)
+        shape = np.broadcast_shapes(rows.shape, cols.shape, vals.shape)
+        self.r.append(np.broadcast_to(rows, shape).ravel())
+        self.c.append(np.broadcast_to(cols, shape).ravel())
+        self.v.append(np.broadcast_to(vals.astype(np.float64, copy=False), shape).ravel())
+
+    def matrix(self, shape) -> Matrix:
+        """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros."""
+        if not self.r:
+            e = np.zeros(0, np.int64)
+            return Matrix(shape, e, e, np.zeros(0, np.float32))
+        r, c, v = np.concatenate(self.r), np.concatenate(self.c), np.concatenate(self.v)
+        key = r * shape[1] + c
+        order = np.argsort(key, kind="stable")
+        key, v = key[order], v[order]
+        uniq, start = np.unique(key, return_index=True)
+        sums = np.add.reduceat(v, start) if len(v) else v
+        keep = sums != 0
+        uniq = uniq[keep]
+        return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(np.float32))
+
+
+class LayerBuilder:
+    """Coordinates of one layer: whole heads for attn ops, pooled head work, MLP neurons."""
+
+    def __init__(self, machine: Machine):
+        self.m = machine
+        self.q, self.k, self.v, self.o = Coo(), Coo(), Coo(), Coo()
+        self.bo = np.zeros(machine.d)
+        self.w1, self.w2 = Coo(), Coo()
+        self.b1: list[np.ndarray] = []
+        self.b2 = np.zeros(machine.d)
+        self.heads = 0  # whole heads taken by attn ops
+        self.pool: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # head work
+        self.neurons = 0
+
+    # -- MLP --------------------------------------------------------------------------
+    def take_neurons(self, n: int, bias=None) -> int:
+        start = self.neurons
+        self.neurons += n
+        self.b1.append(np.zeros(n) if bias is None else np.asarray(bias, np.float64))
+        return start
+
+    # -- attention -------------------------------------------------------------------
+    def take_heads(self, n: int) -> int:
+        start = self.heads
+        self.heads += n
+        return start
+
+    @property
+    def heads_used(self) -> int:
+        """Whole heads of attn ops plus the heads the pooled head work packs into."""
+        return self.heads + math.ceil(sum(len(p[0]) for p in self.pool) / self.m.d_head)
+
+    def finish(self) -> LayerWeights:
+        m = self.m
+        dh = m.d_head
+        n_heads = self.heads_used
+        # Self-attention heads for the pooled position-local work: q.k = G * j peaks at j = i.
+        base = self.heads * dh
+        p = 0
+        for vr, vc_val, orow_dst, oval in self.pool:
+            n = len(vr)
+            dims = base + p + np.arange(n)
+            # vr: (n, k) rows per dim; vc_val: (n, k) values; orow_dst: (n, j) cols; oval: (n, j)
+            self.v.add(vr, dims[:, None], vc_val)
+            self.o.add(dims[:, None], orow_dst, oval)
+            p += n
+        for h in range(self.heads, n_heads):
+            self.q.add(m.CONST_COL, h * dh, m.self_attend_gain)
+            self.k.add(m.POS_COL, h * dh, 1.0)
+        H = n_heads * dh
+        return LayerWeights(
+            wq=self.q.matrix((m.d, H)), wk=self.k.matrix((m.d, H)), wv=self.v.matrix((m.d, H)),
+            wo=self.o.matrix((H, m.d)), bo=self.bo.astype(np.float32),
+            w1=self.w1.matrix((m.d, self.neurons)),
+            b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(np.float32),
+            w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh)
+
+
+def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:
+    """Residual row and multiplier of every component (`cols`: group id -> its columns)."""
+    m = machine
+    rows = np.empty(len(refs.group), np.int64)
+    scale = np.ones(len(refs.group))
+    for k, (g, i) in enumerate(zip(refs.group.tolist(), refs.idx.tolist())):
+        if g == Refs.CONST:
+            rows[k] = m.CONST_COL
+            scale[k] = refs.const[k]
+        elif g == POS_GROUP:
+            rows[k] = m.POS_COL
+        else:
+            rows[k] = cols[g][i]
+    return rows, scale
+
+
+def combine(rows, scale, mat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fold components onto distinct residual rows: (support rows, support matrix, const term).
+
+    Constant components (on the constant column) become a constant term; repeated rows sum."""
+    const_mask = rows == Machine.CONST_COL
+    const_term = (scale[const_mask, None] * mat[const_mask]).sum(axis=0)
+    live = ~const_mask
+    urows, inv = np.unique(rows[live], return_inverse=True)
+    out = np.zeros((len(urows), mat.shape[1]))
+    np.add.at(out, inv, scale[live, None] * mat[live])
+    return urows, out, const_term
