@@ -215,6 +215,7 @@ class CriticalPath:
     ready: dict[SSAValue, int]  # value -> last slot before it can be read
     n_layers: int  # the floor in layers (>= 1 when any op needs a sublayer)
     chain: list[Operation]  # one chain of maximal depth, source to sink
+    last_slot: int = -1  # the slot by which every output is ready (dead code does not count)
 
     @property
     def floor(self) -> int:
@@ -271,4 +272,4 @@ def critical_path(graph: GraphOp) -> CriticalPath:
         op = pred.get(op)
     chain.reverse()
     n_layers = last // 2 + 1 if last >= 0 else 0
-    return CriticalPath(slots, ready, n_layers, chain)
+    return CriticalPath(slots, ready, n_layers, chain, last)
