@@ -38,6 +38,11 @@ from twdialect.dense import shape_of
 from twdialect.dialect import AttnOp, describe
 
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
+# A cancel in the same sublayer as the writer that reuses the columns lands as one residual
+# add of (-old + new), rounded at ulp(|old|): the new value keeps its low bits only while
+# |old| <= SAME_SUBLAYER_RATIO * max(1, |new|) (error <= 2^-24 * 64 ~ 4e-6 of the new scale).
+# Louder dead values are cancelled a sublayer ahead (exact: old + (-old) == 0).
+SAME_SUBLAYER_RATIO = 64.0
 
 
 @dataclass
@@ -120,13 +125,15 @@ def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int
 
 
 class _Columns:
-    """Residual columns: clean free columns and dead groups whose columns await a cancel."""
+    """Residual columns: clean free columns, dead groups whose columns await a cancel, and
+    columns cancelled in the current sublayer (clean from the next one)."""
 
     def __init__(self, machine: Machine):
         self.free = list(range(machine.RESERVED, machine.d))
         heapq.heapify(self.free)
         self.dirty: deque[int] = deque()
         self.dirty_width = 0
+        self.cleaning: list[np.ndarray] = []
 
     def take(self, n: int) -> np.ndarray:
         return np.array(sorted(heapq.heappop(self.free) for _ in range(n)), dtype=np.int64)
@@ -134,6 +141,55 @@ class _Columns:
     def give(self, cols: np.ndarray) -> None:
         for c in cols.tolist():
             heapq.heappush(self.free, c)
+
+    def next_sublayer(self) -> None:
+        for cols in self.cleaning:
+            self.give(cols)
+        self.cleaning.clear()
+
+    def free_or_reclaimable(self) -> int:
+        return len(self.free) + self.dirty_width + sum(len(c) for c in self.cleaning)
+
+
+class _Magnitudes:
+    """Largest |value| a group's columns can hold (value ranges), computed on first use:
+    only schedules that reuse columns need it."""
+
+    def __init__(self, tg: TaskGraph):
+        self.tg = tg
+        self.mag: list[float] | None = None
+
+    def __getitem__(self, g: int) -> float:
+        if self.mag is None:
+            self.mag = self._compute()
+        return self.mag[g]
+
+    def _compute(self) -> list[float]:
+        from twdialect.ranges import RangeError, value_ranges
+
+        tg = self.tg
+        try:
+            ranges = value_ranges(tg.graph, strict=False)
+        except RangeError:  # an op without a range rule: assume the worst
+            return [math.inf] * len(tg.groups)
+
+        def maxabs(v) -> float:
+            lo, hi = ranges.get(v, (None, None))
+            if lo is None or not len(lo):
+                return 0.0 if lo is not None else math.inf
+            return float(max(np.abs(lo).max(), np.abs(hi).max()))
+
+        mag = [maxabs(g.value) for g in tg.groups]
+        for t in tg.tasks:  # partial sums of an accumulating group pass through its writers
+            mag[t.out_group] = max(mag[t.out_group], maxabs(t.op.results[0]))
+        return mag
+
+    def loud(self, g: int) -> bool:
+        return self[g] > SAME_SUBLAYER_RATIO
+
+    def may_reuse(self, old: int, new: int) -> bool:
+        """Whether `new` may take dead `old`'s columns in the sublayer that cancels them."""
+        return self[old] <= SAME_SUBLAYER_RATIO * max(1.0, self[new])
 
 
 def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
@@ -218,6 +274,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
     slot = [-1] * len(tg.tasks)
     cancels: list[tuple[int, int]] = []
     columns = _Columns(machine)
+    magnitude = _Magnitudes(tg)
     pending: dict[int, list[int]] = {}
 
     def complete(g: int, s: int) -> None:
@@ -270,6 +327,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
     occupancy_by_slot: list[int] = []
     usage: list[tuple[int, int]] = []  # per slot: (heads, neurons)
     while n_todo:
+        columns.next_sublayer()
         for tid in pending.pop(s, ()):
             t = tg.tasks[tid]
             heapq.heappush(heaps[t.kind], (latest[tid], t.index, tid))
@@ -279,7 +337,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
         else:
             cands = _pop_all(heaps[MLP]) + _pop_all(heaps[EITHER])
         cands.sort()
-        free_share = (len(columns.free) + columns.dirty_width) / machine.free_columns
+        free_share = columns.free_or_reclaimable() / machine.free_columns
         if free_share < PRESSURE and cands:
             cands.sort(key=lambda e: (_net_columns(tg, tg.tasks[e[2]], cols, readers_left) > 0,) + e)
         heads = pool = neurons = 0
@@ -290,8 +348,10 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
             cost = costs[tid]
             g = t.out_group
             need_cols = tg.groups[g].width if cols[g] is None else 0
-            reclaim, reclaim_w = _reclaim_plan(columns, need_cols, tg)
-            free_after = len(columns.free) + columns.dirty_width - need_cols
+            reclaim, reclaim_w = _reclaim_plan(
+                columns, need_cols, tg,
+                lambda old: died[old] <= s and magnitude.may_reuse(old, g))
+            free_after = columns.free_or_reclaimable() - need_cols
             if reclaim is None or (
                     need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
                     and free_after < reserve and free_after < pressure
@@ -332,6 +392,28 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
             if writers_left[g] == 0:
                 complete(g, s)
                 maybe_die(g, s + 1)
+        # Under pressure, cancel dead groups ahead of need with what this sublayer has left
+        # (loud ones first: they cannot be cancelled in the sublayer that reuses them).
+        if columns.dirty and (free_share < PRESSURE or full_reserve):
+            for rg in sorted(columns.dirty, key=lambda g: not magnitude.loud(g)):
+                if died[rg] > s:  # written in this very sublayer: nothing to cancel yet
+                    continue
+                w = tg.groups[rg].width
+                if attention:
+                    p2 = pool + cancel_cost(w, True).dims
+                    if heads + math.ceil(p2 / machine.d_head) > machine.n_heads:
+                        continue
+                    pool = p2
+                else:
+                    n2 = neurons + cancel_cost(w, False).neurons
+                    if n2 > machine.d_hidden:
+                        continue
+                    neurons = n2
+                columns.dirty.remove(rg)
+                columns.dirty_width -= w
+                columns.cleaning.append(cols[rg])
+                cancels.append((s, rg))
+                placed += 1  # progress: the columns are clean from the next sublayer
         usage.append((heads + math.ceil(pool / machine.d_head) if attention else 0,
                       0 if attention else neurons))
         occupancy_by_slot.append(live[0])
@@ -372,8 +454,9 @@ def _pop_while(heap: list, pred) -> list:
     return out
 
 
-def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph):
-    """Dead groups to cancel so `need` clean columns exist (oldest deaths first)."""
+def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph, may_reuse):
+    """Dead groups to cancel in this sublayer so `need` clean columns exist (oldest deaths
+    first, only those `may_reuse` allows); None when they do not add up."""
     if need <= len(columns.free):
         return [], 0
     if need > len(columns.free) + columns.dirty_width:
@@ -382,8 +465,11 @@ def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph):
     for g in columns.dirty:
         if got >= need:
             break
-        plan.append(g)
-        got += tg.groups[g].width
+        if may_reuse(g):
+            plan.append(g)
+            got += tg.groups[g].width
+    if got < need:
+        return None, 0
     return plan, sum(tg.groups[g].width for g in plan)
 
 
