@@ -545,15 +545,20 @@ def get_prev_value(pos: Pos, value: Value, cond: Value, wv=None, gain: float = F
     return tw.attn(tw.literal([1.0]), keys, value, np.ones((1, 1)), wk, wv, np.eye(wv.shape[1]))
 
 
-def attend_to_position(pos: Pos, value: Value, target: Value, offset: float = 0.0, wv=None,
-                       gain: float = POSITION_GAIN) -> Value:
-    """value at position j = target_i + offset (target 1 wide, integer-valued; clamped to
-    [0, i]): logits G (2 T j - j^2) with T = target + offset, one head."""
+def attend_to_position(pos: Pos, value: Value, target: Value | None, offset: float = 0.0,
+                       wv=None, gain: float = POSITION_GAIN) -> Value:
+    """value at position j = target_i + offset (target 1 wide, integer-valued, or None for the
+    absolute position `offset`; clamped to [0, i]): logits G (2 T j - j^2) with
+    T = target + offset, one head."""
     if pos.kind != "quadratic":
         raise ValueError("attend_to_position needs the quadratic code")
     wv = _value_map(value, wv)
-    query = tw.concat(tw.literal([1.0]), target)
-    wq = np.array([[2.0 * gain * offset, -gain], [2.0 * gain, 0.0]])
+    if target is None:
+        query = tw.literal([1.0])
+        wq = np.array([[2.0 * gain * offset, -gain]])
+    else:
+        query = tw.concat(tw.literal([1.0]), target)
+        wq = np.array([[2.0 * gain * offset, -gain], [2.0 * gain, 0.0]])
     return tw.attn(query, pos.value, value, wq, np.eye(2), wv, np.eye(wv.shape[1]))
 
 
