@@ -13,6 +13,7 @@ from xdsl.passes import ModulePass, PassPipeline
 # Pass name -> module that defines it. Passes live here; the lowering lives in lowering/.
 TW_PASSES: dict[str, str] = {
     "decompose": "passes.decompose",
+    "form-mlps": "passes.form_mlps",
     "fuse-linears": "passes.fuse_linears",
     "horizontal-fuse": "passes.horizontal_fuse",
     "select-tree-to-pwl2d": "passes.select_tree_to_pwl2d",

@@ -1,6 +1,7 @@
 """`optimize`: the default pipeline, as one pass.
 
-    DEFAULT_PIPELINE = "decompose,canonicalize,fuse-linears,balance-sums,canonicalize,cse,dce"
+    DEFAULT_PIPELINE =
+        "decompose,canonicalize,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
 
 Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md):
   decompose       the lowering reads primitives only, and the later passes see through the
@@ -8,6 +9,8 @@ Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md)
                   module holds no library op (it would change nothing).
   canonicalize    folds literals, drops identity linears, flattens nested concats: fusion then
                   sees `linear(concat(...))` directly instead of behind a concat of a concat.
+  form-mlps       a relu and the linears around it become one MLP sublayer (before fusion,
+                  which then folds the rest of each affine chain into the new w1 / w2).
   fuse-linears    composes affine chains (fewer ops, fewer slots on the critical path).
   balance-sums    reassociates the remaining add chains (after fusion, so that sums already
                   collapsed into one linear are not rebuilt as trees of adds).
@@ -26,7 +29,9 @@ from xdsl.passes import ModulePass
 
 from twdialect.dialect import LIBRARY_OPS
 
-DEFAULT_PIPELINE = "decompose,canonicalize,fuse-linears,balance-sums,canonicalize,cse,dce"
+DEFAULT_PIPELINE = (
+    "decompose,canonicalize,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
+)
 
 
 def has_library_ops(module: ModuleOp) -> bool:
