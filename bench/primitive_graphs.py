@@ -1,0 +1,231 @@
+"""torchwright-style graphs written in primitives: one JSON line per graph x pipeline.
+
+    python bench/primitive_graphs.py                        # everything, 50 prompts each
+    python bench/primitive_graphs.py --quick                # fewer prompts, small synthetics
+    python bench/primitive_graphs.py --only primitive/adder --prompts 20
+    python bench/primitive_graphs.py --only adder           # primitive/ and library/ adder
+
+Cases:
+* `primitive/<program>`: the token programs of examples/primitive (every nonlinear step a
+  tw.linear -> tw.relu -> tw.linear sandwich, every attention helper one tw.attn reading the
+  position features; no tw.mlp, no library op);
+* `library/<program>`: the library-only programs of examples/library (a name whose module
+  does not exist yet is skipped);
+* `synthetic/<generator>/...`: examples/primitive/synthetic graphs (sandwich chains,
+  attention reading a positional input, parallel chains joined by concat, serial folds).
+
+Each case is compiled with `pipeline=None` (the graph as built) and `pipeline="default"`, at
+the anchor's geometry for the program (d, d_head, d_hidden = d; ANCHOR_GEOMETRY) or the
+synthetic graph's own. A line holds: ops (ops in the graph body as built, outputs excluded),
+floor and layers (`ct.stats`), smallest_d (the smallest multiple of d_head, at the same d_head
+and d_hidden, at which the schedule fits: bisection below the geometry's d when it fits,
+`lowering.schedule.smallest_fitting_d` above it when it does not), heads, neurons,
+allocated_params and graph_params, compile_seconds (the compiler's phases), and exactness:
+for programs the fraction of N random prompts (`--prompts`) whose compiled greedy answer is
+the reference (`matches_reference`, one teacher-forced pass each) and the same through the
+oracle; for synthetic graphs the fraction of N random inputs where the compiled outputs match
+the oracle (atol 1e-4 relative to magnitude). A geometry that does not fit gives `error`
+(the GeometryError's one-line message) and smallest_d instead of the compiled figures; the
+anchor compiler's layer counts (greedy / CP-SAT, published for the same example name) ride
+along for programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.token_program import matches_reference, oracle_runner  # noqa: E402
+
+PIPELINES = (None, "default")
+
+# The anchor's example widths (d, d_head); d_hidden = d. balanced_parens has no anchor
+# example; it uses the Caesar/Fibonacci width.
+ANCHOR_GEOMETRY = {
+    "adder": (256, 16), "binary_increment": (512, 16), "caesar": (512, 16),
+    "fibonacci": (512, 16), "sort_digits": (384, 32), "calculator": (1024, 16),
+    "balanced_parens": (512, 16),
+}
+# The anchor compiler's layers for the example of the same name at that width
+# (greedy, CP-SAT); calculator: calculator_simple (measured at d_head 32).
+ANCHOR_LAYERS = {
+    "adder": (18, 14), "binary_increment": (20, 16), "caesar": (9, 7), "fibonacci": (9, 7),
+    "sort_digits": (26, 24), "calculator": (29, 22), "balanced_parens": (None, None),
+}
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # "primitive" | "library" | "synthetic"
+    build: Callable[[], object]  # -> TokenProgram or Synthetic
+
+
+def cases(quick: bool) -> list[Case]:
+    import examples.primitive as prim
+    from examples.primitive import synthetic
+
+    out = []
+    for name in prim.PROGRAMS:
+        out.append(Case(f"primitive/{name}", "primitive", lambda n=name: prim.load(n)))
+    try:
+        import examples.library as lib
+        names = lib.PROGRAMS
+    except ImportError:
+        names = ()
+    for name in names:
+        if importlib.util.find_spec(f"examples.library.{name}") is None:
+            continue
+        out.append(Case(f"library/{name}", "library", lambda n=name: lib.load(n)))
+    for syn in synthetic.default_suite(quick):
+        out.append(Case(f"synthetic/{syn.name}", "synthetic", lambda s=syn: s))
+    return out
+
+
+def selected(name: str, only: list[str] | None) -> bool:
+    if not only:
+        return True
+    short = name.split("/", 1)[1]
+    return any(name == s or short == s or name.startswith(s.rstrip("/") + "/") for s in only)
+
+
+def count_ops(module) -> int:
+    from twdialect.interp import find_graph
+
+    return sum(1 for op in find_graph(module).block.ops if op.name != "tw.output")
+
+
+def fits(tg, machine) -> bool:
+    from lowering.machine import GeometryError
+    from lowering.schedule import _schedule_twice
+
+    try:
+        _schedule_twice(tg, machine, 8)
+        return True
+    except GeometryError:
+        return False
+
+
+def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int, fits_at_d: bool):
+    """The smallest multiple of d_head (same d_head, d_hidden) at which the schedule fits."""
+    from lowering import Machine, prepare
+    from lowering.schedule import smallest_fitting_d
+    from lowering.tasks import TaskGraph
+    from twdialect.interp import find_graph
+
+    tg = TaskGraph(find_graph(prepare(module, pipeline)))
+    machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+    if not fits_at_d:
+        return smallest_fitting_d(tg, machine)
+    lo, hi = 0, d // d_head  # lo: known not to fit (0 columns), hi: fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(tg, dataclasses.replace(machine, d=mid * d_head)):
+            hi = mid
+        else:
+            lo = mid
+    return hi * d_head
+
+
+def exactness(case: Case, obj, run, n: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    if case.kind == "synthetic":
+        import twdialect
+
+        good = 0
+        for _ in range(n):
+            inputs = obj.sample(rng)
+            ref = twdialect.evaluate(obj.module, inputs)
+            got = run(inputs)
+            good += all(np.allclose(np.asarray(got[k]), ref[k], rtol=1e-4, atol=1e-4)
+                        for k in ref)
+        return good / n
+    prompts = [obj.sample(rng) for _ in range(n)]
+    return sum(matches_reference(obj, q, run) for q in prompts) / n
+
+
+def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) -> dict:
+    from lowering import GeometryError, compile  # noqa: A004
+
+    module = obj.module
+    if case.kind == "synthetic":
+        d, d_head, d_hidden = obj.d, obj.d_head, obj.d_hidden
+    else:
+        program = case.name.split("/", 1)[1]
+        d, d_head = ANCHOR_GEOMETRY.get(program, (obj.geometry.d, obj.geometry.d_head))
+        d_hidden = d
+    row = {"case": case.name, "kind": case.kind, "pipeline": pipeline or "none",
+           "d": d, "d_head": d_head, "d_hidden": d_hidden, "ops": count_ops(module)}
+    if case.kind != "synthetic":
+        g, c = ANCHOR_LAYERS.get(case.name.split("/", 1)[1], (None, None))
+        row["anchor_layers_greedy"], row["anchor_layers_cpsat"] = g, c
+    start = time.perf_counter()
+    try:
+        ct = compile(module, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline)
+    except GeometryError as e:
+        row["compile_wall_seconds"] = round(time.perf_counter() - start, 3)
+        row["error"] = str(e).splitlines()[0]
+        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden, False) \
+            if search else None
+        return row
+    wall = time.perf_counter() - start
+    s = ct.stats
+    row.update({
+        "floor": s.floor, "layers": s.n_layers,
+        "heads": int(sum(s.heads_per_layer)), "neurons": int(sum(s.neurons_per_layer)),
+        "allocated_params": int(s.allocated_params), "graph_params": int(s.graph_params),
+        "compiled_ops": s.n_ops,
+        "compile_seconds": round(sum(s.seconds.values()) if s.seconds else wall, 3),
+        "compile_wall_seconds": round(wall, 3),
+    })
+    if search:
+        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden, True)
+    row["prompts"] = n_prompts
+    row["exact"] = exactness(case, obj, ct.run, n_prompts, seed)
+    if case.kind != "synthetic":
+        row["oracle_exact"] = exactness(case, obj, oracle_runner(obj), n_prompts, seed)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", action="append", help="a case name, a program name, or a "
+                    "prefix such as synthetic/serial_fold (repeatable)")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help="random prompts / inputs per case (default 50, 10 with --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small synthetic graphs, 10 prompts, no smallest-d search")
+    ap.add_argument("--no-search", action="store_true", help="skip the smallest-d search")
+    ap.add_argument("--seed", type=int, default=2026)
+    args = ap.parse_args(argv)
+    n = args.prompts if args.prompts is not None else (10 if args.quick else 50)
+    search = not (args.quick or args.no_search)
+    for case in cases(args.quick):
+        if not selected(case.name, args.only):
+            continue
+        try:
+            obj = case.build()
+        except Exception as e:  # a program another helper is still writing
+            print(json.dumps({"case": case.name, "kind": case.kind,
+                              "build_error": f"{type(e).__name__}: {e}".splitlines()[0]}),
+                  flush=True)
+            continue
+        for pipeline in PIPELINES:
+            print(json.dumps(measure(case, obj, pipeline, n, args.seed, search), sort_keys=True),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
