@@ -1,7 +1,7 @@
 """`optimize`: the default pipeline, as one pass.
 
     DEFAULT_PIPELINE =
-        "decompose,canonicalize,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
+        "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
 
 Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md):
   decompose       the lowering reads primitives only, and the later passes see through the
@@ -9,9 +9,14 @@ Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md)
                   module holds no library op (it would change nothing).
   canonicalize    folds literals, drops identity linears, flattens nested concats: fusion then
                   sees `linear(concat(...))` directly instead of behind a concat of a concat.
-  form-mlps       a relu and the linears around it become one MLP sublayer (before fusion,
-                  which then folds the rest of each affine chain into the new w1 / w2).
   fuse-linears    composes affine chains (fewer ops, fewer slots on the critical path).
+  form-mlps       a relu and the linears around it become one MLP sublayer. After fusion:
+                  a linear chain is one linear by then, so splitting a linear over a concat
+                  of relu outputs cannot leave an add between two linears fusion would
+                  have composed.
+  fuse-linears    again: small multi-use linears feeding the new mlps are duplicated into
+                  their w1 where that takes a layer off (fanout), and the rest of the affine
+                  chains around them fold in.
   balance-sums    reassociates the remaining add chains (after fusion, so that sums already
                   collapsed into one linear are not rebuilt as trees of adds).
   canonicalize    fusion can produce identity/zero linears and literal-fed ops: fold them.
@@ -30,7 +35,7 @@ from xdsl.passes import ModulePass
 from twdialect.dialect import LIBRARY_OPS
 
 DEFAULT_PIPELINE = (
-    "decompose,canonicalize,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
+    "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
 )
 
 

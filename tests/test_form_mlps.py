@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import IntegerAttr, StringAttr, UnitAttr, i64
 N_POS = 5
 RELU_HEAVY = ("linear", "relu", "relu", "relu", "add", "concat", "attn", "mlp", "slice",
               "literal")
-WITHOUT = DEFAULT_PIPELINE.replace("form-mlps,", "")
+WITHOUT = DEFAULT_PIPELINE.replace("fuse-linears,form-mlps,", "")  # the previous default
 
 
 def run_and_compare(module, spec: str = "form-mlps", seed: int = 0):
