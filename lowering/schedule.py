@@ -193,10 +193,18 @@ class _Magnitudes:
 
 
 def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
-    """Place every task; on a residual-width stall the error names the smallest d that fits."""
+    """Place every task; on a residual-width stall the error names the smallest d that fits.
+
+    Feasibility is monotone in d: a greedy schedule can stall at d although a narrower
+    machine fits (it admits more work at once, then runs out of room), so a stall at d is
+    retried at every narrower width (multiples of d_head); the first that fits is used as
+    it is (its columns and heads exist at d too)."""
     try:
-        return _schedule_twice(tg, machine, max_stall)
+        return _repair(tg, machine, max_stall, _schedule_twice(tg, machine, max_stall))
     except ResidualStall as e:
+        narrower = _fit_narrower(tg, machine, max_stall)
+        if narrower is not None:
+            return narrower
         if not suggest:
             raise
         fit = smallest_fitting_d(tg, machine, max_stall)
@@ -205,40 +213,91 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
         raise GeometryError(f"{e}; {hint}") from None
 
 
+REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor
+
+
+def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) -> Schedule:
+    """A schedule above its floor missed it under residual pressure; greedy admission is not
+    monotone in the room it has, so a few stricter variants (the full admission reserve,
+    then one and two heads' worth of columns less) often get a layer or more back. The
+    fewest layers win; ties keep the first."""
+    import dataclasses
+
+    if sched.n_layers <= sched.floor:
+        return sched
+    variants = [(machine, True)][:REPAIR_TRIES] + [
+        (dataclasses.replace(machine, d=machine.d - k * machine.d_head), False)
+        for k in range(1, REPAIR_TRIES) if machine.d - k * machine.d_head > machine.RESERVED]
+    for m, full in variants:
+        try:
+            other = _schedule(tg, m, max_stall, full_reserve=full) if full else \
+                _schedule_twice(tg, m, max_stall)
+        except GeometryError:
+            continue
+        if other.n_layers < sched.n_layers:
+            other.machine = machine
+            sched = other
+            if sched.n_layers <= sched.floor:
+                break
+    return sched
+
+
+def _fit_narrower(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule | None:
+    """The widest narrower geometry whose schedule fits, re-targeted to `machine`."""
+    import dataclasses
+
+    inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
+    d = machine.d - machine.d_head
+    while d >= max(inputs, machine.RESERVED + 1):
+        try:
+            sched = _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
+        except GeometryError:
+            d -= machine.d_head
+            continue
+        sched.machine = machine
+        return sched
+    return None
+
+
 class ResidualStall(GeometryError):
     """No ready op can get residual columns: the width binds."""
 
 
 def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> int | None:
-    """Smallest multiple of d_head at which the schedule succeeds (doubling, then bisection)."""
+    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d).
+
+    `schedule` is monotone in d (a stall is retried at every narrower width), so bisection
+    is exact; a probe scans the widths it has not ruled out yet, from the widest down, and
+    a failed probe rules out its whole range, so no width is scheduled twice on the way."""
     import dataclasses
 
-    def fits(d: int) -> bool:
-        try:
-            _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
-            return True
-        except GeometryError:
-            return False
-
-    lo, hi = machine.d, None
-    d = machine.d
-    while d <= 64 * machine.d:
-        d *= 2
-        if fits(d):
-            hi = d
-            break
-        lo = d
-    if hi is None:
-        return None
     step = machine.d_head
-    lo_k, hi_k = lo // step, hi // step  # lo fails, hi fits
-    while hi_k - lo_k > 1:
-        mid = (lo_k + hi_k) // 2
-        if fits(mid * step):
-            hi_k = mid
+
+    def any_fits(lo: int, hi: int) -> bool:  # some multiple of step in (lo, hi] fits
+        for d in range(hi, lo, -step):
+            try:
+                _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
+                return True
+            except GeometryError:
+                continue
+        return False
+
+    inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
+    lo = max(inputs - 1, machine.RESERVED) // step * step  # nothing at or below lo fits
+    hi = max(machine.d // step * step, lo + step)
+    while not any_fits(lo, hi):
+        if hi > 64 * machine.d:
+            return None
+        lo, hi = hi, 2 * hi
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if any_fits(lo, mid):
+            hi = mid
         else:
-            lo_k = mid
-    return hi_k * step
+            lo = mid
+    return hi
 
 
 def _schedule_twice(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule:
