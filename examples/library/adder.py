@@ -1,19 +1,24 @@
 """adder, library-only: "7+456=" -> "463". Two numbers of 1-3 digits as typed (no padding);
 the sum in decimal (up to 1998).
 
-The graph parses the prompt itself: the operands sit wherever the user put them.
+The graph parses the prompt itself. At the "=" (position e) the operands end at fixed
+offsets: b_k at e - 1 - k while k < lb, a_k at e - lb - 2 - k while k < la, where the
+prompt's shape (la, lb) = (p, e - p - 1) comes from p, the position of "+". So "=" can add
+as soon as it knows the shape: for each of the 9 shapes c, a quantity Q_c (a digit column, a
+partial sum) is an integer form of the offset reads, and the row trick
+[shape = c and Q_c >= T] = [Q_c + M x >= T + M x_c] - [Q_c + M x >= Q_max + 1 + M x_c]
+(x = 4 la + lb, M above every Q_max) masks it to its shape with two steps, in one MLP.
 
-  layer 0 attention: p, the position of "+", and e, the position of "=" (attend_mean_where);
-  layer 0 MLP:       the read addresses of the operand digits (piecewise_linear of p and of
-                     e - p): digit k of a sits at p - 1 - k, digit k of b at e - 1 - k; a
-                     digit beyond an operand's length points at "+" instead, which reads 0;
-  layer 1 attention: the six digits (attend_argmax_dot on [2 T, -1] . [j, j^2]);
-  layer 1 MLP:       the digits of a + b (sum_digits) and the digit count (compare);
-  layer 2 MLP:       the logits: digit t of the sum (dynamic_extract, t = i - e), the end
-                     token at t = count (compare).
+  layer 0 attention: the tokens at offsets 1..7 (attend_to_offset), p and e, the positions
+                     of "+" and "=" (attend_mean_where);
+  layer 0 MLP:       one compare of integer forms: for every shape, the masked column sums
+                     a_k + b_k (as sums of unit steps), carries and digit-count steps; the
+                     digits D_k = y_k + c_k - 10 c_(k+1) and the count are linear in them;
+  layer 1 attention: at "=" (attend_mean_where): the table [logits of D_3 .. D_0, end] (one
+                     linear of those steps) and 4 - count;
+  layer 1 MLP:       the logits: entry 4 - count + t of the table, t = i - e (dynamic_extract).
 
-Floor 3 layers (the hand-tuned adder: 2, because it reads zero-padded operands at fixed
-positions in layer 0; finding the operands in a variable-length prompt costs one attention).
+Floor 2 layers, as the hand-tuned adder (which zero-pads the operands on the host instead).
 """
 
 from __future__ import annotations
@@ -37,14 +42,6 @@ def normalize(prompt: str) -> str:
     """Only validates: the prompt as typed, with a missing trailing '=' appended."""
     check_regex("adder", PATTERN, prompt, "'123+456=' (1-3 digit operands)")
     return prompt if prompt.endswith("=") else prompt + "="
-
-
-def read_at(pos, query, key_form, value):
-    """value at the position T named by `query` . `key_form` (j, j^2) = 2 T j - j^2 (one head,
-    attend_argmax_dot): key_form maps the position features [j, j^2] to the key, so the query
-    carries 2 T split over its parts and -1 against j^2; logits 30 (T^2 - (j - T)^2)."""
-    key = tw.linear(tw.slice(pos, 0, 2), key_form)
-    return tw.attend_argmax_dot(query, key, value)
 
 
 def logit_rows(vocab: str = VOCAB) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +72,59 @@ def number_table(digits, n: int, end: str, vocab: str = VOCAB):
     return tw.linear(digits, w, b)
 
 
+class Steps:
+    """Unit steps [form >= 0] of integer forms over the columns of one value z (each form: the
+    weights, then the constant), gathered into ONE tw.compare, i.e. one MLP sublayer.
+
+    Each step is returned as a linear form over the steps' 0/1 outputs (a vector of
+    `capacity` coefficients, then the constant), so sums of steps are plain vector sums;
+    `emit` builds the compare and the 0/1 map, `trim` cuts a form to the steps emitted."""
+
+    def __init__(self, n_in: int, capacity: int = 4096):
+        self.n_in, self.capacity = n_in, capacity
+        self.rows: list[np.ndarray] = []
+
+    def zero(self, c: float = 0.0) -> np.ndarray:
+        out = np.zeros(self.capacity + 1)
+        out[-1] = c
+        return out
+
+    def step(self, form: np.ndarray) -> np.ndarray:
+        self.rows.append(np.asarray(form, dtype=np.float64))
+        out = self.zero()
+        out[len(self.rows) - 1] = 1.0
+        return out
+
+    def masked(self, q: np.ndarray, q_max: int, shift: np.ndarray, thresholds) -> list:
+        """[shape = c and q >= T] for each T: q in [0, q_max] an integer form, shift =
+        M (x - x_c) with x the integer shape id and M > q_max, so q + shift of another shape
+        lies in another block of M integers: the steps of q + shift at T and at q_max + 1."""
+        thresholds = list(thresholds)
+        if not thresholds:
+            return []
+        lift = q + shift
+        upper = self.step(lift - self._const(q_max + 1.0))
+        return [self.step(lift - self._const(float(t))) - upper for t in thresholds]
+
+    def _const(self, c: float) -> np.ndarray:
+        out = np.zeros(self.n_in + 1)
+        out[-1] = c
+        return out
+
+    def emit(self, z):
+        """The steps' 0/1 outputs: (compare(form + 1/4 >= 0) + 1) / 2 (thresholds between the
+        integers, so integer forms are exact)."""
+        w = np.stack([r[:-1] for r in self.rows], axis=1)
+        b = np.array([r[-1] for r in self.rows]) + 0.25
+        n = len(self.rows)
+        return tw.linear(tw.compare(tw.linear(z, w, b), 0.0, 0.5), np.eye(n) * 0.5,
+                         np.full(n, 0.5))
+
+    def trim(self, form: np.ndarray) -> tuple[np.ndarray, float]:
+        """(coefficients over the emitted steps, constant)."""
+        return form[:len(self.rows)], float(form[-1])
+
+
 def build_graph():
     # token features: digit value, "+" and "=" as +/-1 booleans
     table = np.array([[float(c) if c.isdigit() else 0.0, 1.0 if c == "+" else -1.0,
@@ -84,33 +134,69 @@ def build_graph():
         pos = tw.pos_encoding(2, MAX_LEN)
         i = tw.slice(pos, 0, 1)
         digit = tw.slice(tok, 0, 1)
+        n_reads = 2 * WIDTH + 1
+        reads = [tw.attend_to_offset(pos, digit, m) for m in range(1, n_reads + 1)]
         p = tw.attend_mean_where(tw.slice(tok, 1, 1), i)  # position of "+"
-        e = tw.attend_mean_where(tw.slice(tok, 2, 1), i)  # position of "="
-        top = float(MAX_LEN - 1)
-        a, b = [], []
-        for k in range(WIDTH):  # least significant first
-            # a_k at p - 1 - k while k < p (= len(a)), else at "+": p - (k + 1) [p >= k + 1];
-            # the query is [2 T, -1] against the key [j, j^2]
-            bp = [0.0, float(k), k + 1.0, top] if k else [0.0, 1.0, top]
-            vals = [0.0, float(k), 0.0, top - k - 1] if k else [0.0, 0.0, top - 1]
-            back = tw.piecewise_linear(p, bp, [[2.0 * v, -1.0] for v in vals])
-            a.append(read_at(pos, back, np.eye(2), digit))
-            # b_k at e - 1 - k while that is after "+", else at "+": p + relu(e - p - 1 - k);
-            # the query is [p, 2 relu(..), -1] against the key [2 j, j, j^2]
-            ahead = tw.piecewise_linear(tw.subtract(e, p), [k + 1.0, top],
-                                        [[0.0, -1.0], [2.0 * (top - k - 1), -1.0]])
-            b.append(read_at(pos, tw.concat(p, ahead), [[2.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
-                             digit))
-        total = tw.sum_digits(a[::-1], b[::-1])  # WIDTH + 1 digits, most significant first
-        # count = 1 + #{j : a + b >= 10^j}: one compare of three shifted copies of a + b
-        place = np.array([10.0 ** k for k in range(WIDTH)] * 2).reshape(-1, 1)
-        big = tw.compare(tw.linear(tw.concat(a + b), np.tile(place, (1, WIDTH)),
-                                   [0.25 - 10.0 ** j for j in range(1, WIDTH + 1)]), 0.0, 0.5)
-        # step t = i - e emits entry (WIDTH + 1 - count) + t of the table (digits, then end);
-        # count = 1 + sum (big_j + 1) / 2
-        start = tw.linear(big, np.full((WIDTH, 1), -0.5), [WIDTH - WIDTH / 2.0])
-        t = tw.subtract(i, e)
-        entries = number_table(total, WIDTH + 1, END)
+        # integer forms over z = [d(i-1) .. d(i-7), p, i] (then the constant)
+        nz = n_reads + 2
+        z = tw.concat(reads + [p, i])
+
+        def unit(k):
+            u = np.zeros(nz + 1)
+            u[k] = 1.0
+            return u
+
+        const = unit(nz)
+        shape = 3.0 * unit(n_reads) + unit(n_reads + 1) - const  # 4 la + lb = 3 p + i - 1
+        big = 2048.0  # above every q_max (1998)
+        steps = Steps(nz)
+        digits = [steps.zero() for _ in range(WIDTH + 1)]  # D_0 .. D_3 over the steps
+        count = steps.zero(1.0)  # 1 + [S >= 10] + [S >= 100] + [S >= 1000]
+        for la in range(1, WIDTH + 1):
+            for lb in range(1, WIDTH + 1):
+                shift = big * (shape - (4 * la + lb) * const)
+                ys, maxes = [], []
+                for k in range(WIDTH):  # column k: a_k + b_k, each while within its operand
+                    y = np.zeros(nz + 1)
+                    if k < lb:
+                        y += unit(k)  # b_k = d(i - 1 - k)
+                    if k < la:
+                        y += unit(lb + 1 + k)  # a_k = d(i - lb - 2 - k)
+                    ys.append(y)
+                    maxes.append(9 * ((k < la) + (k < lb)))
+                for k in range(WIDTH):  # the masked column: sum_u [y >= u]
+                    if maxes[k]:
+                        for st in steps.masked(ys[k], maxes[k], shift, range(1, maxes[k] + 1)):
+                            digits[k] += st
+                for k in range(1, WIDTH + 1):  # carry c_k = [sum_{m<k} 10^m y_m >= 10^k]
+                    q = sum(ys[m] * 10.0 ** m for m in range(k))
+                    q_max = sum(maxes[m] * 10 ** m for m in range(k))
+                    # the digit count reads the whole sum: [S >= 10^j], j = 1, 2, 3
+                    counted = range(1, WIDTH + 1) if k == WIDTH else [k]
+                    thresholds = [10 ** j for j in counted if 10 ** j <= q_max]
+                    for t, st in zip(thresholds, steps.masked(q, q_max, shift, thresholds)):
+                        if t == 10 ** k:
+                            digits[k - 1] -= 10.0 * st
+                            digits[k] += st
+                        if k == WIDTH:
+                            count += st
+        flags = steps.emit(z)  # 0/1 steps
+        n = len(steps.rows)
+        w1, b1 = logit_rows(VOCAB)
+        nv = len(VOCAB)
+        # at "=": the table [D_3 .. D_0, end] of logits, and 4 - count
+        tab_w = np.zeros((n, (WIDTH + 2) * nv))
+        tab_b = np.full((WIDTH + 2) * nv, -FLAG_SCALE)
+        for slot, k in enumerate(reversed(range(WIDTH + 1))):
+            d = digits[k]
+            tab_w[:, slot * nv:(slot + 1) * nv] = np.outer(d[:n], w1[0])
+            tab_b[slot * nv:(slot + 1) * nv] = d[-1] * w1[0] + b1
+        tab_b[(WIDTH + 1) * nv + VOCAB.index(END)] = FLAG_SCALE
+        is_eq = tw.slice(tok, 2, 1)
+        entries = tw.attend_mean_where(is_eq, tw.linear(flags, tab_w, tab_b))
+        start = tw.attend_mean_where(is_eq, tw.linear(flags, -count[:n].reshape(-1, 1),
+                                                      [WIDTH + 1 - count[-1]]))
+        t = tw.subtract(i, tw.attend_mean_where(is_eq, i))  # t = i - e
         tw.output("logits", tw.dynamic_extract(entries, tw.add(start, t), WIDTH + 2,
                                                max_abs=3.0 * FLAG_SCALE))
     return g.module
