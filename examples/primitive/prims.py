@@ -512,7 +512,7 @@ def attend_to_offset(pos: Pos, value: Value, delta: int, wv=None,
 
     Quadratic code: logits G (2 (i + delta) j - j^2) peak at j = i + delta and beat each
     neighbour by G; where i + delta < 0 it reads position 0. One-hot code: logit G where
-    j = i + delta, 0 elsewhere (where i + delta < 0: the mean over j <= i)."""
+    j = i + delta (j = 0 where i + delta < 0), 0 elsewhere."""
     wv = _value_map(value, wv)
     if pos.kind == "quadratic":
         query = tw.concat(tw.literal([1.0]), pos.value)
@@ -522,8 +522,7 @@ def attend_to_offset(pos: Pos, value: Value, delta: int, wv=None,
     n = pos.max_len
     shift = np.zeros((n, n))
     for i in range(n):
-        if 0 <= i + delta < n:
-            shift[i, i + delta] = gain
+        shift[i, min(max(i + delta, 0), n - 1)] = gain
     return tw.attn(pos.value, pos.value, value, shift, np.eye(n), wv, np.eye(wv.shape[1]))
 
 
