@@ -18,8 +18,7 @@ Each case is compiled with `pipeline=None` (the graph as built) and `pipeline="d
 the anchor's geometry for the program (d, d_head, d_hidden = d; ANCHOR_GEOMETRY) or the
 synthetic graph's own. A line holds: ops (ops in the graph body as built, outputs excluded),
 floor and layers (`ct.stats`), smallest_d (the smallest multiple of d_head, at the same d_head
-and d_hidden, at which the schedule fits: bisection below the geometry's d when it fits,
-`lowering.schedule.smallest_fitting_d` above it when it does not), heads, neurons,
+and d_hidden, at which the schedule fits: `lowering.schedule.smallest_fitting_d`), heads, neurons,
 allocated_params and graph_params, compile_seconds (the compiler's phases), and exactness:
 for programs the fraction of N random prompts (`--prompts`) whose compiled greedy answer is
 the reference (`matches_reference`, one teacher-forced pass each) and the same through the
@@ -33,7 +32,6 @@ along for programs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import sys
@@ -106,36 +104,17 @@ def count_ops(module) -> int:
     return sum(1 for op in find_graph(module).block.ops if op.name != "tw.output")
 
 
-def fits(tg, machine) -> bool:
-    from lowering.machine import GeometryError
-    from lowering.schedule import _schedule_twice
-
-    try:
-        _schedule_twice(tg, machine, 8)
-        return True
-    except GeometryError:
-        return False
-
-
-def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int, fits_at_d: bool):
-    """The smallest multiple of d_head (same d_head, d_hidden) at which the schedule fits."""
+def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int):
+    """The smallest multiple of d_head (same d_head, d_hidden) at which the schedule fits
+    (`lowering.schedule.smallest_fitting_d`: bisection over the scheduler's monotone
+    feasibility); None when nothing up to 64x d fits."""
     from lowering import Machine, prepare
     from lowering.schedule import smallest_fitting_d
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     tg = TaskGraph(find_graph(prepare(module, pipeline)))
-    machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
-    if not fits_at_d:
-        return smallest_fitting_d(tg, machine)
-    lo, hi = 0, d // d_head  # lo: known not to fit (0 columns), hi: fits
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(tg, dataclasses.replace(machine, d=mid * d_head)):
-            hi = mid
-        else:
-            lo = mid
-    return hi * d_head
+    return smallest_fitting_d(tg, Machine(d=d, d_head=d_head, d_hidden=d_hidden))
 
 
 def exactness(case: Case, obj, run, n: int, seed: int) -> float:
@@ -176,8 +155,7 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
     except GeometryError as e:
         row["compile_wall_seconds"] = round(time.perf_counter() - start, 3)
         row["error"] = str(e).splitlines()[0]
-        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden, False) \
-            if search else None
+        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden) if search else None
         return row
     wall = time.perf_counter() - start
     s = ct.stats
@@ -190,7 +168,7 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
         "compile_wall_seconds": round(wall, 3),
     })
     if search:
-        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden, True)
+        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden)
     row["prompts"] = n_prompts
     row["exact"] = exactness(case, obj, ct.run, n_prompts, seed)
     if case.kind != "synthetic":
