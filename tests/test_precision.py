@@ -90,3 +90,24 @@ def test_large_magnitude_family_is_exact_under_pressure(exp, kind, width, seed, 
 def test_ratio_keeps_the_error_inside_the_contract():
     # the worst error a permitted same-sublayer reuse can add, relative to max(1, |new|)
     assert 2.0 ** -24 * 2 * SAME_SUBLAYER_RATIO < 1e-5
+
+
+def test_static_error_estimate_bounds_the_measured_error():
+    """`lowering.precision` estimates every output's fp32 error from the value ranges; the
+    measured error must stay under it (here on loud graphs and ordinary random ones)."""
+    from lowering.precision import estimate_errors, max_relative_output_error
+    from twdialect.random_graphs import random_graph, sample_inputs
+
+    cases = [(_loud_then_quiet(10.0 ** e, k, 4, 1), (12, 2, 64), True)
+             for e in (3, 9) for k in ("relu", "mlp", "linear")]
+    cases += [(random_graph(s, 20, library=False), (96, 8, 256), False) for s in range(8)]
+    for module, geo, loud in cases:
+        ct = compile(module, *geo)
+        _, err = estimate_errors(ct.schedule)
+        feeds = sample_inputs(module, 6, 0)
+        got, want = ct.run(feeds), evaluate(module, feeds)
+        for name, v in ct.schedule.tg.outputs:
+            bound = max([err[g] for g in ct.schedule.tg.refs[v].groups()] + [0.0])
+            assert np.abs(got[name] - want[name]).max() <= bound, name
+        if loud:  # 1e9-scale intermediates, yet the outputs keep the contract
+            assert max_relative_output_error(ct.schedule) < 1e-4

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the stats as one JSON line")
     ap.add_argument("--probe", type=int, default=0, metavar="N",
                     help="compare with the oracle on N positions of random in-range inputs")
+    ap.add_argument("--error-estimate", action="store_true",
+                    help="print the static fp32 error estimate of the outputs (value ranges)")
     args = ap.parse_args(argv)
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file).read()
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
                      pipeline=args.pipeline, graph=args.graph)
         print(ct.stats.to_json() if args.json else ct.stats.report())
+        if args.error_estimate:
+            from lowering.precision import max_relative_output_error
+
+            print(f"error estimate: outputs within {max_relative_output_error(ct.schedule):.3g} "
+                  "of max(1, |output|)")
         if args.probe:
             from lowering.probe import probe
             from twdialect.random_graphs import sample_inputs

@@ -1,0 +1,103 @@
+"""A static estimate of the fp32 error of every value a schedule computes.
+
+First-order forward propagation over the schedule, from the value ranges
+(`twdialect.ranges`): each writer adds the rounding of its own products and sums
+(`EPS * (terms + 2) * sum |w| |x|` per output component, a dot product's classic bound plus the
+residual add) to the error it inherits from its inputs (scaled by its matrix's largest
+absolute row sum per output); a cancel in the same sublayer as the writer that refills its
+columns adds half an ulp of the dead value. Softmax leakage of attention (exp(-gap) of the
+other positions) is not modelled: the gaps the library uses make it far smaller than this.
+
+`estimate_errors(sched)` returns ({op: bound}, per-group bounds); `max_relative_output_error`
+is the largest bound over the outputs, relative to max(1, |output|). It is an estimate for
+reports and tests (the measured error must stay under it), not a proof: the first-order bound
+ignores products of errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowering.schedule import Schedule, _Magnitudes
+from lowering.tasks import Refs
+from twdialect.dense import to_numpy
+from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp
+
+EPS = 2.0 ** -24  # unit roundoff of float32
+
+
+def _in_error(err: list[float], refs: Refs) -> float:
+    groups = refs.group[refs.group >= 0]
+    return max((err[g] for g in set(groups.tolist())), default=0.0)
+
+
+def _in_magnitude(mag: _Magnitudes, refs: Refs) -> np.ndarray:
+    out = np.abs(refs.const).astype(np.float64)
+    for k, g in enumerate(refs.group.tolist()):
+        if g >= 0:
+            out[k] = mag[g]
+    return out
+
+
+def _affine_bound(w: np.ndarray, b: np.ndarray | None, m_in: np.ndarray, e_in: float) -> float:
+    aw = np.abs(w)
+    gain = float(aw.sum(axis=0).max()) if aw.size else 0.0
+    terms = float((m_in[:, None] * aw).sum(axis=0).max()) if aw.size else 0.0
+    if b is not None:
+        terms += float(np.abs(b).max())
+    return gain * e_in + EPS * (w.shape[0] + 2) * terms
+
+
+def estimate_errors(sched: Schedule) -> dict:
+    tg = sched.tg
+    mag = _Magnitudes(tg)
+    err = [0.0] * len(tg.groups)
+    for g in tg.sources:  # inputs and embedding tables are rounded to float32 on the way in
+        err[g] = EPS * mag[g]
+    per_op = {}
+    refilled: dict[int, float] = {}  # group -> half an ulp of what its same-sublayer cancel left
+    cancelled = {}
+    for s, g in sched.cancels:
+        cancelled.setdefault(s, []).append(g)
+    order = sorted((sched.slot[t.tid], t.index, t.tid) for t in tg.tasks if sched.slot[t.tid] >= 0)
+    for s, _, tid in order:
+        t = tg.tasks[tid]
+        op = t.op
+        refs = tg.in_refs(t)
+        e_in, m_in = _in_error(err, refs), _in_magnitude(mag, refs)
+        if isinstance(op, LinearOp):
+            w = to_numpy(op.weight)
+            e = _affine_bound(w, to_numpy(op.bias) if op.bias is not None else None, m_in, e_in)
+        elif isinstance(op, AddOp):
+            e = e_in + EPS * 3 * float(m_in.sum() if len(m_in) else 0.0)
+        elif isinstance(op, MlpOp):
+            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+            b1 = to_numpy(op.b1) if op.b1 is not None else None
+            e_h = _affine_bound(w1, b1, m_in, e_in)
+            hidden = np.abs(w1).T @ m_in + (np.abs(b1) if b1 is not None else 0.0)
+            e = _affine_bound(w2, to_numpy(op.b2) if op.b2 is not None else None, hidden, e_h)
+        elif isinstance(op, AttnOp):
+            wvo = to_numpy(op.wv) @ to_numpy(op.wo)
+            v_refs = tg.refs[op.value]
+            e = _affine_bound(wvo, None, _in_magnitude(mag, v_refs), _in_error(err, v_refs))
+        else:  # relu: exact on its input
+            e = e_in + EPS * float(m_in.max() if len(m_in) else 0.0)
+        g = t.out_group
+        for old in cancelled.get(s, ()):
+            cols_old, cols_new = sched.cols[old], sched.cols[g]
+            if cols_new is not None and len(np.intersect1d(cols_old, cols_new)):
+                refilled[g] = max(refilled.get(g, 0.0), EPS * mag[old])
+        err[g] += e + refilled.pop(g, 0.0)
+        per_op[op] = err[g]
+    return per_op, err
+
+
+def max_relative_output_error(sched: Schedule) -> float:
+    """The largest estimated output error relative to max(1, the output's magnitude)."""
+    _, err = estimate_errors(sched)
+    mag = _Magnitudes(sched.tg)
+    worst = 0.0
+    for _, v in sched.tg.outputs:
+        for g in sched.tg.refs[v].groups():
+            worst = max(worst, err[g] / max(1.0, mag[g]))
+    return worst
