@@ -5,7 +5,11 @@ op by op, the relu is one MLP sublayer and each linear a head (or bypass neurons
 of its own; as one `tw.mlp` (relu(x W1 + b1) W2 + b2) the sandwich is a single MLP sublayer.
 For every `tw.relu` (and, for its output side, every `tw.mlp`) in block order:
 
-  W1 side (relus only)  relu(linear(x, A, a))              -> mlp(x) with w1 = A, b1 = a
+  W1 side (relus only)  relu(linear(x, A, a))              -> mlp(x) with w1 = A, b1 = a (a
+                                                               linear read by others too is
+                                                               copied when small and the relu
+                                                               then runs earlier, as
+                                                               fuse-linears' fanout does)
                         relu(concat(p, linear(u, A, a), q)) -> the concat operand's block of w1
                                                                (fuse-linears' concat fold)
   W2 side               linear(r, B, b) for r the relu/mlp output -> a block w2 @ B of w2
@@ -40,7 +44,8 @@ is the only block (then the MLP takes its place and attributes, as fuse-linears 
 
 The MLP keeps the relu's (or mlp's) place and attributes; slices follow it; a split reader's
 rest linear and add take the reader's place. Products in float64, stored f32. Cost: one sweep
-over the block; each rewrite touches the op, its producer and its readers.
+over the block plus one critical-path analysis; each rewrite touches the op, its producer
+and its readers.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from passes.fuse_linears import (
     op_params,
     same_schedule_tags,
 )
+from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     SCOPE_TERMINAL,
@@ -105,10 +111,11 @@ class _Block:
 
 
 def _readers(value: SSAValue) -> list[Operation]:
-    """Ops reading `value`, each once, in use-list order made deterministic by first sight."""
+    """Ops reading `value`, each once, oldest use first (new uses are prepended to the use
+    list, so this is block order for a parsed or built graph; deterministic either way)."""
     seen: set[int] = set()
     out = []
-    for use in value.uses:
+    for use in reversed(list(value.uses)):
         if id(use.operation) not in seen:
             seen.add(id(use.operation))
             out.append(use.operation)
@@ -161,14 +168,31 @@ class FormMlps(ModulePass):
                 self.run_on_graph(graph)
 
     def run_on_graph(self, graph: GraphOp) -> FormStats:
-        stats = FormStats()
-        work = [op for op in graph.block.ops if isinstance(op, (ReluOp, MlpOp))]
+        return _Former(self, graph).run()
+
+
+class _Former:
+    """One run of the pass over one graph: the options, the floor estimate, the counters."""
+
+    def __init__(self, options: FormMlps, graph: GraphOp):
+        self.fanout = options.fanout
+        self.max_duplicate_params = options.max_duplicate_params
+        self.allow_inflate = options.allow_inflate
+        self.graph = graph
+        self.stats = FormStats()
+        # One critical-path analysis per run (as fuse-linears' fanout): ops made by the
+        # sweep get an estimate, ops it cannot estimate are left alone.
+        floor = critical_path(graph)
+        self._slots, self._ready = dict(floor.slots), dict(floor.ready)
+
+    def run(self) -> FormStats:
+        work = [op for op in self.graph.block.ops if isinstance(op, (ReluOp, MlpOp))]
         for op in work:
             # A formed MLP is visited again: absorbing a reader can expose the next one
             # (relu -> linear -> concat -> linear).
             while op is not None and op.parent is not None:
-                op = self._form(op, stats)
-        return stats
+                op = self._form(op, self.stats)
+        return self.stats
 
     # -- one rewrite: returns the new main MLP, or None when nothing changed
     def _form(self, op: ReluOp | MlpOp, stats: FormStats) -> MlpOp | None:
@@ -189,6 +213,7 @@ class FormMlps(ModulePass):
         # W1 side (relus only; fuse-linears folds linears into existing mlps).
         w1_dead: list[Operation] = []
         new_concat: ConcatOp | None = None
+        copied_w1 = False
         if is_relu:
             producer = x.owner
             if isinstance(producer, LinearOp) and x.has_one_use() \
@@ -196,6 +221,10 @@ class FormMlps(ModulePass):
                 a, a_bias, a_has = input_side(producer)
                 x, w1, b1, has_b1 = producer.x, a, a_bias, a_has
                 w1_dead.append(producer)
+            elif isinstance(producer, LinearOp) and self._copy_pays(producer, op):
+                a, a_bias, a_has = input_side(producer)  # a copy: the others keep reading it
+                x, w1, b1, has_b1 = producer.x, a, a_bias, a_has
+                copied_w1 = True
             elif isinstance(producer, ConcatOp) and x.has_one_use():
                 folded = self._fold_w1_concat(op, producer)
                 if folded is not None:
@@ -205,7 +234,7 @@ class FormMlps(ModulePass):
 
         blocks = self._blocks(op, value, w2, b2, has_b2, stats)
         absorbed = [b for b in blocks if b.kind != DIRECT]
-        if not absorbed and not w1_dead:
+        if not absorbed and not w1_dead and not copied_w1:
             if new_concat is not None:
                 discard(new_concat)
             return None
@@ -258,10 +287,27 @@ class FormMlps(ModulePass):
         for dead in w1_dead:
             block.erase_op(dead)
         stats.formed += is_relu
+        stats.duplicated += copied_w1
+        if op in self._slots:  # the new MLP runs no later than the op it replaces
+            slot = self._slots[op]
+            if x in self._ready:
+                slot = min(slot, next_slot(self._ready[x], MLP))
+            self._slots[main_mlp] = slot
+            self._ready[main_mlp.out] = slot
         stats.absorbed += len(w1_dead) - (new_concat is not None) + sum(
             b.kind == LINEAR for b in blocks)
         stats.split += sum(b.kind == SPLIT for b in blocks)
         return main_mlp
+
+    def _copy_pays(self, producer: LinearOp, relu: ReluOp) -> bool:
+        """Copy a small linear that other ops read too into this relu's w1 when the relu then
+        runs in an earlier slot (fuse-linears' fanout rule: it cannot see a relu)."""
+        if not self.fanout or op_params(producer) > self.max_duplicate_params \
+                or not same_schedule_tags(producer, relu):
+            return False
+        if relu not in self._slots or producer.x not in self._ready:
+            return False  # made by this sweep: no floor estimate, leave it
+        return next_slot(self._ready[producer.x], MLP) < self._slots[relu]
 
     def _fold_w1_concat(self, relu: ReluOp, concat: ConcatOp):
         """relu(concat(.., linear(u), ..)) through fuse-linears' concat fold on the identity
