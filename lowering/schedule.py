@@ -11,14 +11,22 @@ spirit: small, no hidden state, every decision local.
   in the MLP as a bypass pair (cheap neurons) unless it has no slack left, then as head work.
   All position-local head work of a sublayer (linears, adds, cancels) shares heads: each needs
   min(inputs, outputs) value dims, packed d_head to a head.
+* Costs: every task's heads/dims/neurons come from its op kind's rule (`lowering/rules.py`),
+  the table the weight writer writes from.
 * Columns: a group takes columns when its first writer runs and dies after its last reader;
   dead columns are reclaimed lazily, only when a writer needs room: a cancel in the same
   sublayer (attention: V=I, O=-I dims; MLP: two neurons per column) zeroes them while the
-  writer fills them (both land in the same residual add).
+  writer fills them (both land in the same residual add), unless the dead value is loud
+  enough to cost the new one its low bits (value ranges, `SAME_SUBLAYER_RATIO`): then the
+  cancel runs a sublayer ahead. Under pressure, dead groups are cancelled ahead with the
+  heads/neurons a sublayer has left.
 * Admission: new work (a task that retires no computed operand, e.g. the first step of another
   loop iteration) may not take the last columns that work in flight may need next; a schedule
-  that still stalls is retried once with the full reserve before the width is declared too
-  small.
+  that still stalls is retried once with the full reserve, then at every narrower width (a
+  narrower machine admits less at once and may fit), before the width is declared too small:
+  feasibility is monotone in d.
+* Repair: a schedule that ends above its floor tries a few stricter variants (full reserve,
+  one or two heads' worth of columns less); the fewest layers win.
 """
 
 from __future__ import annotations
