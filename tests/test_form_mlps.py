@@ -132,6 +132,25 @@ def test_copies_beyond_the_bound_share_one_wide_mlp(spec):
     assert floor(module) <= before
 
 
+def test_small_shared_linear_is_copied_into_w1_when_the_relu_gets_earlier():
+    rng = np.random.default_rng(6)
+    with tw.Graph() as g:
+        pos = tw.pos_encoding(2, max_len=16)
+        x = tw.input("x", 2, (-1.0, 1.0))
+        a = tw.attn(pos, pos, x, rng.normal(size=(2, 2)), rng.normal(size=(2, 2)), np.eye(2),
+                    np.eye(2))
+        lin = tw.linear(a, rng.normal(size=(2, 3)))
+        tw.output("l", lin)
+        tw.output("r", tw.relu(lin))
+    module = g.module.clone()
+    assert floor(g.module) == 2
+    run_and_compare(g.module)
+    assert kinds(g.module).count("tw.linear") == 1 and "tw.relu" not in kinds(g.module)
+    assert floor(g.module) == 1
+    run_and_compare(module, "form-mlps{max-duplicate-params=5}")  # 6 parameters: no copy
+    assert "tw.relu" in kinds(module) and floor(module) == 2
+
+
 def test_linear_over_concat_splits_into_an_mlp_block_and_a_free_add():
     rng = np.random.default_rng(3)
     with tw.Graph() as g:

@@ -229,3 +229,27 @@ builtin.module {
 // CHECK-NEXT: %b = tw.mlp %x w1 dense<{{\[\[}}1.000000e+00, -1.000000e+00]]> : tensor<1x2xf32> w2 dense<1.000000e+00> : tensor<2x1xf32> b2 dense<-1.000000e+00> : tensor<1xf32>
 // CHECK-NEXT: %y = tw.mlp %b w1 dense<1.000000e+00> : tensor<1x1xf32> w2 dense<3.000000e+00> : tensor<1x1xf32>
 // CHECK-NEXT: tw.output "y" %y
+
+// -----
+
+// A small linear that others read too is copied into the relu's w1 when the relu then runs
+// earlier (here: in layer 0's MLP, right after the attention, instead of after the linear).
+// Beyond max-duplicate-params the relu stays.
+builtin.module {
+  tw.graph @copy_w1 {
+    %p = tw.pos_encoding max_len 16 : !tw.vec<1>
+    %a = tw.attn %p, %p, %p wq dense<[[1.0]]> : tensor<1x1xf32> wk dense<[[1.0]]> : tensor<1x1xf32> wv dense<[[1.0]]> : tensor<1x1xf32> wo dense<[[1.0]]> : tensor<1x1xf32> : !tw.vec<1>, !tw.vec<1>, !tw.vec<1> -> !tw.vec<1>
+    %l = tw.linear %a weight dense<[[2.0]]> : tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %r = tw.relu %l : !tw.vec<1>
+    tw.output "l" %l : !tw.vec<1>
+    tw.output "r" %r : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @copy_w1
+// CHECK: %l = tw.linear %a weight dense<2.000000e+00>
+// CHECK-NEXT: %r = tw.mlp %a w1 dense<2.000000e+00> : tensor<1x1xf32> w2 dense<1.000000e+00> : tensor<1x1xf32>
+// CHECK-NEXT: tw.output "l" %l
+// CHECK-NEXT: tw.output "r" %r
+// NODUP-LABEL: tw.graph @copy_w1
+// NODUP: %l = tw.linear %a
+// NODUP-NEXT: %r = tw.relu %l
