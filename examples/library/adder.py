@@ -96,9 +96,10 @@ class Steps:
         return out
 
     def masked(self, q: np.ndarray, q_max: int, shift: np.ndarray, thresholds) -> list:
-        """[shape = c and q >= T] for each T: q in [0, q_max] an integer form, shift =
-        M (x - x_c) with x the integer shape id and M > q_max, so q + shift of another shape
-        lies in another block of M integers: the steps of q + shift at T and at q_max + 1."""
+        """[shape = c and q >= T] for each T: q in [0, q_max] an integer form and shift an
+        integer form that is 0 for shape c and otherwise below -q_max or above q_max (e.g.
+        M (x - x_c) for an integer shape id x and M > q_max), so that q + shift of another
+        shape is below every T or above q_max: the steps of q + shift at T and at q_max + 1."""
         thresholds = list(thresholds)
         if not thresholds:
             return []
