@@ -34,9 +34,9 @@ instead, when the copied w1/b1 has at most `max-duplicate-params` parameters. Wi
 `fanout=false` only a value read once is absorbed.
 
 Parameters: a relu of width h counts as the MLP it is (w1 = w2 = I_h, 2h^2 parameters), so
-absorbing a linear into a relu never inflates. For an existing mlp (h hidden, o outputs) a
-block for a reader with n outputs costs h*n where the reader had o*n (+ its bias): a block that
-would cost more is refused (its reader stays a plain reader) unless `allow-inflate=true`.
+absorbing a linear into a relu never inflates. For an existing mlp (h hidden, o outputs) the
+blocks are dropped, worst first (their readers stay plain readers), until the new w2 has no
+more parameters than the old w2 plus the absorbed readers, unless `allow-inflate=true`.
 
 Never absorbed: a linear with other `tw.scope`/`tw.iteration` tags than the relu/mlp, any
 reader of a relu/mlp marked `tw.scope_terminal`, a reader marked `tw.scope_terminal` unless it
@@ -202,7 +202,6 @@ class _Former:
             x, w1, b1, has_b1 = op.x, np.eye(h), np.zeros(h), False
             w2, b2, has_b2 = np.eye(h), np.zeros(h), False
         else:
-            h = op.hidden
             x = op.x
             w1, b1, has_b1 = input_side(op)
             w2 = to_numpy(op.w2)
