@@ -83,6 +83,7 @@ class Steps:
     def __init__(self, n_in: int, capacity: int = 4096):
         self.n_in, self.capacity = n_in, capacity
         self.rows: list[np.ndarray] = []
+        self.signs = None  # the compare's +/-1 outputs, once emitted
 
     def zero(self, c: float = 0.0) -> np.ndarray:
         out = np.zeros(self.capacity + 1)
@@ -113,13 +114,14 @@ class Steps:
         return out
 
     def emit(self, z):
-        """The steps' 0/1 outputs: (compare(form + 1/4 >= 0) + 1) / 2 (thresholds between the
-        integers, so integer forms are exact)."""
+        """The steps' 0/1 outputs (s + 1) / 2, s = compare(form + 1/4, 0, ramp 1/2): the
+        threshold and its ramp zone lie between the integers, so integer forms are exact
+        (`signs` keeps s)."""
         w = np.stack([r[:-1] for r in self.rows], axis=1)
         b = np.array([r[-1] for r in self.rows]) + 0.25
         n = len(self.rows)
-        return tw.linear(tw.compare(tw.linear(z, w, b), 0.0, 0.5), np.eye(n) * 0.5,
-                         np.full(n, 0.5))
+        self.signs = tw.compare(tw.linear(z, w, b), 0.0, 0.5)
+        return tw.linear(self.signs, np.eye(n) * 0.5, np.full(n, 0.5))
 
     def trim(self, form: np.ndarray) -> tuple[np.ndarray, float]:
         """(coefficients over the emitted steps, constant)."""

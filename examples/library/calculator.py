@@ -1,28 +1,31 @@
 """calculator, library-only: "12*34=" -> "408", "5-17=" -> "-12". +, - and * on integers of
 1-3 digits as typed (no padding).
 
-The result is R = sum_m 10^m y_m over integer columns y_m; the operator picks the columns by
-picking which digits the reads see (a read of an inactive branch lands on the operator, whose
-digit value is 0), so no stage gates anything:
+As in the library adder, "=" computes the answer for every prompt shape c = (operator, la,
+lb) at once from the tokens at offsets 1..7 (a_k at e - lb - 2 - k, b_k at e - 1 - k), and
+the answer steps read it back from "=":
 
-  layer 0 attention: [p, +, -, *]: the position of the operator and its one-hot
-                     (attend_argmin_where: the first operator, not a generated "-"); e, the
-                     position of "=";
-  layer 0 MLP:       read addresses (piecewise_linear): digit k of a at p - 1 - k, of b at
-                     e - 1 - k; a digit beyond its operand, or of an inactive branch, reads
-                     the operator instead;
-  layer 1 attention: fifteen digit reads: a for + and -, b for + (added), b for - (subtracted),
-                     a and b for * (attend_argmax_dot);
-  layer 1 MLP:       the nine digit products a_i b_j (multiply_integers);
-  layer 2 MLP:       one compare of integer forms of the columns: the carries of R and of -R
-                     (floor(sum_{m<k} 10^m y_m / 10^k) as sums of steps), the digit counts,
-                     "R < 0"; and "minus sign now" (compare);
-  layer 3 MLP:       the logits: the entry of a table of digit logits (the digits of R, then
-                     of -R, each followed by the end token; one linear of the columns and
-                     carries) at t + offset (dynamic_extract), plus the minus sign.
+  layer 0 attention: the tokens at offsets 1..7 (digit and operator flags, attend_to_offset);
+                     p, the position of the first operator, so la = p (attend_argmin_where);
+                     e, the position of "=" (attend_mean_where);
+  layer 0 MLP:       the twelve products of an a-offset digit and a b-offset digit
+                     (multiply_integers);
+  layer 1 MLP:       two compares of integer forms. One holds, for every shape, the carries
+                     of its own columns (y_m = a_m + b_m, a_m - b_m or sum a_i b_j;
+                     floor(sum_{m<k} 10^m y_m / 10^k) as sums of steps; for "-" also those of
+                     -R), unmasked: each shape's digits D_k = y_k + c_k - 10 c_(k+1) are linear
+                     in them and in the reads. The other holds the steps masked to the
+                     prompt's shape by the row trick (the operator flag read at offset lb + 1
+                     and p = la pin it): which shape, the digit counts of R and -R, "R < 0";
+  layer 2 attention: at "=": the table of every shape's digits (8 entries per shape, one
+                     linear of the reads and the carry steps), where the answer starts in it,
+                     its length and "R < 0";
+  layer 2 MLP:       the logits: for each digit character v, its score s (2 v x - v^2) of the
+                     entry x = table[start + t], t = i - e (ten dynamic_extracts, so no linear
+                     map follows the last MLP); the end token at t = length and the minus sign
+                     at t = 0 (compare).
 
-Floor 4 layers (the hand-tuned calculator: 3, because it reads zero-padded operands at fixed
-positions in layer 0; finding the operands in a variable-length prompt costs one attention).
+Floor 3 layers, as the hand-tuned calculator (which zero-pads the operands on the host).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from examples.calculator import PATTERN, reference, sample
-from examples.library.adder import FLAG_SCALE, logit_rows
+from examples.library.adder import FLAG_SCALE, Steps, logit_rows
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
@@ -40,7 +43,6 @@ WIDTH = 3
 OPS = "+-*"
 MAX_LEN = 24
 RESULT_DIGITS = 2 * WIDTH  # 999 * 999 has 6 digits
-NEG_DIGITS = WIDTH  # b - a <= 999
 
 
 def normalize(prompt: str) -> str:
@@ -49,184 +51,179 @@ def normalize(prompt: str) -> str:
     return prompt if prompt.endswith("=") else prompt + "="
 
 
-class Forms:
-    """Integer linear forms over the columns of one value (rows of a weight matrix)."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def unit(self, k: int) -> np.ndarray:
-        u = np.zeros(self.n + 1)  # the last entry is the constant
-        u[k] = 1.0
-        return u
-
-    def const(self, c: float) -> np.ndarray:
-        u = np.zeros(self.n + 1)
-        u[-1] = c
-        return u
-
-
-def steps(x, forms: list[np.ndarray]):
-    """compare of each integer form >= 0 (+/-1), as one tw.compare of one linear of x."""
-    w = np.stack([f[:-1] for f in forms], axis=1)
-    b = np.array([f[-1] for f in forms]) + 0.25  # thresholds between the integers
-    return tw.compare(tw.linear(x, w, b), 0.0, 0.5)
-
-
 def build_graph():
     def features(c):
         return ([float(c) if c.isdigit() else 0.0] + [float(c == o) for o in OPS]
                 + [1.0 if c in OPS else -1.0, 1.0 if c == "=" else -1.0, 1.0])
 
     table = np.array([features(c) for c in VOCAB])
-    top = float(MAX_LEN - 1)
-    big = 2.0 * MAX_LEN  # pushes an inactive branch's address onto the operator
+    n_reads = 2 * WIDTH + 1
     with tw.Graph("main") as g:
         tok = tw.embedding("tokens", table)
         pos = tw.pos_encoding(2, MAX_LEN)
         i = tw.slice(pos, 0, 1)
-        digit = tw.slice(tok, 0, 1)
-        # the first operator (a generated "-" comes later), read as
-        # [p, p - big [*], -p - big [not +], -p - big [not -], -p - big [not *]]
-        # (value columns [i, +, -, *, 1])
-        op_value = np.array([[1.0, 1.0, -1.0, -1.0, -1.0],
-                             [0.0, 0.0, big, 0.0, 0.0],
-                             [0.0, 0.0, 0.0, big, 0.0],
-                             [0.0, -big, 0.0, 0.0, big],
-                             [0.0, 0.0, -big, -big, -big]])
-        op = tw.attend_argmin_where(tw.slice(tok, 4, 1), i,
-                                    tw.linear(tw.concat(i, tw.slice(tok, 1, 3),
-                                                        tw.slice(tok, 6, 1)), op_value),
-                                    (0.0, top))
-        p = tw.slice(op, 0, 1)
-        e = tw.attend_mean_where(tw.slice(tok, 5, 1), i)  # position of "="
-        # read at p + f: query [p, 2 f, -1] . key [2 j, j, j^2]
-        key = tw.linear(tw.slice(pos, 0, 2), [[2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+        one = tw.slice(tok, 6, 1)
+        # [digit, +, -, *] at offsets 1..7
+        reads = [tw.attend_to_offset(pos, tw.slice(tok, 0, 4), m) for m in range(1, n_reads + 1)]
+        is_eq = tw.slice(tok, 5, 1)
+        e = tw.attend_mean_where(is_eq, i)
+        # p, the position of the first operator (a generated "-" comes later): la = p
+        p = tw.attend_argmin_where(tw.slice(tok, 4, 1), i, i, (0.0, MAX_LEN - 1.0))
 
-        def read(x, bp, vals):
-            shift = tw.piecewise_linear(x, bp, [[2.0 * v, -1.0] for v in vals])
-            return tw.attend_argmax_dot(tw.concat(p, shift), key, digit)
+        def digit_at(m):  # column of z holding the digit at offset m (1-based)
+            return 4 * (m - 1)
 
-        def a_digit(k, x):  # p - (k + 1) [x >= k + 1], x = p or p - big [*]
-            return read(x, [float(k), k + 1.0], [0.0, -(k + 1.0)])
+        # products d(u) d(v) of an a-offset u and a b-offset v, over every shape
+        pairs = sorted({(lb + 2 + k, 1 + j) for lb in range(1, WIDTH + 1)
+                        for k in range(WIDTH) for j in range(lb)})
+        prods = tw.multiply_integers(
+            tw.concat([tw.slice(reads[u - 1], 0, 1) for u, _ in pairs]),
+            tw.concat([tw.slice(reads[v - 1], 0, 1) for _, v in pairs]), 9)
+        # integer forms over z = [reads (4 x 7), products, p] (then the constant)
+        nz = 4 * n_reads + len(pairs) + 1
+        z = tw.concat(reads + [prods, p])
 
-        def b_digit(k, gated):  # p + relu(e - p - big [not active] - 1 - k)
-            return read(tw.sum([e, gated]), [k + 1.0, top], [0.0, top - k - 1])
+        def unit(k):
+            u = np.zeros(nz + 1)
+            u[k] = 1.0
+            return u
 
-        # gates: the branch reads land on the operator unless its operator is active
-        a_pm = [a_digit(k, tw.slice(op, 1, 1)) for k in range(WIDTH)]  # a for + and -
-        b_plus = [b_digit(k, tw.slice(op, 2, 1)) for k in range(WIDTH)]
-        b_minus = [b_digit(k, tw.slice(op, 3, 1)) for k in range(WIDTH)]
-        a_any = [a_digit(k, p) for k in range(WIDTH)]
-        b_times = [b_digit(k, tw.slice(op, 4, 1)) for k in range(WIDTH)]
-        pairs = [(ia, jb) for ia in range(WIDTH) for jb in range(WIDTH)]
-        prods = tw.multiply_integers(tw.concat([a_any[ia] for ia, _ in pairs]),
-                                     tw.concat([b_times[jb] for _, jb in pairs]), 9)
-        # columns y_m over x = [a_pm (3), b_plus (3), b_minus (3), prods (9)]
-        x = tw.concat(a_pm + b_plus + b_minus + [prods])
-        f = Forms(3 * WIDTH + len(pairs))
-        n_cols = 2 * WIDTH - 1
-        ys, lo, hi = [], [], []
-        for m in range(n_cols):
-            y = f.const(0.0)
-            if m < WIDTH:
-                y = y + f.unit(m) + f.unit(WIDTH + m) - f.unit(2 * WIDTH + m)
-            terms = [k for k, (ia, jb) in enumerate(pairs) if ia + jb == m]
-            for k in terms:
-                y = y + f.unit(3 * WIDTH + k)
-            ys.append(y)
-            lo.append(-9 if m < WIDTH else 0)
-            hi.append(max(18 if m < WIDTH else 0, 81 * len(terms)))
+        const = unit(nz)
+        zero = 0.0 * const
+        pos_p = unit(nz - 1)
+        # two compares: the carries of every shape (unmasked) and the shape-masked steps
+        carry, mask = Steps(nz), Steps(nz)
+        blocks = []  # per shape: 8 table entries (y over z, carry over `carry`), None: 0
+        count, count_neg, neg = mask.zero(1.0), mask.zero(1.0), mask.zero()
+        start = mask.zero(1.0)  # where the answer starts in the table (see below)
+        for o, op_char in enumerate(OPS):
+            for la in range(1, WIDTH + 1):
+                for lb in range(1, WIDTH + 1):
+                    a = [unit(digit_at(lb + 2 + k)) if k < la else zero for k in range(WIDTH)]
+                    b = [unit(digit_at(1 + j)) if j < lb else zero for j in range(WIDTH)]
+                    if op_char == "*":
+                        n_cols = 2 * WIDTH - 1
+                        ys = [sum((unit(4 * n_reads + pairs.index((lb + 2 + k, 1 + j)))
+                                   for k in range(la) for j in range(lb) if k + j == m), zero)
+                              for m in range(n_cols)]
+                        y_lo = [0] * n_cols
+                        y_hi = [81 * sum(1 for k in range(la) for j in range(lb) if k + j == m)
+                                for m in range(n_cols)]
+                        r_lo, r_hi = 0, (10 ** la - 1) * (10 ** lb - 1)
+                    else:
+                        sign = 1.0 if op_char == "+" else -1.0
+                        ys = [a[m] + sign * b[m] for m in range(WIDTH)]
+                        y_lo = [0 if sign > 0 else -9 * (m < lb) for m in range(WIDTH)]
+                        y_hi = [9 * (m < la) + 9 * (m < lb) * (sign > 0) for m in range(WIDTH)]
+                        r_lo = 0 if sign > 0 else -(10 ** lb - 1)
+                        r_hi = (10 ** la - 1) + (10 ** lb - 1 if sign > 0 else 0)
 
-        def partial(k, sign=1.0):
-            """sign * sum_{m<k} 10^m y_m and its integer bounds (for -R: the "-" branch's)."""
-            top_k = min(k, n_cols if sign > 0 else WIDTH)
-            form = sum((ys[m] * 10.0 ** m for m in range(min(k, n_cols))), f.const(0.0))
-            bounds = (lo, hi) if sign > 0 else ([-9] * WIDTH, [9] * WIDTH)
-            lo_k = sum(bounds[0][m] * 10 ** m for m in range(top_k))
-            hi_k = sum(bounds[1][m] * 10 ** m for m in range(top_k))
-            return (form, lo_k, hi_k) if sign > 0 else (-form, -hi_k, -lo_k)
+                    def carries(sign, n_digits, ys=ys, y_lo=y_lo, y_hi=y_hi):
+                        """floor(sign * sum_{m<k} 10^m y_m / 10^k), k = 0..n_digits, then 0:
+                        forms over the carry steps (this shape's own reading of the offsets)."""
+                        out = [carry.zero()]
+                        for k in range(1, n_digits + 1):
+                            top = min(k, len(ys))
+                            q = sign * sum((ys[m] * 10.0 ** m for m in range(top)), zero)
+                            lo, hi = sorted(int(sign * sum(y[m] * 10 ** m for m in range(top)))
+                                            for y in (y_lo, y_hi))
+                            unit_k = 10 ** k
+                            c = carry.zero(float(lo // unit_k))
+                            for mult in range(lo // unit_k + 1, hi // unit_k + 1):
+                                c = c + carry.step(q - mult * unit_k * const)
+                            out.append(c)
+                        return out + [carry.zero()]
 
-        # carries of R (for R >= 0) and of -R (for R < 0): floor(partial_k / 10^k) is
-        # lo + the number of multiples c 10^k (lo < c <= hi) that partial_k reaches
-        carry_steps, carry_index = [], []
+                    def digit(k, sign, cs, ys=ys):
+                        """D_k = y_k + c_k - 10 c_(k+1): (the y part over z, the carry part)."""
+                        return (sign * ys[k] if k < len(ys) else zero, cs[k] - 10.0 * cs[k + 1])
 
-        def carries(sign, n_digits):
-            out = [(0.0, [])]
-            for k in range(1, n_digits + 1):
-                form, lo_k, hi_k = partial(k, sign)
-                unit = 10 ** k
-                idx = []
-                for c in range(lo_k // unit + 1, hi_k // unit + 1):
-                    idx.append(len(carry_steps))
-                    carry_steps.append(form - c * unit * f.const(1.0))
-                out.append((float(lo_k // unit), idx))
-            return out
-
-        pos_carries = carries(1.0, RESULT_DIGITS - 1)
-        pos_carries.append((0.0, []))  # R < 10^6: no carry out of the top digit
-        neg_carries = carries(-1.0, NEG_DIGITS)
-        cs = steps(x, carry_steps)
-        # digit entries: D_k = s y_k + carry_k - 10 carry_(k+1) over z = [x, cs]
-        nx = f.n
-        nz = nx + len(carry_steps)
-
-        def digit_form(k, sign, cars):
-            d = np.zeros(nz + 1)
-            if k < n_cols:
-                d[:nx] += sign * ys[k][:-1]
-                d[-1] += sign * ys[k][-1]
-            for c_k, coef in ((k, 1.0), (k + 1, -10.0)):
-                base, idx = cars[c_k]
-                d[-1] += coef * (base + 0.5 * len(idx))  # carry = base + sum (step + 1) / 2
-                for s in idx:
-                    d[nx + s] += coef * 0.5
-            return d
-
-        w1, b1 = logit_rows(VOCAB)
-        nv = len(VOCAB)
-        entries = ([digit_form(k, 1.0, pos_carries) for k in reversed(range(RESULT_DIGITS))]
-                   + ["end", "spacer"]
-                   + [digit_form(k, -1.0, neg_carries) for k in reversed(range(NEG_DIGITS))]
-                   + ["end"])
-        tw_w = np.zeros((nz, len(entries) * nv))
-        tw_b = np.zeros(len(entries) * nv)
-        for n, ent in enumerate(entries):
-            cols = slice(n * nv, (n + 1) * nv)
-            if isinstance(ent, str):
-                if ent == "end":
-                    tw_b[cols] = -FLAG_SCALE
-                    tw_b[n * nv + VOCAB.index(END)] = FLAG_SCALE
-                continue
-            tw_w[:, cols] = np.outer(ent[:-1], w1[0])
-            tw_b[cols] = ent[-1] * w1[0] + b1
-        table_value = tw.linear(tw.concat(x, cs), tw_w, tw_b)
-        # counts and sign: [R >= 10^j] (j = 1..6; the last is never set, but a wider compare
-        # lets the pipeline fold its input linear), [-R >= 10^j] (j = 1, 2), [-R >= 1]
-        r_form = partial(n_cols)[0]
-        count_forms = ([r_form - 10.0 ** j * f.const(1.0) for j in range(1, RESULT_DIGITS + 1)]
-                       + [-r_form - 10.0 ** j * f.const(1.0) for j in range(1, NEG_DIGITS)]
-                       + [-r_form - f.const(1.0)])
-        counts = steps(x, count_forms)
-        # entry index: R >= 0: (6 - count) + t; R < 0: 8 + (3 - count') + (t - 1); the other
-        # count is 1 then, so index = t + 7 - count - count' + 4 [R < 0]
-        n_pos, n_neg = RESULT_DIGITS - 1, NEG_DIGITS - 1
-        start_w = np.concatenate([np.full(n_pos, -0.5), [0.0], np.full(n_neg, -0.5), [2.0]])
-        start_b = 7.0 - (1.0 + 0.5 * n_pos) - (1.0 + 0.5 * n_neg) + 2.0
-        start = tw.linear(counts, start_w.reshape(-1, 1), [start_b])
+                    n_dig = {"+": WIDTH + 1, "-": WIDTH, "*": 2 * WIDTH}[op_char]
+                    cs = carries(1.0, n_dig - 1)
+                    entries = [None] * 8
+                    if op_char == "-":
+                        cs_neg = carries(-1.0, WIDTH - 1)
+                        for k in range(WIDTH):  # -R at entries 1..3, R at 5..7
+                            entries[3 - k] = digit(k, -1.0, cs_neg)
+                            entries[7 - k] = digit(k, 1.0, cs)
+                    else:
+                        for k in range(n_dig):
+                            entries[n_dig - k] = digit(k, 1.0, cs)
+                    blocks.append(entries)
+                    # the row trick: this shape iff its operator is at offset lb + 1 (the
+                    # flag read there is 1) and p = la; the shifts are 0 for this shape and
+                    # push every other one below or above the steps' range (p <= 3 and 0/1
+                    # flags keep the hidden values below 2^24)
+                    flag = unit(digit_at(lb + 1) + 1 + o)
+                    # [this shape]; the block's first entry and base: + 5, - 8, * 7
+                    (here,) = mask.masked(zero, 0, (pos_p - la * const)
+                                          - 4.0 * (const - flag), [0])
+                    base = {"+": 5, "-": 8, "*": 7}[op_char]
+                    start = start + (8.0 * (len(blocks) - 1) + base) * here
+                    # [this shape and R >= 10^j]; for "-" also -R >= 10^j and -R >= 1
+                    r = sum((ys[m] * 10.0 ** m for m in range(len(ys))), zero)
+                    span = r_hi - r_lo
+                    far = span + (span + 1.0) * (WIDTH - la) + 1.0
+                    shift = (span + 1.0) * (pos_p - la * const) - far * (const - flag)
+                    for st in mask.masked(r - r_lo * const, span, shift,
+                                          [10 ** j - r_lo for j in range(1, 2 * WIDTH)
+                                           if 10 ** j <= r_hi]):
+                        count = count + st
+                    if op_char == "-":
+                        got = mask.masked(-r + r_hi * const, span, shift,
+                                          [t + r_hi for t in [1] + [10 ** j for j in
+                                                                    range(1, WIDTH)
+                                                                    if 10 ** j < 10 ** lb]])
+                        neg = neg + got[0]
+                        for st in got[1:]:
+                            count_neg = count_neg + st
+        carry.emit(z)
+        flags = mask.emit(z)  # 0/1 steps
+        nc, nm = len(carry.rows), len(mask.rows)
+        # the table: digit values, 8 entries per shape, then one spare (0) entry, as a linear
+        # of [z, carry signs s, 1] (a carry step is (s + 1) / 2)
+        n_entries = 8 * len(blocks) + 1
+        tab = np.zeros((nz + nc + 1, n_entries))
+        for bi, entries in enumerate(blocks):
+            for slot, ent in enumerate(entries):
+                if ent is None:
+                    continue
+                y, c = ent
+                col = 8 * bi + slot
+                tab[:nz, col] = y[:-1]
+                tab[nz:nz + nc, col] = 0.5 * c[:nc]
+                tab[-1, col] = y[-1] + c[-1] + 0.5 * c[:nc].sum()
+        entries_at_eq = tw.attend_mean_where(is_eq, tw.linear(tw.concat(z, carry.signs, one), tab))
+        # start = 8 b + base - count - count_neg + 1 - 5 neg (b: the shape's block), the
+        # answer's length count + count_neg - 1 + neg, and neg
+        start = start - count - count_neg - 5.0 * neg
+        length = count + count_neg + neg - mask.zero(1.0)
+        at_eq = tw.linear(flags, np.stack([start[:nm], length[:nm], neg[:nm]], axis=1),
+                          [start[-1], length[-1], neg[-1]])
+        start = tw.attend_mean_where(is_eq, tw.slice(at_eq, 0, 1))
+        length = tw.attend_mean_where(is_eq, tw.slice(at_eq, 1, 2))
         t = tw.subtract(i, e)
-        logits = tw.dynamic_extract(table_value, tw.add(start, t), len(entries),
-                                    max_abs=None)
-        # the minus sign at t = 0 when R < 0: -R - 1 - 1000 t >= 0 (t >= 0, -R <= 999)
-        xt = tw.concat(x, t)
-        sign_form = np.append(-r_form[:-1], -1000.0)
-        sign = tw.compare(tw.linear(xt, sign_form.reshape(-1, 1), [-r_form[-1] - 1.0 + 0.25]),
-                          0.0, 0.5)
-        sign_w = np.zeros((1, nv))
-        sign_w[0, VOCAB.index("-")] = 2.0 * FLAG_SCALE  # +4 W when set, 0 when not
-        sign_b = np.zeros(nv)
-        sign_b[VOCAB.index("-")] = 2.0 * FLAG_SCALE
-        tw.output("logits", tw.add(logits, tw.linear(sign, sign_w, sign_b)))
+        index = tw.add(start, t)
+        # the logits: digit v scores s (2 v x - v^2) for the entry x; one dynamic_extract per
+        # digit character reads that score from a table of scores (a linear of the digits), so
+        # every logit is an MLP output (no linear map after the last MLP)
+        w1, b1 = logit_rows(VOCAB)
+        digit_logits = [tw.dynamic_extract(tw.linear(entries_at_eq, np.eye(n_entries) * w1[0, v],
+                                                     np.full(n_entries, b1[v])),
+                                           index, n_entries, max_abs=4096.0)
+                        for v in range(10)]
+        # the other characters: t >= length and t >= length + 1 (the end token between),
+        # neg - 1 - t >= 0 (the minus sign)
+        marks = tw.compare(tw.linear(tw.concat(t, length),
+                                     [[1.0, 1.0, -1.0], [-1.0, -1.0, 0.0], [0.0, 0.0, 1.0]],
+                                     [0.0, -1.0, -1.0]), 0.0, 1.0)
+        rest = VOCAB[10:]
+        mw = np.zeros((3, len(rest)))
+        mb = np.full(len(rest), -FLAG_SCALE)
+        k_end, k_minus = rest.index(END), rest.index("-")
+        mw[0, k_end], mw[1, k_end] = FLAG_SCALE, -FLAG_SCALE  # +W when set, -W when not
+        mw[2, k_minus], mb[k_minus] = 2.0 * FLAG_SCALE, FLAG_SCALE  # +3 W when set
+        tw.output("logits", tw.concat(digit_logits + [tw.linear(marks, mw, mb)]))
     return g.module
 
 
