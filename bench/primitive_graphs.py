@@ -25,8 +25,9 @@ the reference (`matches_reference`, one teacher-forced pass each) and the same t
 oracle; for synthetic graphs the fraction of N random inputs where the compiled outputs match
 the oracle (atol 1e-4 relative to magnitude). A geometry that does not fit gives `error`
 (the GeometryError's one-line message) and smallest_d instead of the compiled figures; the
-anchor compiler's layer counts (greedy / CP-SAT, published for the same example name) ride
-along for programs.
+anchor compiler's layer counts (greedy / CP-SAT, published for its example of the same name)
+ride along for programs, and for the primitive programs also its layers on the very same
+graph (ANCHOR_SAME_GRAPH).
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ ANCHOR_GEOMETRY = {
 ANCHOR_LAYERS = {
     "adder": (18, 14), "binary_increment": (20, 16), "caesar": (9, 7), "fibonacci": (9, 7),
     "sort_digits": (26, 24), "calculator": (29, 22), "balanced_parens": (None, None),
+}
+
+
+# The anchor compiler (0.2.0) on the SAME primitive graphs, translated node for node (each
+# sandwich one relu FFN, each tw.attn one head with its q.k in the unrotated tail), compiled
+# at the same widths, greedy and CP-SAT (every CP-SAT solve OPTIMAL; all 50/50 exact).
+ANCHOR_SAME_GRAPH = {
+    "adder": (16, 11), "binary_increment": (9, 8), "caesar": (5, 5), "fibonacci": (24, 17),
+    "balanced_parens": (11, 11), "sort_digits": (9, 7), "calculator": (32, 27),
 }
 
 
@@ -149,6 +159,9 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
     if case.kind != "synthetic":
         g, c = ANCHOR_LAYERS.get(case.name.split("/", 1)[1], (None, None))
         row["anchor_layers_greedy"], row["anchor_layers_cpsat"] = g, c
+    if case.kind == "primitive":
+        g, c = ANCHOR_SAME_GRAPH.get(case.name.split("/", 1)[1], (None, None))
+        row["anchor_same_graph_greedy"], row["anchor_same_graph_cpsat"] = g, c
     start = time.perf_counter()
     try:
         ct = compile(module, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline)
