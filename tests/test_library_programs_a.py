@@ -117,6 +117,17 @@ def test_compiled_exact(name):
     assert generate(program(name), q, ct.run) == program(name).reference(q)
 
 
+@pytest.mark.parametrize("name, q", [("adder", "7+456="), ("binary_increment", "0111="),
+                                     ("fibonacci", "123,4567"), ("calculator", "5-17=")])
+def test_compiled_generate_with_kv_cache_matches(name, q):
+    p = program(name)
+    want = p.reference(q) + p.end
+    ids = p.encode(q)
+    out = compiled(name).generate({"tokens": ids}, len(want) - 1,
+                                  lambda last: {"tokens": int(np.argmax(last["logits"]))})
+    assert p.decode(np.argmax(out["logits"][len(ids) - 1:], axis=1)) == want
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_depth_against_the_hand_tuned_program(name):
     stats = compiled(name).stats
@@ -156,3 +167,16 @@ def test_sweep_compiled_and_oracle(name):
     assert not bad, f"{name}: compiled {len(bad)}/{len(cases)} wrong, e.g. {bad[:3]}"
     bad = wrong(name, cases[:150])
     assert not bad, f"{name}: oracle {len(bad)} wrong, e.g. {bad[:3]}"
+
+
+SHAPES = ["0", "1", "9", "10", "99", "100", "999", "007", "05", "500", "101", "998"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, ops", [("adder", "+"), ("calculator", "+-*")])
+def test_every_operand_shape_compiled(name, ops):
+    """Every operand shape (1-3 digits each, leading zeros included) and operator, with
+    extreme and carrying values, through the compiled model."""
+    cases = [f"{a}{o}{b}=" for o in ops for a in SHAPES for b in SHAPES]
+    bad = wrong(name, cases, compiled(name).run)
+    assert not bad, f"{name}: {len(bad)}/{len(cases)} wrong, e.g. {bad[:3]}"
