@@ -61,7 +61,7 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
         t = tg.tasks[tid]
         write_task(layers[s // 2], m, sched.cols, tg, t, extra_bias(t), s % 2 == 0)
     for s, g in sched.cancels:
-        write_cancel(layers[s // 2], sched.cols[g], s % 2 == 0)
+        write_cancel(layers[s // 2], sched.cols[g], s % 2 == 0, sched.cancel_signs[g])
     _check_plan(sched, layers)
     weights = [layer.finish() for layer in layers]
     return weights, _sources(sched), _outputs(sched)

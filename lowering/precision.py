@@ -5,7 +5,9 @@ First-order forward propagation over the schedule, from the value ranges
 (`EPS * (terms + 2) * sum |w| |x|` per output component, a dot product's classic bound plus the
 residual add) to the error it inherits from its inputs (scaled by its matrix's largest
 absolute row sum per output); a cancel in the same sublayer as the writer that refills its
-columns adds half an ulp of the dead value. Softmax leakage of attention (exp(-gap) of the
+columns adds half an ulp of the dead value, and a one-neuron MLP cancel (a column the ranges
+say is one-signed) leaves behind at most the dead value's own error, should rounding have
+pushed it across zero. Softmax leakage of attention (exp(-gap) of the
 other positions) is not modelled: the gaps the library uses make it far smaller than this.
 
 `estimate_errors(sched)` returns ({op: bound}, per-group bounds); `max_relative_output_error`
@@ -48,19 +50,32 @@ def _affine_bound(w: np.ndarray, b: np.ndarray | None, m_in: np.ndarray, e_in: f
     return gain * e_in + EPS * (w.shape[0] + 2) * terms
 
 
-def estimate_errors(sched: Schedule) -> dict:
+def estimate_errors(sched: Schedule) -> tuple[dict, list[float]]:
     tg = sched.tg
     mag = _Magnitudes(tg)
     err = [0.0] * len(tg.groups)
     for g in tg.sources:  # inputs and embedding tables are rounded to float32 on the way in
         err[g] = EPS * mag[g]
     per_op = {}
-    refilled: dict[int, float] = {}  # group -> half an ulp of what its same-sublayer cancel left
-    cancelled = {}
+    # Per column, what a cancel adds to the value that refills it: half an ulp of a dead
+    # value cancelled in the same sublayer; a one-neuron cancel's possible leftover.
+    leftover: dict[int, tuple[int, float, float]] = {}  # col -> (cancel slot, same, any)
+    cancels_in: dict[int, list[int]] = {}
     for s, g in sched.cancels:
-        cancelled.setdefault(s, []).append(g)
+        cancels_in.setdefault(s, []).append(g)
+    started: set[int] = set()
     order = sorted((sched.slot[t.tid], t.index, t.tid) for t in tg.tasks if sched.slot[t.tid] >= 0)
+    last_slot = None
     for s, _, tid in order:
+        if s != last_slot:
+            for old in cancels_in.get(s, ()):
+                signs = sched.cancel_signs.get(old)
+                for k, c in enumerate(sched.cols[old].tolist()):
+                    # refilled in this very sublayer: (-old + new) rounds at ulp(old)
+                    same = EPS * mag[old]
+                    left = err[old] if s % 2 and signs is not None and signs[k] != 0 else 0.0
+                    leftover[c] = (s, same, left)
+            last_slot = s
         t = tg.tasks[tid]
         op = t.op
         refs = tg.in_refs(t)
@@ -83,11 +98,15 @@ def estimate_errors(sched: Schedule) -> dict:
         else:  # relu: exact on its input
             e = e_in + EPS * float(m_in.max() if len(m_in) else 0.0)
         g = t.out_group
-        for old in cancelled.get(s, ()):
-            cols_old, cols_new = sched.cols[old], sched.cols[g]
-            if cols_new is not None and len(np.intersect1d(cols_old, cols_new)):
-                refilled[g] = max(refilled.get(g, 0.0), EPS * mag[old])
-        err[g] += e + refilled.pop(g, 0.0)
+        if g not in started:  # the group's columns: whatever their last cancel left
+            started.add(g)
+            extra = 0.0
+            for c in sched.cols[g].tolist():
+                if c in leftover:
+                    cs, same, left = leftover.pop(c)
+                    extra = max(extra, left + (same if cs == s else 0.0))
+            e += extra
+        err[g] += e
         per_op[op] = err[g]
     return per_op, err
 

@@ -16,8 +16,9 @@ literals cost nothing: literals ride on the machine's constant-1 column):
   linear, add   head work: min(support, outputs) value dims, pooled d_head to a head with the
                 layer's other head work; or in the MLP as a bypass pair relu(z) - relu(-z):
                 2 * min(support, outputs) neurons
-  cancel        zeroes a dead group's columns: one value dim (V = I, O = -I) or two neurons
-                per column
+  cancel        zeroes a dead group's columns: one value dim (V = I, O = -I) per column, or in
+                the MLP two neurons per column (relu(x) - relu(-x)), one where the value
+                ranges fix the column's sign
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def _affine_cost(tg: TaskGraph, t: Task, machine: Machine) -> Cost:
     return Cost(dims=dims, neurons=2 * dims)
 
 
-def cancel_cost(width: int, attention: bool) -> Cost:
-    return Cost(dims=width) if attention else Cost(neurons=2 * width)
+def cancel_cost(signs: np.ndarray, attention: bool) -> Cost:
+    """`signs`: per column +1 (value >= 0), -1 (<= 0) or 0 (either), from the value ranges."""
+    if attention:
+        return Cost(dims=len(signs))
+    return Cost(neurons=2 * len(signs) - int(np.count_nonzero(signs)))
 
 
 # --------------------------------------------------------------------------------------
@@ -227,18 +231,23 @@ def _write_affine_bypass(layer: LayerBuilder, urows, umat, bias, out_cols) -> No
         layer.w2.add(start + nout + j, out_cols, -1.0)
 
 
-def write_cancel(layer: LayerBuilder, cols: np.ndarray, attention: bool) -> None:
-    """Subtract a dead group's columns from themselves (see `cancel_cost`)."""
+def write_cancel(layer: LayerBuilder, cols: np.ndarray, attention: bool,
+                 signs: np.ndarray) -> None:
+    """Subtract a dead group's columns from themselves (see `cancel_cost`): a head dim each
+    (V = I, O = -I), or in the MLP x = relu(x) - relu(-x), keeping only the term that can be
+    non-zero where the value ranges fix the sign."""
     n = len(cols)
     if attention:
         layer.pool.append((cols[:, None], np.ones((n, 1)), cols[:, None], -np.ones((n, 1))))
         return
-    start = layer.take_neurons(2 * n)
-    idx = np.arange(n)
-    layer.w1.add(cols, start + idx, 1.0)
-    layer.w1.add(cols, start + n + idx, -1.0)
-    layer.w2.add(start + idx, cols, -1.0)
-    layer.w2.add(start + n + idx, cols, 1.0)
+    pos = cols[signs >= 0]  # relu(x): cancels x >= 0 (and half of an unsigned x)
+    neg = cols[signs <= 0]  # relu(-x): cancels x <= 0
+    start = layer.take_neurons(len(pos) + len(neg))
+    layer.w1.add(pos, start + np.arange(len(pos)), 1.0)
+    layer.w2.add(start + np.arange(len(pos)), pos, -1.0)
+    start += len(pos)
+    layer.w1.add(neg, start + np.arange(len(neg)), -1.0)
+    layer.w2.add(start + np.arange(len(neg)), neg, 1.0)
 
 
 # --------------------------------------------------------------------------------------

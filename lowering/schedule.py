@@ -66,6 +66,9 @@ class Schedule:
     attn_heads: list[int] = field(default_factory=list)  # per layer, heads used
     neurons: list[int] = field(default_factory=list)  # per layer, MLP neurons used
     occupancy: list[int] = field(default_factory=list)  # per layer, live columns (max)
+    # group id -> per column +1 (>= 0), -1 (<= 0), 0 (either): a one-signed column's MLP
+    # cancel is one neuron (-relu(x), or relu(-x)), an unsigned one's two
+    cancel_signs: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
@@ -160,26 +163,36 @@ class _Columns:
 
 
 class _Magnitudes:
-    """Largest |value| a group's columns can hold (value ranges), computed on first use:
-    only schedules that reuse columns need it."""
+    """What the value ranges say of each group, computed on first use (only schedules that
+    reuse columns need it): the largest |value| its columns can hold, and each column's sign
+    when the range keeps to one side of zero (+1: >= 0, -1: <= 0, 0: either)."""
 
     def __init__(self, tg: TaskGraph):
         self.tg = tg
         self.mag: list[float] | None = None
+        self._signs: list[np.ndarray] | None = None
 
     def __getitem__(self, g: int) -> float:
         if self.mag is None:
-            self.mag = self._compute()
+            self._compute()
         return self.mag[g]
 
-    def _compute(self) -> list[float]:
+    def signs(self, g: int) -> np.ndarray:
+        if self._signs is None:
+            self._compute()
+        return self._signs[g]
+
+    def _compute(self) -> None:
+        from twdialect.dialect import PosEncodingOp
         from twdialect.ranges import RangeError, value_ranges
 
         tg = self.tg
+        unknown = [np.zeros(g.width, np.int8) for g in tg.groups]
         try:
             ranges = value_ranges(tg.graph, strict=False)
         except RangeError:  # an op without a range rule: assume the worst
-            return [math.inf] * len(tg.groups)
+            self.mag, self._signs = [math.inf] * len(tg.groups), unknown
+            return
 
         def maxabs(v) -> float:
             lo, hi = ranges.get(v, (None, None))
@@ -187,10 +200,18 @@ class _Magnitudes:
                 return 0.0 if lo is not None else math.inf
             return float(max(np.abs(lo).max(), np.abs(hi).max()))
 
-        mag = [maxabs(g.value) for g in tg.groups]
+        self.mag = [maxabs(g.value) for g in tg.groups]
         for t in tg.tasks:  # partial sums of an accumulating group pass through its writers
-            mag[t.out_group] = max(mag[t.out_group], maxabs(t.op.results[0]))
-        return mag
+            self.mag[t.out_group] = max(self.mag[t.out_group], maxabs(t.op.results[0]))
+        self._signs = unknown
+        for g in tg.groups:
+            box = ranges.get(g.value)
+            if box is None:
+                continue
+            lo, hi = box
+            if type(g.source) is PosEncodingOp:  # component 0 is the machine's column
+                lo, hi = lo[1:], hi[1:]
+            self._signs[g.gid] = np.where(lo >= 0, 1, np.where(hi <= 0, -1, 0)).astype(np.int8)
 
     def loud(self, g: int) -> bool:
         return self[g] > SAME_SUBLAYER_RATIO
@@ -415,9 +436,8 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
             cost = costs[tid]
             g = t.out_group
             need_cols = tg.groups[g].width if cols[g] is None else 0
-            reclaim, reclaim_w = _reclaim_plan(
-                columns, need_cols, tg,
-                lambda old: died[old] <= s and magnitude.may_reuse(old, g))
+            reclaim = _reclaim_plan(columns, need_cols, tg,
+                                    lambda old: died[old] <= s and magnitude.may_reuse(old, g))
             free_after = columns.free_or_reclaimable() - need_cols
             if reclaim is None or (
                     need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
@@ -425,12 +445,13 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
                     and not _advances(tg, t, readers_left, source_groups)):
                 heapq.heappush(heaps[t.kind], entry)
                 continue
+            cc = [cancel_cost(magnitude.signs(rg), attention) for rg in reclaim]
             if attention:
                 h2 = heads + cost.heads
-                p2 = pool + cost.dims + cancel_cost(reclaim_w, True).dims
+                p2 = pool + cost.dims + sum(c.dims for c in cc)
                 fits = h2 + math.ceil(p2 / machine.d_head) <= machine.n_heads
             else:
-                n2 = neurons + cost.neurons + cancel_cost(reclaim_w, False).neurons
+                n2 = neurons + cost.neurons + sum(c.neurons for c in cc)
                 fits = n2 <= machine.d_hidden
             if not fits:
                 heapq.heappush(heaps[t.kind], entry)
@@ -466,13 +487,14 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
                 if died[rg] > s:  # written in this very sublayer: nothing to cancel yet
                     continue
                 w = tg.groups[rg].width
+                cc = cancel_cost(magnitude.signs(rg), attention)
                 if attention:
-                    p2 = pool + cancel_cost(w, True).dims
+                    p2 = pool + cc.dims
                     if heads + math.ceil(p2 / machine.d_head) > machine.n_heads:
                         continue
                     pool = p2
                 else:
-                    n2 = neurons + cancel_cost(w, False).neurons
+                    n2 = neurons + cc.neurons
                     if n2 > machine.d_hidden:
                         continue
                     neurons = n2
@@ -497,7 +519,8 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
         s += 1
 
     n_layers = last_used // 2 + 1 if last_used >= 0 else 0
-    sched = Schedule(machine, tg, slot, cols, died, cancels, n_layers, floor)
+    sched = Schedule(machine, tg, slot, cols, died, cancels, n_layers, floor,
+                     cancel_signs={g: magnitude.signs(g) for _, g in cancels})
     for layer in range(n_layers):
         a = usage[2 * layer] if 2 * layer < len(usage) else (0, 0)
         m = usage[2 * layer + 1] if 2 * layer + 1 < len(usage) else (0, 0)
@@ -525,9 +548,9 @@ def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph, may_reuse):
     """Dead groups to cancel in this sublayer so `need` clean columns exist (oldest deaths
     first, only those `may_reuse` allows); None when they do not add up."""
     if need <= len(columns.free):
-        return [], 0
+        return []
     if need > len(columns.free) + columns.dirty_width:
-        return None, 0
+        return None
     plan, got = [], len(columns.free)
     for g in columns.dirty:
         if got >= need:
@@ -535,9 +558,7 @@ def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph, may_reuse):
         if may_reuse(g):
             plan.append(g)
             got += tg.groups[g].width
-    if got < need:
-        return None, 0
-    return plan, sum(tg.groups[g].width for g in plan)
+    return plan if got >= need else None
 
 
 def _advances(tg: TaskGraph, t: Task, readers_left, source_groups: set[int]) -> bool:

@@ -52,3 +52,24 @@ def test_a_cost_that_disagrees_with_its_writer_is_caught(monkeypatch):
                         rules.Rule(lambda tg, t, m: Cost(neurons=0), rules._write_relu))
     with pytest.raises(AssertionError, match="planned"):
         compile(_repeated_relu(), d=16, d_head=2, d_hidden=8)
+
+
+def test_mlp_cancel_is_one_neuron_for_a_one_signed_column():
+    """x = relu(x) - relu(-x); where the ranges fix the sign, one of the two is always 0."""
+    from lowering.layer import LayerBuilder
+    from lowering.machine import Machine
+
+    signs = np.array([1, -1, 0, 1], np.int8)
+    assert rules.cancel_cost(signs, attention=False) == Cost(neurons=5)
+    assert rules.cancel_cost(signs, attention=True) == Cost(dims=4)
+    m = Machine(8, 2, 16)
+    layer = LayerBuilder(m)
+    cols = np.array([2, 3, 4, 5])
+    rules.write_cancel(layer, cols, False, signs)
+    w = layer.finish()
+    x = np.zeros(8)
+    x[cols] = [0.75, -2.5, -1.25, 3.0]  # each within its column's sign
+    h = np.maximum(x @ w.w1.dense() + w.b1, 0.0)
+    out = x + h @ w.w2.dense() + w.b2
+    assert w.n_neurons == 5
+    np.testing.assert_array_equal(out[cols], 0.0)
