@@ -11,12 +11,15 @@ partial sum) is an integer form of the offset reads, and the row trick
 
   layer 0 attention: the tokens at offsets 1..7 (attend_to_offset), p and e, the positions
                      of "+" and "=" (attend_mean_where);
-  layer 0 MLP:       one compare of integer forms: for every shape, the masked column sums
-                     a_k + b_k (as sums of unit steps), carries and digit-count steps; the
-                     digits D_k = y_k + c_k - 10 c_(k+1) and the count are linear in them;
-  layer 1 attention: at "=" (attend_mean_where): the table [logits of D_3 .. D_0, end] (one
-                     linear of those steps) and 4 - count;
-  layer 1 MLP:       the logits: entry 4 - count + t of the table, t = i - e (dynamic_extract).
+  layer 0 MLP:       two compares of integer forms: for every shape, the masked column sums
+                     a_k + b_k (as sums of unit steps) and carries, so the digits
+                     D_k = y_k + c_k - 10 c_(k+1) are linear in the steps; and the masked
+                     digit-count steps;
+  layer 1 attention: at "=" (attend_mean_where): the digits (one linear of the first compare's
+                     +/-1 outputs, so no large hidden values enter the sums) and 4 - count;
+  layer 1 MLP:       the logits: for each character, its score at entry 4 - count + t of the
+                     table [D_3 .. D_0, end], t = i - e (one dynamic_extract per character, so
+                     no linear map follows the last MLP).
 
 Floor 2 layers, as the hand-tuned adder (which zero-pads the operands on the host instead).
 """
@@ -54,22 +57,6 @@ def logit_rows(vocab: str = VOCAB) -> tuple[np.ndarray, np.ndarray]:
         w[0, k] = 2.0 * DIGIT_SCALE * v
         b[k] = -DIGIT_SCALE * v * v
     return w, b
-
-
-def number_table(digits, n: int, end: str, vocab: str = VOCAB):
-    """The logits of each of the n digits (a value n wide, most significant first) followed by
-    the logits of the end token: a table of n + 1 entries for `dynamic_extract`, one linear of
-    the digits."""
-    w1, b1 = logit_rows(vocab)
-    v = len(vocab)
-    w = np.zeros((n, (n + 1) * v))
-    b = np.zeros((n + 1) * v)
-    for k in range(n):
-        w[k, k * v:(k + 1) * v] = w1[0]
-        b[k * v:(k + 1) * v] = b1
-    b[n * v:] = -FLAG_SCALE
-    b[n * v + vocab.index(end)] = FLAG_SCALE
-    return tw.linear(digits, w, b)
 
 
 class Steps:
@@ -129,14 +116,15 @@ class Steps:
 
 
 def build_graph():
-    # token features: digit value, "+" and "=" as +/-1 booleans
+    # token features: digit value, "+" and "=" as +/-1 booleans, the constant 1
     table = np.array([[float(c) if c.isdigit() else 0.0, 1.0 if c == "+" else -1.0,
-                       1.0 if c == "=" else -1.0] for c in VOCAB])
+                       1.0 if c == "=" else -1.0, 1.0] for c in VOCAB])
     with tw.Graph("main") as g:
         tok = tw.embedding("tokens", table)
         pos = tw.pos_encoding(2, MAX_LEN)
         i = tw.slice(pos, 0, 1)
         digit = tw.slice(tok, 0, 1)
+        one = tw.slice(tok, 3, 1)
         n_reads = 2 * WIDTH + 1
         reads = [tw.attend_to_offset(pos, digit, m) for m in range(1, n_reads + 1)]
         p = tw.attend_mean_where(tw.slice(tok, 1, 1), i)  # position of "+"
@@ -152,9 +140,9 @@ def build_graph():
         const = unit(nz)
         shape = 3.0 * unit(n_reads) + unit(n_reads + 1) - const  # 4 la + lb = 3 p + i - 1
         big = 2048.0  # above every q_max (1998)
-        steps = Steps(nz)
+        steps, counts = Steps(nz), Steps(nz)
         digits = [steps.zero() for _ in range(WIDTH + 1)]  # D_0 .. D_3 over the steps
-        count = steps.zero(1.0)  # 1 + [S >= 10] + [S >= 100] + [S >= 1000]
+        count = counts.zero(1.0)  # 1 + [S >= 10] + [S >= 100] + [S >= 1000]
         for la in range(1, WIDTH + 1):
             for lb in range(1, WIDTH + 1):
                 shift = big * (shape - (4 * la + lb) * const)
@@ -174,34 +162,54 @@ def build_graph():
                 for k in range(1, WIDTH + 1):  # carry c_k = [sum_{m<k} 10^m y_m >= 10^k]
                     q = sum(ys[m] * 10.0 ** m for m in range(k))
                     q_max = sum(maxes[m] * 10 ** m for m in range(k))
-                    # the digit count reads the whole sum: [S >= 10^j], j = 1, 2, 3
-                    counted = range(1, WIDTH + 1) if k == WIDTH else [k]
-                    thresholds = [10 ** j for j in counted if 10 ** j <= q_max]
-                    for t, st in zip(thresholds, steps.masked(q, q_max, shift, thresholds)):
-                        if t == 10 ** k:
-                            digits[k - 1] -= 10.0 * st
-                            digits[k] += st
-                        if k == WIDTH:
-                            count += st
-        flags = steps.emit(z)  # 0/1 steps
+                    if 10 ** k <= q_max:
+                        (st,) = steps.masked(q, q_max, shift, [10 ** k])
+                        digits[k - 1] -= 10.0 * st
+                        digits[k] += st
+                # the digit count reads the whole sum: [S >= 10^j], j = 1, 2, 3 (a compare of
+                # its own, whose only reader is the start index)
+                thresholds = [10 ** j for j in range(1, WIDTH + 1) if 10 ** j <= q_max]
+                for st in counts.masked(q, q_max, shift, thresholds):
+                    count += st
+        steps.emit(z)
         n = len(steps.rows)
-        w1, b1 = logit_rows(VOCAB)
-        nv = len(VOCAB)
-        # at "=": the table [D_3 .. D_0, end] of logits, and 4 - count
-        tab_w = np.zeros((n, (WIDTH + 2) * nv))
-        tab_b = np.full((WIDTH + 2) * nv, -FLAG_SCALE)
-        for slot, k in enumerate(reversed(range(WIDTH + 1))):
-            d = digits[k]
-            tab_w[:, slot * nv:(slot + 1) * nv] = np.outer(d[:n], w1[0])
-            tab_b[slot * nv:(slot + 1) * nv] = d[-1] * w1[0] + b1
-        tab_b[(WIDTH + 1) * nv + VOCAB.index(END)] = FLAG_SCALE
+        count_flags = counts.emit(z)  # 0/1 steps
+        nc = len(counts.rows)
         is_eq = tw.slice(tok, 2, 1)
-        entries = tw.attend_mean_where(is_eq, tw.linear(flags, tab_w, tab_b))
-        start = tw.attend_mean_where(is_eq, tw.linear(flags, -count[:n].reshape(-1, 1),
+        # at "=": the digits D_3 .. D_0, one linear of [step signs s, 1] (a step is (s + 1) / 2)
+        # read straight from the signs (no large hidden values enter the sums), and 4 - count
+        tab = np.zeros((n + 1, WIDTH + 1))
+        for slot, k in enumerate(reversed(range(WIDTH + 1))):
+            c, c0 = steps.trim(digits[k])
+            tab[:n, slot] = 0.5 * c
+            tab[n, slot] = c0 + 0.5 * c.sum()
+        entries = tw.attend_mean_where(is_eq, tw.linear(tw.concat(steps.signs, one), tab))
+        start = tw.attend_mean_where(is_eq, tw.linear(count_flags, -count[:nc].reshape(-1, 1),
                                                       [WIDTH + 1 - count[-1]]))
         t = tw.subtract(i, tw.attend_mean_where(is_eq, i))  # t = i - e
-        tw.output("logits", tw.dynamic_extract(entries, tw.add(start, t), WIDTH + 2,
+        index = tw.add(start, t)
+        # the logits, one dynamic_extract per character of a table of its scores over the
+        # entries [D_3 .. D_0, end] (so every logit is an MLP output: no linear map after the
+        # last MLP): digit v scores s (2 v x - v^2) for the digit x, the end token +W at the
+        # end entry; "+" and "=" a constant -W
+        w1, b1 = logit_rows(VOCAB)
+        n_entries = WIDTH + 2
+        cols = []
+        for k, ch in enumerate(VOCAB):
+            if ch.isdigit():
+                sw = np.zeros((WIDTH + 1, n_entries))
+                sw[:, :WIDTH + 1] = np.eye(WIDTH + 1) * w1[0, k]
+                sb = np.append(np.full(WIDTH + 1, b1[k]), -FLAG_SCALE)
+                cols.append(tw.dynamic_extract(tw.linear(entries, sw, sb), index, n_entries,
                                                max_abs=3.0 * FLAG_SCALE))
+            elif ch == END:
+                sb = np.append(np.full(WIDTH + 1, -FLAG_SCALE), FLAG_SCALE)
+                cols.append(tw.dynamic_extract(tw.linear(entries, np.zeros((WIDTH + 1, n_entries)),
+                                                         sb), index, n_entries,
+                                               max_abs=3.0 * FLAG_SCALE))
+            else:
+                cols.append(tw.literal([-3.0 * FLAG_SCALE]))
+        tw.output("logits", tw.concat(cols))
     return g.module
 
 
