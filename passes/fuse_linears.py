@@ -24,7 +24,11 @@ Fanout (option `fanout`, default on): a linear with several readers is duplicate
 (`twdialect.analysis.critical_path`) would drop, i.e. the duplicate takes a layer off its path.
 
 Never fused (unless `allow-inflate=true`): a fold whose result has more parameters than the
-separate ops (a bottleneck such as 64 -> 1 -> 64 would become a 64x64 matrix). Never fused
+separate ops (a bottleneck such as 64 -> 1 -> 64 would become a 64x64 matrix), unless the
+fold takes its reader's sublayer slot in the critical-path floor down, costs the machine no
+more (an MLP reader keeps its neurons however wide W1 grows; a linear's head dims or bypass
+neurons, min(inputs, outputs), must not grow) and adds at most `depth-inflate-params`
+parameters: a layer is worth far more than a few stored weights. Never fused
 either: across sequential-scope iterations (different `tw.scope`/`tw.iteration` tags) or away
 from a value marked `tw.scope_terminal`; the schedule hints must keep their anchors.
 
@@ -201,6 +205,11 @@ def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflat
 ATTN_INPUTS = (("query", "wq"), ("key", "wk"), ("value", "wv"))
 
 
+def _dims(linear: LinearOp) -> int:
+    """Head dims (or bypass neuron pairs) a linear takes on the machine: min(inputs, outputs)."""
+    return min(shape_of(linear.weight))
+
+
 def _uses_only_by(value: SSAValue, op: Operation, count: int) -> bool:
     """Is `value` read exactly `count` times, all by `op`?"""
     n = 0
@@ -314,6 +323,9 @@ class FuseLinears(ModulePass):
     max_duplicate_params: int = 64
     """The largest linear (in parameters) that fanout duplication copies."""
 
+    depth_inflate_params: int = 4096
+    """The most parameters a fold may add when it lowers its reader's floor slot (0: never)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for graph in op.walk():
             if isinstance(graph, GraphOp):
@@ -323,6 +335,9 @@ class FuseLinears(ModulePass):
         stats = FuseStats()
         self._fold_single_use(graph.block, stats)
         if self.fanout and self._duplicate_fanout(graph, stats):
+            self._fold_single_use(graph.block, stats)
+        if not self.allow_inflate and self.depth_inflate_params and stats.skipped_inflate \
+                and self._fold_for_depth(graph, stats):
             self._fold_single_use(graph.block, stats)
         return stats
 
@@ -390,6 +405,60 @@ class FuseLinears(ModulePass):
         for op in dead:  # concats before the linears they read
             op.parent_block().erase_op(op)
         stats.folded += sum(isinstance(op, LinearOp) for op in dead)
+
+    # -- inflating folds that take a slot off the floor: one sweep with the floor's slots.
+    def _fold_for_depth(self, graph: GraphOp, stats: FuseStats) -> bool:
+        floor = critical_path(graph)
+        slots, ready = dict(floor.slots), dict(floor.ready)
+        changed = False
+        op = graph.block.first_op
+        while op is not None:
+            nxt = op.next_op
+            if isinstance(op, (LinearOp, MlpOp)) and op in slots:
+                changed |= self._fold_one_for_depth(op, slots, ready, stats)
+            op = nxt
+        return changed
+
+    def _fold_one_for_depth(self, reader: LinearOp | MlpOp, slots, ready, stats) -> bool:
+        producer = reader.x.owner
+        if not reader.x.has_one_use() or not isinstance(producer, Operation):
+            return False
+        if isinstance(producer, LinearOp):
+            if not same_schedule_tags(producer, reader) or producer.x not in ready:
+                return False
+            new_ready, inners = ready[producer.x], [producer]
+            new_ops = [fold_linear_into_reader(producer, reader)]
+        elif isinstance(producer, ConcatOp):
+            def absorb(v: SSAValue) -> bool:
+                return v.has_one_use() and isinstance(v.owner, LinearOp) \
+                    and same_schedule_tags(v.owner, reader) and v.owner.x in ready
+
+            if any(v not in ready for v in producer.ins):
+                return False
+            inners = [v.owner for v in producer.ins if absorb(v)]
+            if not inners:
+                return False
+            new_ready = max(ready[v.owner.x] if absorb(v) else ready[v] for v in producer.ins)
+            new, new_concat = fold_concat_operands(reader, absorb)
+            new_ops = [new_concat, new]
+        else:
+            return False
+        new = new_ops[-1]
+        old = op_params(reader) + sum(op_params(i) for i in inners)
+        new_slot = next_slot(new_ready, placement_kind(reader))
+        machine_cost_grows = isinstance(reader, LinearOp) and \
+            _dims(new) > _dims(reader) + sum(_dims(i) for i in inners)
+        if new_slot >= slots[reader] or machine_cost_grows \
+                or op_params(new) > old + self.depth_inflate_params:
+            discard(*reversed(new_ops))
+            return False
+        replace_op(reader, new_ops, new.out)
+        for dead in ([producer] if isinstance(producer, ConcatOp) else []) + inners:
+            dead.parent_block().erase_op(dead)
+        slots[new] = new_slot
+        ready[new.out] = new_slot
+        stats.folded += len(inners)
+        return True
 
     # -- fanout: duplicate a small multi-use linear into readers that then run earlier.
     def _duplicate_fanout(self, graph: GraphOp, stats: FuseStats) -> bool:

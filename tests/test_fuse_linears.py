@@ -127,6 +127,41 @@ def test_bottleneck_fuses_only_when_inflation_allowed(allow_inflate, n_linears):
     assert kinds(g.module).count("tw.linear") == n_linears
 
 
+def _pair_into_mlp(hidden: int):
+    """linear(concat(attn read, position)) -> an MLP: the fold widens W1 (2 x hidden for
+    2 + hidden parameters) but lets the MLP run in the attention read's layer."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 9.0))
+        pos = tw.pos_encoding(2, 64)
+        prev = tw.get_prev_value(pos, x)
+        z = tw.linear(tw.concat(prev, tw.slice(pos, 0, 1)), [[1.0], [20.0]])
+        w1 = np.linspace(-1, 1, hidden)[None, :]
+        tw.output("y", tw.mlp(z, w1, np.linspace(0, 3, hidden), np.ones((hidden, 1))))
+    return g.module
+
+
+@pytest.mark.parametrize("spec, depth_fold", [
+    ("fuse-linears", True), ("fuse-linears{depth-inflate-params=0}", False),
+    ("fuse-linears{depth-inflate-params=2}", False)])
+def test_inflating_fold_into_an_mlp_is_taken_when_it_saves_a_layer(spec, depth_fold):
+    module = _pair_into_mlp(8)
+    before = critical_path(find_graph(module)).n_layers
+    run_and_compare(module, spec)
+    after = critical_path(find_graph(module)).n_layers
+    assert (kinds(module).count("tw.linear") == 0) == depth_fold
+    assert after == (before - 1 if depth_fold else before)
+
+
+def test_inflating_fold_never_widens_a_linears_head_work():
+    """4 -> 1 -> 4 would save a layer, but the fused linear needs 4 head dims, not 1 + 1."""
+    with tw.Graph() as g:
+        x = tw.input("x", 4, (-1.0, 1.0))
+        s = tw.linear(x, np.ones((4, 1)))
+        tw.output("y", tw.linear(s, np.arange(4.0).reshape(1, 4)))
+    run_and_compare(g.module, "fuse-linears")
+    assert kinds(g.module).count("tw.linear") == 2
+
+
 def test_relu_between_linears_blocks_fusion():
     with tw.Graph() as g:
         x = tw.input("x", 2, (-1.0, 1.0))
