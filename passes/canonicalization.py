@@ -234,7 +234,7 @@ class FoldLiteralConcatOperands(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: LinearOp | MlpOp, rewriter: PatternRewriter, /):
-        from passes.fuse_linears import input_side, with_input_side
+        from passes.fuse_linears import concat_like, input_side, with_input_side
 
         concat = op.x.owner
         if not isinstance(concat, ConcatOp):
@@ -255,15 +255,7 @@ class FoldLiteralConcatOperands(RewritePattern):
                 b = b + row @ w[offset:offset + n]
             offset += n
         has_bias = has_bias or bool(np.any(b))
-        new_ops: list[Operation] = []
-        if len(kept) == 1:
-            x = kept[0]
-        else:
-            new_concat = ConcatOp.create(operands=kept,
-                                         result_types=[VecType(sum(width_of(v) for v in kept))])
-            new_concat.attributes.update(concat.attributes)
-            new_ops.append(new_concat)
-            x = new_concat.out
+        new_ops, x = concat_like(kept, concat)
         new_ops.append(with_input_side(op, x, np.vstack(kept_rows), b, has_bias))
         rewriter.replace(op, new_ops)
 

@@ -59,6 +59,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from passes.fuse_linears import (
+    concat_like,
     discard,
     fold_concat_operands,
     input_side,
@@ -434,15 +435,7 @@ class _Former:
         if not rest:
             result = b.value
         else:
-            new_ops: list[Operation] = []
-            if len(rest) == 1:
-                rest_in = rest[0]
-            else:
-                c = ConcatOp.create(operands=rest,
-                                    result_types=[VecType(sum(width_of(v) for v in rest))])
-                c.attributes.update(concat.attributes)
-                new_ops.append(c)
-                rest_in = c.out
+            new_ops, rest_in = concat_like(rest, concat)
             lin = LinearOp.create(operands=[rest_in], result_types=[reader.out.type],
                                   properties={"weight": dense(np.vstack(rows))})
             lin.attributes.update(reader.attributes)

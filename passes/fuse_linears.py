@@ -155,6 +155,16 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     return new
 
 
+def concat_like(values: list[SSAValue], like: Operation) -> tuple[list[Operation], SSAValue]:
+    """The concat of `values` with `like`'s attributes (no op for a single value): the ops to
+    insert and the value to read."""
+    if len(values) == 1:
+        return [], values[0]
+    c = ConcatOp.create(operands=values, result_types=[VecType(sum(width_of(v) for v in values))])
+    c.attributes.update(like.attributes)
+    return [c], c.out
+
+
 def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, ConcatOp] | None:
     """Fold the linears producing some operands of the concat that `reader` reads.
 
@@ -184,10 +194,8 @@ def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, C
             new_rows.append(rows)
     if not folded:
         return None
-    total = sum(width_of(v) for v in new_operands)
-    new_concat = ConcatOp.create(operands=new_operands, result_types=[VecType(total)])
-    new_concat.attributes.update(concat.attributes)
-    return with_input_side(reader, new_concat.out, np.vstack(new_rows), b, has_bias), new_concat
+    (new_concat,), x = concat_like(new_operands, concat)  # as many operands as before: >= 2
+    return with_input_side(reader, x, np.vstack(new_rows), b, has_bias), new_concat
 
 
 def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflate: bool) -> bool:
@@ -276,14 +284,11 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
                 offset += n
             if not folded:
                 continue
-            new_concat = ConcatOp.create(
-                operands=operands_out,
-                result_types=[VecType(sum(width_of(v) for v in operands_out))])
-            new_concat.attributes.update(owner.attributes)
-            new_ops.append(new_concat)
+            cat_ops, cat = concat_like(operands_out, owner)
+            new_ops.extend(cat_ops)
             for i in slots:
                 new_mats[ATTN_INPUTS[i][1]] = np.vstack(rows[i])
-                new_operands[i] = new_concat.out
+                new_operands[i] = cat
             dead.extend([owner] + folded)
     if not dead:
         return None
