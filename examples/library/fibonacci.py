@@ -3,22 +3,29 @@ Fibonacci-style sequence, each term the sum of the previous two as read back fro
 far, comma separated; it stops (end token) where the next term would need 5 digits. Seeds are
 0-9999, read as typed: no start marker is added (a missing trailing "," is).
 
-  layer 0 attention: c1, the latest separator at or before i (attend_argmax_where; none
-                     gives i - big), with the constant 1 beside it;
-  layer 0 MLP:       clamp(c1, -1, ...): "no separator" reads as position -1;
-  layer 1 attention: c2 = c1 as seen from position c1 - 1 (the separator before; query
-                     [c1, 1] . key [2 j, -2 j - j^2]);
-  layer 1 MLP:       where to read the previous term's digits: c1 - 1 - m while that is after
-                     c2, else c1 (a separator reads 0; piecewise_linear of c1 - c2);
-  layer 2 attention: c3 (c1 as seen from c2 - 1) and the previous term's four digits;
-  layer 2 MLP:       where to read the digits of the term before (c2, c3 likewise);
-  layer 3 attention: that term's four digits;
-  layer 3 MLP:       the digits of the sum (sum_digits) and its digit count (compare);
-  layer 4 MLP:       the logits: the entry of a table [end, 5 digits, ","] (one linear of the
-                     digits) at 6 - count + t, t = i - c1 (dynamic_extract); a 5-digit sum
-                     counts its top digit twice, so it reads the end token at t = 0.
+Every "," (position c) adds the two terms before it: the previous term's digits sit at
+offsets 1..lb, the digits of the term before at offsets lb + 2 .. lb + 1 + la, where the
+shape (la, lb) is pinned by the separators among the tokens at offsets 1..10 (one "," at
+offset lb + 1 and none before it; one at offset lb + 2 + la, or, for the first seed, the
+start of the text there). So, as in the library adder, "," computes the sum for all 16
+shapes at once and the answer steps read it back from the latest ",":
 
-Floor 5 layers, as the hand-tuned program (the anchor compiler needs 8 greedy / 6 CP-SAT).
+  layer 0 attention: the tokens at offsets 1..10 (digit, separator flag, position;
+                     attend_to_offset) and c1, the latest separator (attend_argmax_where);
+  layer 0 MLP:       two compares of integer forms: every shape's carries of its own column
+                     sums (unmasked: its digits D_k = a_k + b_k + c_k - 10 c_(k+1) are linear
+                     in them and in the reads), and the steps masked to the text's shape by
+                     the row trick with one-sided penalties (0 for the shape, >= 1 otherwise:
+                     which shape, the digit-count steps of the sum);
+  layer 1 attention: at c1: the table of every shape's digits (one linear of the reads and
+                     the carry compare's +/-1 outputs), where the answer starts in it and the
+                     digit count;
+  layer 1 MLP:       the logits: for each digit character, its score at entry start + t of
+                     the table, t = i - c1 (one dynamic_extract per character); "," at t =
+                     count and the end token at t = 0 for a 5-digit sum (compare).
+
+Floor 2 layers (the hand-tuned program: 5, chaining its separator look-ups; the anchor
+compiler needs 8 greedy / 6 CP-SAT).
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ from __future__ import annotations
 import numpy as np
 
 from examples.fibonacci import MAX_ANSWER, MAX_LEN, PATTERN, TERM_DIGITS, reference, sample
-from examples.library.adder import FLAG_SCALE, logit_rows
+from examples.library.adder import FLAG_SCALE, Steps, logit_rows
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
 VOCAB = "0123456789,^$"
 END = "$"
+BLOCK = TERM_DIGITS + 2  # table entries per shape: the 5 digits of the sum, then a spare
 
 
 def normalize(prompt: str) -> str:
@@ -41,65 +49,113 @@ def normalize(prompt: str) -> str:
 
 
 def build_graph():
-    # token features: digit value, separator as +/-1 and as 0/1, the constant 1
-    table = np.array([[float(c) if c.isdigit() else 0.0, 1.0 if c in ",^" else -1.0,
-                       float(c in ",^"), 1.0] for c in VOCAB])
-    top = float(MAX_LEN - 1)
-    big = 2.0 * MAX_LEN
     n = TERM_DIGITS
+    n_reads = 2 * n + 2  # up to the separator before a 4-digit term before a 4-digit term
+    # token features: digit value, separator as 0/1 and as +/-1, the constant 1
+    table = np.array([[float(c) if c.isdigit() else 0.0, float(c in ",^"),
+                       1.0 if c in ",^" else -1.0, 1.0] for c in VOCAB])
     with tw.Graph("main") as g:
         tok = tw.embedding("tokens", table)
         pos = tw.pos_encoding(2, MAX_LEN)
         i = tw.slice(pos, 0, 1)
-        digit = tw.slice(tok, 0, 1)
-        # [c1, 1]: the latest separator (value j + big (sep - 1), so none gives i - big < -1)
-        latest = tw.attend_argmax_where(
-            tw.slice(tok, 1, 1), i,
-            tw.linear(tw.concat(i, tw.slice(tok, 2, 2)), [[1.0, 0.0], [big, 0.0], [-big, 1.0]]),
-            (0.0, top))
-        c1 = tw.clamp(latest, -1.0, top)
-        # the separator before: [c, 1] . [2 j, -2 j - j^2] = 2 (c - 1) j - j^2 reads at c - 1
-        back = tw.linear(tw.slice(pos, 0, 2), [[2.0, -2.0], [0.0, -1.0]])
-        c2 = tw.attend_argmax_dot(c1, back, c1)
-        c3 = tw.attend_argmax_dot(c2, back, c1)
-        # digit m of the term between separators lo < hi: at hi - 1 - m while that is after
-        # lo, else at hi: query [hi, 2 f, -1] . key [2 j, j, j^2], f = -(m + 1) [hi - lo >= m + 2]
-        key = tw.linear(tw.slice(pos, 0, 2), [[2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+        one = tw.slice(tok, 3, 1)
+        sep = tw.slice(tok, 2, 1)
+        # [digit, separator, position] at offsets 1..10 (a read before the text reads 0)
+        reads = [tw.attend_to_offset(pos, tw.concat(tw.slice(tok, 0, 2), i), m)
+                 for m in range(1, n_reads + 1)]
+        c1 = tw.attend_argmax_where(sep, i, i, (0.0, MAX_LEN - 1.0))  # the latest separator
+        # integer forms over z = [reads (3 x 10), i] (then the constant)
+        nz = 3 * n_reads + 1
+        z = tw.concat(reads + [i])
 
-        def term(hi, lo):
-            h = tw.slice(hi, 0, 1)
-            gap = tw.subtract(h, tw.slice(lo, 0, 1))
-            out = []
-            for m in range(n):  # least significant first
-                f = tw.piecewise_linear(gap, [m + 1.0, m + 2.0],
-                                        [[0.0, -1.0], [-2.0 * (m + 1), -1.0]])
-                out.append(tw.attend_argmax_dot(tw.concat(h, f), key, digit))
-            return out
+        def unit(k):
+            u = np.zeros(nz + 1)
+            u[k] = 1.0
+            return u
 
-        a = term(c1, c2)  # the previous term
-        b = term(c2, c3)  # the term before it
-        total = tw.sum_digits(a[::-1], b[::-1])  # n + 1 digits, most significant first
-        # count' = 1 + #{j < n : a + b >= 10^j} + 2 [a + b >= 10^n]
-        place = np.array([10.0 ** k for k in range(n)] * 2).reshape(-1, 1)
-        over = tw.compare(tw.linear(tw.concat(a + b), np.tile(place, (1, n)),
-                                    [0.25 - 10.0 ** j for j in range(1, n + 1)]), 0.0, 0.5)
-        # table: [end, D_n .. D_0, ","]; step t = i - c1 reads entry n + 2 - count' + t
+        const = unit(nz)
+        zero = 0.0 * const
+
+        def digit(m):
+            return unit(3 * (m - 1))
+
+        def is_sep(m):
+            return unit(3 * (m - 1) + 1)
+
+        def where(m):  # the position read at offset m: max(i - m, 0)
+            return unit(3 * (m - 1) + 2)
+
+        carry, mask = Steps(nz), Steps(nz)
+        blocks = []  # per shape: the digit forms (reads part, carry part), most significant first
+        count, start = mask.zero(1.0), mask.zero()
+        for la in range(1, n + 1):
+            for lb in range(1, n + 1):
+                ys = [(digit(1 + k) if k < lb else zero) + (digit(lb + 2 + k) if k < la else zero)
+                      for k in range(n)]
+                y_max = [9 * (k < lb) + 9 * (k < la) for k in range(n)]
+                cs = [carry.zero()]
+                for k in range(1, n + 1):  # c_k = [sum_{m<k} 10^m y_m >= 10^k], unmasked
+                    q = sum((ys[m] * 10.0 ** m for m in range(k)), zero)
+                    q_max = sum(y_max[m] * 10 ** m for m in range(k))
+                    cs.append(carry.step(q - 10.0 ** k * const) if 10 ** k <= q_max
+                              else carry.zero())
+                cs.append(carry.zero())
+                blocks.append([(ys[k] if k < n else zero, cs[k] - 10.0 * cs[k + 1])
+                               for k in reversed(range(n + 1))])
+                # penalties, each >= 0 and 0 exactly for this shape: a "," at offset lb + 1,
+                # none before it, none among the la digits after it, and beyond them a "," or
+                # the start of the text (offset lb + 1 + la reads position 0 itself)
+                base = (const - is_sep(lb + 1)) + sum((is_sep(m) for m in range(1, lb + 1)), zero)
+                base = base + sum((is_sep(m) for m in range(lb + 2, lb + 2 + la)), zero)
+                m0 = lb + 1 + la
+                penalties = [base + (const - is_sep(m0 + 1)),
+                             base + 2.0 * where(m0) - unit(nz - 1) + m0 * const]
+                s_max = sum(y_max[m] * 10 ** m for m in range(n))
+                for pen in penalties:
+                    (here,) = mask.masked(zero, 0, -pen, [0])
+                    start = start + float(BLOCK * (len(blocks) - 1) + n + 1) * here
+                    for st in mask.masked(sum((ys[m] * 10.0 ** m for m in range(n)), zero),
+                                          s_max, -(s_max + 1.0) * pen,
+                                          [10 ** j for j in range(1, n + 1) if 10 ** j <= s_max]):
+                        count = count + st
+        carry.emit(z)
+        flags = mask.emit(z)  # 0/1 steps
+        nc, nm = len(carry.rows), len(mask.rows)
+        # the table: BLOCK entries per shape (the digits D_n .. D_0, a spare 0), then a spare
+        n_entries = BLOCK * len(blocks) + 1
+        tab = np.zeros((nz + nc + 1, n_entries))
+        for bi, entries in enumerate(blocks):
+            for slot, (y, c) in enumerate(entries):
+                col = BLOCK * bi + slot
+                tab[:nz, col] = y[:-1]
+                tab[nz:nz + nc, col] = 0.5 * c[:nc]
+                tab[-1, col] = y[-1] + c[-1] + 0.5 * c[:nc].sum()
+        at_sep = tw.attend_argmax_where(sep, i, tw.linear(tw.concat(z, carry.signs, one), tab),
+                                        (0.0, MAX_LEN - 1.0))
+        # start = BLOCK b + n + 1 - count (the first digit), and count itself
+        start = start - count
+        counted = tw.linear(flags, np.stack([start[:nm], count[:nm]], axis=1),
+                            [start[-1], count[-1]])
+        start = tw.attend_argmax_where(sep, i, tw.slice(counted, 0, 1), (0.0, MAX_LEN - 1.0))
+        count = tw.attend_argmax_where(sep, i, tw.slice(counted, 1, 1), (0.0, MAX_LEN - 1.0))
+        t = tw.subtract(i, c1)
+        index = tw.add(start, t)
+        # digit v scores s (2 v x - v^2) for the entry x: one dynamic_extract per digit
         w1, b1 = logit_rows(VOCAB)
-        nv = len(VOCAB)
-        tw_w = np.zeros((n + 1, (n + 3) * nv))
-        tw_b = np.full((n + 3) * nv, -FLAG_SCALE)
-        tw_b[VOCAB.index(END)] = FLAG_SCALE
-        for k in range(n + 1):
-            tw_w[k, (k + 1) * nv:(k + 2) * nv] = w1[0]
-            tw_b[(k + 1) * nv:(k + 2) * nv] = b1
-        tw_b[(n + 2) * nv + VOCAB.index(",")] = FLAG_SCALE
-        entries = tw.linear(total, tw_w, tw_b)
-        # count' = 1 + sum_{j<n} (s_j + 1) / 2 + (s_n + 1)
-        coef = np.array([0.5] * (n - 1) + [1.0])
-        start = tw.linear(over, -coef.reshape(-1, 1), [n + 2 - (1.0 + coef.sum())])
-        t = tw.subtract(i, tw.slice(c1, 0, 1))
-        tw.output("logits", tw.dynamic_extract(entries, tw.add(start, t), n + 3,
-                                               max_abs=3.0 * FLAG_SCALE))
+        digit_logits = [tw.dynamic_extract(tw.linear(at_sep, np.eye(n_entries) * w1[0, v],
+                                                     np.full(n_entries, b1[v])),
+                                           index, n_entries, max_abs=4096.0)
+                        for v in range(10)]
+        # "," at t = count (t >= count and not t >= count + 1); the end token at t = 0 for a
+        # 5-digit sum (count - 5 - 10 t >= 0)
+        marks = tw.compare(tw.linear(tw.concat(t, count), [[1.0, 1.0, -10.0], [-1.0, -1.0, 1.0]],
+                                     [0.25, -0.75, -(n + 1.0) + 0.25]), 0.0, 0.5)
+        rest = VOCAB[10:]
+        mw = np.zeros((3, len(rest)))
+        mb = np.full(len(rest), -FLAG_SCALE)
+        mw[0, rest.index(",")], mw[1, rest.index(",")] = FLAG_SCALE, -FLAG_SCALE
+        mw[2, rest.index(END)], mb[rest.index(END)] = 2.0 * FLAG_SCALE, FLAG_SCALE
+        tw.output("logits", tw.concat(digit_logits + [tw.linear(marks, mw, mb)]))
     return g.module
 
 
