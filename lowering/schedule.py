@@ -22,7 +22,7 @@ spirit: small, no hidden state, every decision local.
   heads/neurons a sublayer has left.
 * Admission: new work (a task that retires no computed operand, e.g. the first step of another
   loop iteration) may not take the last columns that work in flight may need next; a schedule
-  that still stalls is retried once with the full reserve, then at every narrower width (a
+  that still stalls is retried once with the full reserve, then at the 48 nearest narrower widths (a
   narrower machine admits less at once and may fit), before the width is declared too small:
   feasibility is monotone in d.
 * Repair: a schedule that ends above its floor tries a few stricter variants (full reserve,
@@ -226,8 +226,9 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
 
     Feasibility is monotone in d: a greedy schedule can stall at d although a narrower
     machine fits (it admits more work at once, then runs out of room), so a stall at d is
-    retried at every narrower width (multiples of d_head); the first that fits is used as
-    it is (its columns and heads exist at d too)."""
+    retried at the narrower widths (multiples of d_head, the nearest `NARROWER_TRIES`, which
+    bounds the time a hopeless width takes to refuse); the first that fits is used as it is
+    (its columns and heads exist at d too)."""
     try:
         return _repair(tg, machine, max_stall, _schedule_twice(tg, machine, max_stall))
     except ResidualStall as e:
@@ -243,6 +244,7 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
 
 
 REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor
+NARROWER_TRIES = 48  # narrower widths a stall is retried at (so feasibility is monotone)
 
 
 def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) -> Schedule:
@@ -277,7 +279,8 @@ def _fit_narrower(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule |
 
     inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
     d = machine.d - machine.d_head
-    while d >= max(inputs, machine.RESERVED + 1):
+    lowest = max(inputs, machine.RESERVED + 1, machine.d - NARROWER_TRIES * machine.d_head)
+    while d >= lowest:
         try:
             sched = _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
         except GeometryError:
@@ -295,9 +298,9 @@ class ResidualStall(GeometryError):
 def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> int | None:
     """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d).
 
-    `schedule` is monotone in d (a stall is retried at every narrower width), so bisection
-    is exact; a probe scans the widths it has not ruled out yet, from the widest down, and
-    a failed probe rules out its whole range, so no width is scheduled twice on the way."""
+    A probe asks whether any width in a range fits (scanning from its widest down); a failed
+    probe rules out its whole range, so the bisection is exact however greedy scheduling
+    varies with d, and no width is scheduled twice on the way."""
     import dataclasses
 
     step = machine.d_head
