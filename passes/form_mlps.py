@@ -67,6 +67,8 @@ from passes.fuse_linears import (
     same_schedule_tags,
 )
 from twdialect.analysis import MLP, critical_path, next_slot
+from twdialect.rounding import FoldCheck
+from twdialect.rounding import record as record_rounding
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     SCOPE_TERMINAL,
@@ -93,6 +95,7 @@ class FormStats:
     duplicated: int = 0  # extra copies of a hidden layer
     sliced: int = 0  # readers that became slices of a wide w2
     refused_inflate: int = 0
+    skipped_precision: int = 0  # rewrites whose float32 products would move an output
 
 
 @dataclass
@@ -184,6 +187,7 @@ class _Former:
         # sweep get an estimate, ops it cannot estimate are left alone.
         floor = critical_path(graph)
         self._slots, self._ready = dict(floor.slots), dict(floor.ready)
+        self.check = FoldCheck(graph)  # products stored as float32 must keep the meaning
 
     def run(self) -> FormStats:
         work = [op for op in self.graph.block.ops if isinstance(op, (ReluOp, MlpOp))]
@@ -253,6 +257,11 @@ class _Former:
         for b in copies:
             copy = self._mlp(x, w1, b1, has_b1, [b], b.reader if b.kind == LINEAR else op)
             new_ops.append(copy)
+        if not all(self.check.precise(m) for m in new_ops if isinstance(m, MlpOp)):
+            stats.skipped_precision += 1
+            discard(*reversed(new_ops))
+            return None
+        for b, copy in zip(copies, new_ops[-len(copies):] if copies else []):
             b.value = copy.out
             stats.duplicated += 1
         for op_new in new_ops:
@@ -418,6 +427,9 @@ class _Former:
             props["b2"] = dense(np.concatenate([b.b for b in blocks]))
         new = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
         new.attributes.update(attrs_from.attributes)
+        record_rounding(new, "in", w1, b1 if has_b1 else None)
+        record_rounding(new, "out", w2, np.concatenate([b.b for b in blocks])
+                        if any(b.has_bias for b in blocks) else None)
         return new
 
     def _finish_split(self, b: _Block, value: SSAValue) -> None:

@@ -49,6 +49,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from twdialect.analysis import critical_path, next_slot, placement_kind
+from twdialect.rounding import FoldCheck
+from twdialect.rounding import record as record_rounding
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
     ITERATION,
@@ -102,6 +104,7 @@ def with_input_side(op: LinearOp | MlpOp, x: SSAValue, w: np.ndarray, b: np.ndar
         props[key_b] = dense(b)
     new = type(op).create(operands=[x], result_types=[op.out.type], properties=props)
     new.attributes.update(op.attributes)
+    record_rounding(new, "in", w, b if has_bias else None)
     return new
 
 
@@ -145,13 +148,16 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     w2 = to_numpy(mlp.w2)
     m, m_bias, m_has = input_side(linear)
     b2 = _vector(mlp, "b2", w2.shape[1])
+    new_w2 = w2 @ m
+    new_b2 = b2 @ m + m_bias if m_has or mlp.b2 is not None else None
     props = dict(mlp.properties)
-    props["w2"] = dense(w2 @ m)
+    props["w2"] = dense(new_w2)
     props.pop("b2", None)
-    if m_has or mlp.b2 is not None:
-        props["b2"] = dense(b2 @ m + m_bias)
+    if new_b2 is not None:
+        props["b2"] = dense(new_b2)
     new = MlpOp.create(operands=[mlp.x], result_types=[linear.out.type], properties=props)
     new.attributes.update(linear.attributes)
+    record_rounding(new, "out", new_w2, new_b2)
     return new
 
 
@@ -308,9 +314,19 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
 
 @dataclass
 class FuseStats:
+    """Per-run counts, and the run's fold precision check (value ranges, built lazily)."""
+
     folded: int = 0
     duplicated: int = 0
     skipped_inflate: int = 0
+    skipped_precision: int = 0
+    check: FoldCheck | None = None
+
+    def precise(self, new: Operation) -> bool:
+        if self.check.precise(new):
+            return True
+        self.skipped_precision += 1
+        return False
 
 
 @dataclass(frozen=True)
@@ -337,7 +353,7 @@ class FuseLinears(ModulePass):
                 self.run_on_graph(graph)
 
     def run_on_graph(self, graph: GraphOp) -> FuseStats:
-        stats = FuseStats()
+        stats = FuseStats(check=FoldCheck(graph))
         self._fold_single_use(graph.block, stats)
         if self.fanout and self._duplicate_fanout(graph, stats):
             self._fold_single_use(graph.block, stats)
@@ -375,7 +391,8 @@ class FuseLinears(ModulePass):
             fold = fold_linear_into_reader if isinstance(producer, LinearOp) \
                 else fold_linear_into_mlp_output
             new = fold(producer, reader)
-            if not self._fits(new, op_params(producer) + op_params(reader), stats):
+            if not self._fits(new, op_params(producer) + op_params(reader), stats) \
+                    or not stats.precise(new):
                 discard(new)
                 return
             replace_op(reader, [new], new.out)
@@ -392,7 +409,7 @@ class FuseLinears(ModulePass):
             new, new_concat = result
             inners = [v.owner for v in producer.ins if isinstance(v.owner, LinearOp) and absorb(v)]
             old = op_params(reader) + sum(op_params(i) for i in inners)
-            if not self._fits(new, old, stats):
+            if not self._fits(new, old, stats) or not stats.precise(new):
                 discard(new, new_concat)
                 return
             replace_op(reader, [new_concat, new], new.out)
@@ -454,7 +471,8 @@ class FuseLinears(ModulePass):
         machine_cost_grows = isinstance(reader, LinearOp) and \
             _dims(new) > _dims(reader) + sum(_dims(i) for i in inners)
         if new_slot >= slots[reader] or machine_cost_grows \
-                or op_params(new) > old + self.depth_inflate_params:
+                or op_params(new) > old + self.depth_inflate_params \
+                or not stats.precise(new):
             discard(*reversed(new_ops))
             return False
         replace_op(reader, new_ops, new.out)
@@ -526,7 +544,8 @@ class FuseLinears(ModulePass):
             else:
                 new, new_concat = fold_concat_operands(target, lambda v: v is producer.out)
                 new_ops = [new_concat, new]
-            if not self._fits(new, op_params(producer) + op_params(target), stats):
+            if not self._fits(new, op_params(producer) + op_params(target), stats) \
+                    or not stats.precise(new):
                 discard(*reversed(new_ops))
                 continue
             replace_op(target, new_ops, new.out)

@@ -287,3 +287,44 @@ def test_sweep_random_graphs():
     for seed in range(300):
         for spec in ("fuse-linears", "fuse-linears{allow-inflate=true}"):
             run_and_compare(random_graph(seed, 60, library=False), spec, seed)
+
+
+def _cancelling_compare():
+    """1.2e6 x - 1.08e7 + 0.25 against a compare: folded into the compare's hidden units the
+    bias -2.16e7 would be stored at ulp 2 and lose the +1 that separates the two units."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 15.0), integer=True)
+        tw.output("y", tw.compare(tw.linear(x, [[1.2e6]], [-1.2e6 * 9 + 0.25]), 0.0, 0.5))
+    return g.module
+
+
+def test_a_fold_whose_float32_bias_would_change_the_answer_is_refused():
+    from lowering import compile
+
+    module = _cancelling_compare()
+    xs = {"x": np.arange(16.0)[:, None]}
+    want = evaluate(module, xs)["y"].ravel()
+    assert list(want) == [-1.0] * 9 + [1.0] * 7
+    folded = module.clone()
+    stats = FuseLinears().run_on_graph(find_graph(_decomposed(folded)))
+    assert stats.skipped_precision >= 1
+    np.testing.assert_array_equal(evaluate(folded, xs)["y"].ravel(), want)
+    ct = compile(module, d=64, d_head=16, d_hidden=256, pipeline="default")
+    np.testing.assert_array_equal(ct.run(xs)["y"].ravel(), want)
+
+
+def test_the_precision_check_can_fail(monkeypatch):
+    """Without the check the same fold does change the oracle's answer."""
+    import twdialect.rounding
+
+    monkeypatch.setattr(twdialect.rounding, "TOLERANCE", float("inf"))
+    module = _decomposed(_cancelling_compare())
+    xs = {"x": np.arange(16.0)[:, None]}
+    want = evaluate(module, xs)["y"].ravel()
+    run_pipeline(module, "fuse-linears")
+    assert not np.array_equal(evaluate(module, xs)["y"].ravel(), want)
+
+
+def _decomposed(module):
+    run_pipeline(module, "decompose,canonicalize")
+    return module

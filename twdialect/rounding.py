@@ -1,0 +1,127 @@
+"""float32 storage of composed weights: may a fold replace some ops by their product?
+
+A graph's weights are stored as float32, and the oracle evaluates them exactly (float64).
+Folding `linear(linear(x, A, a), B, b)` into `linear(x, f32(A @ B), f32(a @ B + b))` rounds
+the product, so the folded graph means something slightly different: each output moves by
+`sum_i |x_i| |dW_ij| + |db_j|`, dW and db the rounding residuals. That is harmless unless the
+terms cancel: inputs 1.2e6 * x against a bias of -1.08e7 leave pre-activations of order 1,
+and the rounding of the folded bias alone (ulp = 1) can flip a compare.
+
+The fold builders (`passes/fuse_linears.py`, `passes/form_mlps.py`) `record` the residuals of
+what they round, per side of the new op ("in": the matrix and bias applied to its input;
+"out": an mlp's second matrix and bias). `FoldCheck(graph).precise(op)` bounds how far the
+rounded biases move the op's output (an input-side bias carried through |W2| for an mlp)
+and accepts the fold when that stays within `TOLERANCE * max(1, |output|)`. Rounded matrix
+entries are not charged: they move an output in proportion to the input, exactly as float32
+evaluation of the op does wherever it runs. The output's scale is exact for a linear (the
+affine image of its input box), but an interval box overstates an mlp whose units cancel (a
+compare's box spans its pre-activations), so an mlp's scale is the largest |output| on a
+fixed sample of its input box instead (an underestimate only makes the check stricter).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from twdialect.dense import to_numpy
+from twdialect.dialect import GraphOp, LinearOp, MlpOp
+
+TOLERANCE = 1e-6  # how far a fold may move an output, relative to max(1, |output|)
+
+_RESIDUALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def record(op: Operation, side: str, w: np.ndarray, b: np.ndarray | None) -> None:
+    """Remember what storing float64 `w`, `b` as float32 on `op`'s `side` rounded away."""
+    dw = np.abs(w - w.astype(np.float32).astype(np.float64))
+    db = np.zeros(w.shape[1]) if b is None else \
+        np.abs(b - b.astype(np.float32).astype(np.float64))
+    _RESIDUALS.setdefault(op, {})[side] = (dw, db)
+
+
+class FoldCheck:
+    """Value ranges of a graph (computed on first use, extended to the ops a pass creates)."""
+
+    def __init__(self, graph: GraphOp):
+        self.graph = graph
+        self._boxes: dict[SSAValue, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def box(self, v: SSAValue) -> tuple[np.ndarray, np.ndarray]:
+        from twdialect.ranges import op_box, value_ranges
+
+        if self._boxes is None:
+            self._boxes = value_ranges(self.graph, strict=False)
+        if v not in self._boxes:  # a value a pass made: from its operands' boxes, iteratively
+            stack = [v]
+            while stack:
+                top = stack[-1]
+                missing = [u for u in top.owner.operands if u not in self._boxes]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                stack.pop()
+                with np.errstate(over="ignore", invalid="ignore"):
+                    self._boxes[top] = op_box(top.owner,
+                                              [self._boxes[u] for u in top.owner.operands])
+        return self._boxes[v]
+
+    def magnitude(self, v: SSAValue) -> np.ndarray:
+        lo, hi = self.box(v)
+        m = np.maximum(np.abs(lo), np.abs(hi))
+        return np.where(np.isnan(m), np.inf, m)
+
+    def deviation(self, op: Operation) -> np.ndarray | None:
+        """Per output component, how far the rounded biases move `op` (None: nothing was
+        recorded, the op rounds no product). A rounded matrix entry moves an output in
+        proportion to the input, as float32 evaluation of the op itself does wherever it
+        runs; a rounded bias moves it by a constant, everywhere, and that is what breaks a
+        fold whose large terms cancel (the compare above)."""
+        sides = _RESIDUALS.get(op)
+        if not sides:
+            return None
+        dev = 0.0
+        if isinstance(op, MlpOp):
+            w2 = to_numpy(op.w2)
+            if "in" in sides:
+                dev = dev + sides["in"][1] @ np.abs(w2)
+            if "out" in sides:
+                dev = dev + sides["out"][1]
+        elif "in" in sides:
+            dev = sides["in"][1]
+        return np.asarray(dev, np.float64)
+
+    def precise(self, op: Operation) -> bool:
+        """Whether the rounding recorded for `op` (a candidate, its operand live) keeps its
+        output within TOLERANCE * max(1, |output|)."""
+        if not isinstance(op, (LinearOp, MlpOp)):
+            return True
+        dev = self.deviation(op)
+        if dev is None:
+            return True
+        from twdialect.ranges import op_box
+
+        x_lo, x_hi = self.box(op.operands[0])
+        if isinstance(op, LinearOp):
+            with np.errstate(over="ignore", invalid="ignore"):
+                lo, hi = op_box(op, [(x_lo, x_hi)])
+            scale = np.maximum(np.abs(lo), np.abs(hi))
+        else:
+            scale = _sampled_magnitude(op, x_lo, x_hi)
+        return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, scale)))
+
+
+def _sampled_magnitude(op: MlpOp, lo: np.ndarray, hi: np.ndarray, n: int = 64) -> np.ndarray:
+    """Largest |mlp(x)| per output over the box's corners, centre and a fixed random sample."""
+    lo = np.where(np.isfinite(lo), lo, -1e30)
+    hi = np.where(np.isfinite(hi), hi, 1e30)
+    u = np.random.default_rng(0).uniform(size=(n, len(lo)))
+    xs = np.vstack([lo, hi, (lo + hi) / 2, lo + u * (hi - lo)])
+    w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+    b1 = to_numpy(op.b1) if op.b1 is not None else 0.0
+    b2 = to_numpy(op.b2) if op.b2 is not None else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.maximum(xs @ w1 + b1, 0.0) @ w2 + b2
+    return np.nan_to_num(np.abs(y), nan=np.inf).max(axis=0)
