@@ -15,10 +15,13 @@ Cases:
   attention reading a positional input, parallel chains joined by concat, serial folds).
 
 Each case is compiled with `pipeline=None` (the graph as built) and `pipeline="default"`, at
-the anchor's geometry for the program (d, d_head, d_hidden = d; ANCHOR_GEOMETRY) or the
-synthetic graph's own. A line holds: ops (ops in the graph body as built, outputs excluded),
+the anchor's geometry for a primitive program (d, d_head, d_hidden = d; ANCHOR_GEOMETRY), at
+the hand-tuned program's geometry for a library program (whose line also carries the
+hand-tuned program's layers, heads and neurons there, default pipeline), or at the synthetic
+graph's own. A line holds: ops (ops in the graph body as built, outputs excluded),
 floor and layers (`ct.stats`), smallest_d (the smallest multiple of d_head, at the same d_head
-and d_hidden, at which the schedule fits: `lowering.schedule.smallest_fitting_d`), heads, neurons,
+and d_hidden, at which the schedule fits: `lowering.schedule.smallest_fitting_d`) and the
+layers there (layers_at_smallest_d), heads, neurons,
 allocated_params and graph_params, compile_seconds (the compiler's phases), and exactness:
 for programs the fraction of N random prompts (`--prompts`) whose compiled greedy answer is
 the reference (`matches_reference`, one teacher-forced pass each) and the same through the
@@ -114,17 +117,33 @@ def count_ops(module) -> int:
     return sum(1 for op in find_graph(module).block.ops if op.name != "tw.output")
 
 
-def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int):
-    """The smallest multiple of d_head (same d_head, d_hidden) at which the schedule fits
-    (`lowering.schedule.smallest_fitting_d`: bisection over the scheduler's monotone
-    feasibility); None when nothing up to 64x d fits."""
+def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int) -> tuple:
+    """(the smallest multiple of d_head, same d_head and d_hidden, at which the schedule fits,
+    the layers there): `lowering.schedule.smallest_fitting_d`, an exact bisection; (None,
+    None) when nothing up to 64x d fits."""
     from lowering import Machine, prepare
-    from lowering.schedule import smallest_fitting_d
+    from lowering.schedule import schedule, smallest_fitting_d
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     tg = TaskGraph(find_graph(prepare(module, pipeline)))
-    return smallest_fitting_d(tg, Machine(d=d, d_head=d_head, d_hidden=d_hidden))
+    machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+    fit = smallest_fitting_d(tg, machine)
+    if fit is None:
+        return None, None
+    return fit, schedule(tg, Machine(d=fit, d_head=d_head, d_hidden=d_hidden)).n_layers
+
+
+def hand_tuned(program: str, d: int, d_head: int, d_hidden: int) -> dict:
+    """The bundled hand-tuned program of that name at the same geometry (default pipeline)."""
+    import examples
+    from lowering import compile  # noqa: A004
+
+    ct = compile(examples.load(program).module, d=d, d_head=d_head, d_hidden=d_hidden,
+                 pipeline="default")
+    s = ct.stats
+    return {"hand_tuned_layers": s.n_layers, "hand_tuned_heads": int(sum(s.heads_per_layer)),
+            "hand_tuned_neurons": int(sum(s.neurons_per_layer))}
 
 
 def exactness(case: Case, obj, run, n: int, seed: int) -> float:
@@ -150,6 +169,9 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
     module = obj.module
     if case.kind == "synthetic":
         d, d_head, d_hidden = obj.d, obj.d_head, obj.d_hidden
+    elif case.kind == "library":  # beside the hand-tuned program, at its geometry
+        g = obj.geometry
+        d, d_head, d_hidden = g.d, g.d_head, g.d_hidden
     else:
         program = case.name.split("/", 1)[1]
         d, d_head = ANCHOR_GEOMETRY.get(program, (obj.geometry.d, obj.geometry.d_head))
@@ -162,13 +184,16 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
     if case.kind == "primitive":
         g, c = ANCHOR_SAME_GRAPH.get(case.name.split("/", 1)[1], (None, None))
         row["anchor_same_graph_greedy"], row["anchor_same_graph_cpsat"] = g, c
+    if case.kind == "library":
+        row.update(hand_tuned(case.name.split("/", 1)[1], d, d_head, d_hidden))
     start = time.perf_counter()
     try:
         ct = compile(module, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline)
     except GeometryError as e:
         row["compile_wall_seconds"] = round(time.perf_counter() - start, 3)
         row["error"] = str(e).splitlines()[0]
-        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden) if search else None
+        row["smallest_d"], row["layers_at_smallest_d"] = \
+            smallest_d(module, pipeline, d, d_head, d_hidden) if search else (None, None)
         return row
     wall = time.perf_counter() - start
     s = ct.stats
@@ -181,7 +206,8 @@ def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) 
         "compile_wall_seconds": round(wall, 3),
     })
     if search:
-        row["smallest_d"] = smallest_d(module, pipeline, d, d_head, d_hidden)
+        row["smallest_d"], row["layers_at_smallest_d"] = \
+            smallest_d(module, pipeline, d, d_head, d_hidden)
     row["prompts"] = n_prompts
     row["exact"] = exactness(case, obj, ct.run, n_prompts, seed)
     if case.kind != "synthetic":
