@@ -450,6 +450,20 @@ class FuseLinears(ModulePass):
                 return False
             new_ready, inners = ready[producer.x], [producer]
             new_ops = [fold_linear_into_reader(producer, reader)]
+        elif isinstance(producer, MlpOp) and isinstance(reader, LinearOp):
+            # linear(mlp): the mlp's W2 takes the linear; the result is ready with the mlp
+            if not same_schedule_tags(producer, reader) or producer not in slots:
+                return False
+            new = fold_linear_into_mlp_output(producer, reader)
+            if op_params(new) > op_params(producer) + op_params(reader) + \
+                    self.depth_inflate_params or not stats.precise(new):
+                discard(new)
+                return False
+            replace_op(reader, [new], new.out)
+            producer.parent_block().erase_op(producer)
+            slots[new] = ready[new.out] = slots[producer]
+            stats.folded += 1
+            return True
         elif isinstance(producer, ConcatOp):
             def absorb(v: SSAValue) -> bool:
                 return v.has_one_use() and isinstance(v.owner, LinearOp) \

@@ -328,3 +328,29 @@ def test_the_precision_check_can_fail(monkeypatch):
 def _decomposed(module):
     run_pipeline(module, "decompose,canonicalize")
     return module
+
+
+def test_inflating_fold_into_an_mlps_output_is_taken_when_it_saves_a_layer():
+    """piecewise_linear -> linear(1 -> 15): the 15-wide W2 adds weights, not neurons."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 9.0))
+        p = tw.piecewise_linear(x, [0.0, 3.0, 6.0, 9.0], [0.0, 3.0, 1.0, 2.0])
+        tw.output("y", tw.linear(p, np.arange(15.0).reshape(1, 15)))
+    module = _decomposed(g.module)
+    before = critical_path(find_graph(module)).n_layers
+    run_and_compare(module, "fuse-linears")
+    assert kinds(module).count("tw.linear") == 0
+    assert critical_path(find_graph(module)).n_layers == before - 1 == 1
+
+
+def test_wide_attention_read_folds_into_the_table_it_feeds():
+    """attn (3 wide) -> linear(3 -> 1) -> table: one layer, not two."""
+    from lowering import compile
+
+    with tw.Graph() as g:
+        x = tw.input("x", 3, (0.0, 9.0))
+        pos = tw.pos_encoding(2, 64)
+        z = tw.linear(tw.get_prev_value(pos, x), [[1.0], [2.0], [3.0]])
+        tw.output("y", tw.piecewise_linear(z, [0.0, 20.0, 40.0, 54.0], [0.0, 3.0, 1.0, 2.0]))
+    ct = compile(g.module, d=64, d_head=16, d_hidden=256, pipeline="default")
+    assert ct.stats.n_layers == ct.stats.floor == 1
