@@ -112,7 +112,10 @@ def estimate_errors(sched: Schedule) -> tuple[dict, list[float]]:
 
 
 def max_relative_output_error(sched: Schedule) -> float:
-    """The largest estimated output error relative to max(1, the output's magnitude)."""
+    """The largest estimated output error relative to max(1, the output's magnitude), the
+    magnitude taken from the value ranges. An interval box overstates an mlp whose hidden
+    units cancel (a compare on a wide input spans its pre-activations), so there the relative
+    figure understates; the absolute bounds of `estimate_errors` stay sound."""
     _, err = estimate_errors(sched)
     mag = _Magnitudes(sched.tg)
     worst = 0.0
