@@ -31,6 +31,7 @@ spirit: small, no hidden state, every decision local.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -237,13 +238,16 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
             return narrower
         if not suggest:
             raise
-        fit = smallest_fitting_d(tg, machine, max_stall)
+        fit = smallest_fitting_d(tg, dataclasses.replace(machine, d=2 * machine.d), max_stall,
+                                 known_too_small=machine.d)
         hint = f"smallest d that fits (d_head={machine.d_head}, d_hidden={machine.d_hidden}): {fit}" \
-            if fit else "no d up to 64x the requested one fits"
+            if fit else "no d up to 64x the requested one fits (or none found within " \
+            f"{SEARCH_BUDGET} trial schedules)"
         raise GeometryError(f"{e}; {hint}") from None
 
 
-REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor
+REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor (full
+# reserve, then REPAIR_TRIES - 1 narrower widths)
 NARROWER_TRIES = 48  # narrower widths a stall is retried at (so feasibility is monotone)
 
 
@@ -252,11 +256,9 @@ def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) ->
     monotone in the room it has, so a few stricter variants (the full admission reserve,
     then one and two heads' worth of columns less) often get a layer or more back. The
     fewest layers win; ties keep the first."""
-    import dataclasses
-
     if sched.n_layers <= sched.floor:
         return sched
-    variants = [(machine, True)][:REPAIR_TRIES] + [
+    variants = [(machine, True)] + [
         (dataclasses.replace(machine, d=machine.d - k * machine.d_head), False)
         for k in range(1, REPAIR_TRIES) if machine.d - k * machine.d_head > machine.RESERVED]
     for m, full in variants:
@@ -275,8 +277,6 @@ def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) ->
 
 def _fit_narrower(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule | None:
     """The widest narrower geometry whose schedule fits, re-targeted to `machine`."""
-    import dataclasses
-
     inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
     d = machine.d - machine.d_head
     lowest = max(inputs, machine.RESERVED + 1, machine.d - NARROWER_TRIES * machine.d_head)
@@ -295,41 +295,58 @@ class ResidualStall(GeometryError):
     """No ready op can get residual columns: the width binds."""
 
 
-def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8) -> int | None:
-    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d).
+def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
+                       known_too_small: int = 0) -> int | None:
+    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d, or
+    none found within `SEARCH_BUDGET` schedules).
 
-    A probe asks whether any width in a range fits (scanning from its widest down); a failed
-    probe rules out its whole range, so the bisection is exact however greedy scheduling
-    varies with d, and no width is scheduled twice on the way."""
-    import dataclasses
-
+    A probe asks whether one of the `NARROWER_TRIES` widths at or below its width fits (as
+    `schedule` itself retries them); a failed probe rules them out, so the bisection agrees
+    with `schedule` however greedy scheduling varies with d, and no width is scheduled twice.
+    `known_too_small`: a width `schedule` has already refused (nothing at or below it fits)."""
     step = machine.d_head
+    tried: dict[int, bool] = {}
 
-    def any_fits(lo: int, hi: int) -> bool:  # some multiple of step in (lo, hi] fits
-        for d in range(hi, lo, -step):
+    def fits(d: int) -> bool:
+        if d not in tried:
+            if len(tried) >= SEARCH_BUDGET:
+                raise _OutOfBudget
             try:
                 _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
-                return True
+                tried[d] = True
             except GeometryError:
-                continue
-        return False
+                tried[d] = False
+        return tried[d]
+
+    def any_fits(lo: int, hi: int) -> bool:  # one of the widths schedule() tries at hi fits
+        return any(fits(d) for d in range(hi, max(lo, hi - NARROWER_TRIES * step), -step))
 
     inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
-    lo = max(inputs - 1, machine.RESERVED) // step * step  # nothing at or below lo fits
+    lo = max(inputs - 1, machine.RESERVED, known_too_small) // step * step  # nothing <= lo fits
     hi = max(machine.d // step * step, lo + step)
-    while not any_fits(lo, hi):
-        if hi > 64 * machine.d:
-            return None
-        lo, hi = hi, 2 * hi
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        if any_fits(lo, mid):
-            hi = mid
-        else:
-            lo = mid
+    try:
+        while not any_fits(lo, hi):
+            if hi > 64 * machine.d:
+                return None
+            lo, hi = hi, 2 * hi
+        while hi - lo > step:
+            mid = (lo + hi) // 2 // step * step
+            if mid <= lo:
+                break
+            if any_fits(lo, mid):
+                hi = mid
+            else:
+                lo = mid
+    except _OutOfBudget:
+        return None
     return hi
+
+
+SEARCH_BUDGET = 256  # schedules the smallest-d search may run
+
+
+class _OutOfBudget(Exception):
+    pass
 
 
 def _schedule_twice(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule:
