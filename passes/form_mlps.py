@@ -43,7 +43,9 @@ reader of a relu/mlp marked `tw.scope_terminal`, a reader marked `tw.scope_termi
 is the only block (then the MLP takes its place and attributes, as fuse-linears does).
 
 The MLP keeps the relu's (or mlp's) place and attributes; slices follow it; a split reader's
-rest linear and add take the reader's place. Products in float64, stored f32. Cost: one sweep
+rest linear and add take the reader's place. Products in float64, stored f32; a rewrite whose
+stored products would move an output beyond the tolerance of `twdialect/rounding.py` is left
+undone (that can only happen on an existing mlp's w2: a relu's blocks are copies). Cost: one sweep
 over the block plus one critical-path analysis; each rewrite touches the op, its producer
 and its readers.
 """
