@@ -59,6 +59,17 @@ def logit_rows(vocab: str = VOCAB) -> tuple[np.ndarray, np.ndarray]:
     return w, b
 
 
+def digit_logits(entries, index, n_entries: int, vocab: str = VOCAB) -> list:
+    """The logits of the ten digit characters at step `index` of `entries` (digit values): one
+    dynamic_extract per digit v of the table of its scores s (2 v x - v^2), so every logit is
+    an MLP output (no linear map after the last MLP)."""
+    w, b = logit_rows(vocab)
+    return [tw.dynamic_extract(tw.linear(entries, np.eye(n_entries) * w[0, vocab.index(str(v))],
+                                         np.full(n_entries, b[vocab.index(str(v))])),
+                               index, n_entries, max_abs=4096.0)
+            for v in range(10)]
+
+
 class Steps:
     """Unit steps [form >= 0] of integer forms over the columns of one value z (each form: the
     weights, then the constant), gathered into ONE tw.compare, i.e. one MLP sublayer.

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from examples.calculator import PATTERN, reference, sample
-from examples.library.adder import FLAG_SCALE, Steps, logit_rows
+from examples.library.adder import FLAG_SCALE, Steps, digit_logits
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
@@ -207,11 +207,7 @@ def build_graph():
         # the logits: digit v scores s (2 v x - v^2) for the entry x; one dynamic_extract per
         # digit character reads that score from a table of scores (a linear of the digits), so
         # every logit is an MLP output (no linear map after the last MLP)
-        w1, b1 = logit_rows(VOCAB)
-        digit_logits = [tw.dynamic_extract(tw.linear(entries_at_eq, np.eye(n_entries) * w1[0, v],
-                                                     np.full(n_entries, b1[v])),
-                                           index, n_entries, max_abs=4096.0)
-                        for v in range(10)]
+        digits = digit_logits(entries_at_eq, index, n_entries, VOCAB)
         # the other characters: t >= length and t >= length + 1 (the end token between),
         # neg - 1 - t >= 0 (the minus sign)
         marks = tw.compare(tw.linear(tw.concat(t, length),
@@ -223,7 +219,7 @@ def build_graph():
         k_end, k_minus = rest.index(END), rest.index("-")
         mw[0, k_end], mw[1, k_end] = FLAG_SCALE, -FLAG_SCALE  # +W when set, -W when not
         mw[2, k_minus], mb[k_minus] = 2.0 * FLAG_SCALE, FLAG_SCALE  # +3 W when set
-        tw.output("logits", tw.concat(digit_logits + [tw.linear(marks, mw, mb)]))
+        tw.output("logits", tw.concat(digits + [tw.linear(marks, mw, mb)]))
     return g.module
 
 

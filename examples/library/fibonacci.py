@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from examples.fibonacci import MAX_ANSWER, MAX_LEN, PATTERN, TERM_DIGITS, reference, sample
-from examples.library.adder import FLAG_SCALE, Steps, logit_rows
+from examples.library.adder import FLAG_SCALE, Steps, digit_logits
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
@@ -141,11 +141,7 @@ def build_graph():
         t = tw.subtract(i, c1)
         index = tw.add(start, t)
         # digit v scores s (2 v x - v^2) for the entry x: one dynamic_extract per digit
-        w1, b1 = logit_rows(VOCAB)
-        digit_logits = [tw.dynamic_extract(tw.linear(at_sep, np.eye(n_entries) * w1[0, v],
-                                                     np.full(n_entries, b1[v])),
-                                           index, n_entries, max_abs=4096.0)
-                        for v in range(10)]
+        digits = digit_logits(at_sep, index, n_entries, VOCAB)
         # "," at t = count (t >= count and not t >= count + 1); the end token at t = 0 for a
         # 5-digit sum (count - 5 - 10 t >= 0)
         marks = tw.compare(tw.linear(tw.concat(t, count), [[1.0, 1.0, -10.0], [-1.0, -1.0, 1.0]],
@@ -155,7 +151,7 @@ def build_graph():
         mb = np.full(len(rest), -FLAG_SCALE)
         mw[0, rest.index(",")], mw[1, rest.index(",")] = FLAG_SCALE, -FLAG_SCALE
         mw[2, rest.index(END)], mb[rest.index(END)] = 2.0 * FLAG_SCALE, FLAG_SCALE
-        tw.output("logits", tw.concat(digit_logits + [tw.linear(marks, mw, mb)]))
+        tw.output("logits", tw.concat(digits + [tw.linear(marks, mw, mb)]))
     return g.module
 
 
