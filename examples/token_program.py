@@ -273,6 +273,20 @@ def build_mlp(space: Space, outputs: Sequence[Expr]):
     return tw.mlp(tw.concat(space.values), w1, np.array([b1[h] for h in keep]), w2, b2)
 
 
+def char_table(pairs, vocab: str, scale: float) -> tuple[list[int], np.ndarray]:
+    """(codes, logits) for `tw.map_to_table`: each (code, character) pair, first one wins,
+    scores `scale` on its character and 0 elsewhere."""
+    codes, rows = [], []
+    for code, ch in pairs:
+        if code in codes:
+            continue
+        row = np.zeros(len(vocab))
+        row[vocab.index(ch)] = scale
+        codes.append(code)
+        rows.append(row)
+    return codes, np.array(rows)
+
+
 def emit_logits(vocab: str, digit: Expr | None, flags: Mapping[str, Expr],
                 digit_chars: str = "0123456789", scale: float = 10.0) -> list[Expr]:
     """Logit Exprs (one per vocabulary character) whose argmax is `flags`' character where its

@@ -38,7 +38,7 @@ from examples.balanced_parens import (
     reference,
     sample,
 )
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from examples.token_program import Anchor, Geometry, TokenProgram, char_table, check_regex
 from twdialect import ops as tw
 
 VOCAB = OPENERS + CLOSERS + "=yesno$"
@@ -76,14 +76,8 @@ def _features(c: str) -> list[float]:
 def _answer_table() -> tuple[list[int], np.ndarray]:
     """(codes, logits) for the code t + 10 any_bad: "yes" then the end token at t = 0..3, "no"
     then the end token at 10..12."""
-    codes, rows = [], []
-    for base, word in ((0, ANSWERS[0]), (10, ANSWERS[1])):
-        for t, ch in enumerate(word + END):
-            row = np.zeros(len(VOCAB))
-            row[VOCAB.index(ch)] = SCALE
-            codes.append(base + t)
-            rows.append(row)
-    return codes, np.array(rows)
+    return char_table([(base + t, ch) for base, word in ((0, ANSWERS[0]), (10, ANSWERS[1]))
+                       for t, ch in enumerate(word + END)], VOCAB, SCALE)
 
 
 def build_graph():

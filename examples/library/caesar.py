@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from examples.caesar import LETTERS, MAX_TEXT, PATTERN, reference, sample
-from examples.token_program import Anchor, Geometry, PromptError, TokenProgram, check_regex
+from examples.token_program import (Anchor, Geometry, PromptError, TokenProgram, char_table,
+                                     check_regex)
 from twdialect import ops as tw
 
 VOCAB = "0123456789:" + LETTERS + " =$"
@@ -61,17 +62,9 @@ def _features(c: str) -> list[float]:
 
 def _logit_rows() -> tuple[list[int], np.ndarray]:
     """(codes, logits): the logits of every code letter + key, SPACE + key, END_CODE + key."""
-    codes, rows = [], []
-    for key in range(26):
-        for code, ch in [(L + key, LETTERS[(L + key) % 26]) for L in range(26)] + \
-                        [(SPACE + key, " "), (END_CODE + key, END)]:
-            if code in codes:
-                continue
-            row = np.zeros(len(VOCAB))
-            row[VOCAB.index(ch)] = SCALE
-            codes.append(code)
-            rows.append(row)
-    return codes, np.array(rows)
+    return char_table([pair for key in range(26)
+                       for pair in [(L + key, LETTERS[(L + key) % 26]) for L in range(26)]
+                       + [(SPACE + key, " "), (END_CODE + key, END)]], VOCAB, SCALE)
 
 
 def build_graph():
