@@ -113,6 +113,8 @@ class _Block:
     writer: bool = False  # stays free only as a writer's own output
     params: int = 0  # parameters of the reader (rows) this block replaces
     value: SSAValue | None = field(default=None)  # the block's result once built
+    gain: np.ndarray | None = None  # block = old output @ gain + gain_bias (None: identity)
+    gain_bias: np.ndarray | None = None
 
 
 def _readers(value: SSAValue) -> list[Operation]:
@@ -254,10 +256,11 @@ class _Former:
         new_ops: list[Operation] = [] if new_concat is None else [new_concat]
         sole = main[0] if len(main) == 1 else None
         attrs_from = sole.reader if sole is not None and sole.kind == LINEAR else op
-        main_mlp = self._mlp(x, w1, b1, has_b1, main, attrs_from)
+        old = None if is_relu else (w2, b2 if has_b2 else None)  # what an mlp computed before
+        main_mlp = self._mlp(x, w1, b1, has_b1, main, attrs_from, old)
         new_ops.append(main_mlp)
         for b in copies:
-            copy = self._mlp(x, w1, b1, has_b1, [b], b.reader if b.kind == LINEAR else op)
+            copy = self._mlp(x, w1, b1, has_b1, [b], b.reader if b.kind == LINEAR else op, old)
             new_ops.append(copy)
         if not all(self.check.precise(m) for m in new_ops if isinstance(m, MlpOp)):
             stats.skipped_precision += 1
@@ -360,7 +363,8 @@ class _Former:
                         and not (several and SCOPE_TERMINAL in r.attributes):
                     m, m_bias, m_has = input_side(r)
                     blk = _Block(LINEAR, r, w2 @ m, b2 @ m + m_bias, has_b2 or m_has,
-                                 writer=_is_addend(r.out), params=op_params(r))
+                                 writer=_is_addend(r.out), params=op_params(r),
+                                 gain=m, gain_bias=m_bias)
                 elif isinstance(r, ConcatOp):
                     blk = self._split_block(op, value, r, w2, b2, has_b2, stats)
             if blk is None:
@@ -406,7 +410,8 @@ class _Former:
         rows = m[offset:offset + width_of(value)]
         return _Block(SPLIT, user, w2 @ rows, b2 @ rows + m_bias, has_b2 or m_has,
                       concat=concat, writer=len(concat.ins) > 1,
-                      params=rows.size + (m.shape[1] if m_has else 0))
+                      params=rows.size + (m.shape[1] if m_has else 0),
+                      gain=rows, gain_bias=m_bias)
 
     def _assign_copies(self, blocks: list[_Block], w1, b1, has_b1, stats) -> None:
         """Keep `writer` only on blocks that get their own copy of the hidden layer."""
@@ -419,7 +424,8 @@ class _Former:
             if b.writer and not allowed:
                 b.writer = False
 
-    def _mlp(self, x: SSAValue, w1, b1, has_b1, blocks: list[_Block], attrs_from) -> MlpOp:
+    def _mlp(self, x: SSAValue, w1, b1, has_b1, blocks: list[_Block], attrs_from,
+             old=None) -> MlpOp:
         w2 = np.hstack([b.w for b in blocks])
         props = {"w1": dense(w1)}
         if has_b1:
@@ -430,8 +436,15 @@ class _Former:
         new = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
         new.attributes.update(attrs_from.attributes)
         record_rounding(new, "in", w1, b1 if has_b1 else None)
+        before = None
+        if old is not None:  # an existing mlp's w2 took readers: for the 2^24 check
+            o = old[0].shape[1]
+            gain = np.hstack([np.eye(o) if b.gain is None else b.gain for b in blocks])
+            gain_bias = np.concatenate([np.zeros(o) if b.gain is None else b.gain_bias
+                                        for b in blocks])
+            before = (old[0], old[1], gain, gain_bias)
         record_rounding(new, "out", w2, np.concatenate([b.b for b in blocks])
-                        if any(b.has_bias for b in blocks) else None)
+                        if any(b.has_bias for b in blocks) else None, before=before)
         return new
 
     def _finish_split(self, b: _Block, value: SSAValue) -> None:

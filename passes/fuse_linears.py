@@ -157,7 +157,8 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
         props["b2"] = dense(new_b2)
     new = MlpOp.create(operands=[mlp.x], result_types=[linear.out.type], properties=props)
     new.attributes.update(linear.attributes)
-    record_rounding(new, "out", new_w2, new_b2)
+    record_rounding(new, "out", new_w2, new_b2,
+                    before=(w2, to_numpy(mlp.b2) if mlp.b2 is not None else None, m, m_bias))
     return new
 
 

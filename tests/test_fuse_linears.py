@@ -354,3 +354,34 @@ def test_wide_attention_read_folds_into_the_table_it_feeds():
         tw.output("y", tw.piecewise_linear(z, [0.0, 20.0, 40.0, 54.0], [0.0, 3.0, 1.0, 2.0]))
     ct = compile(g.module, d=64, d_head=16, d_hidden=256, pipeline="default")
     assert ct.stats.n_layers == ct.stats.floor == 1
+
+
+def _gain_after_compare():
+    """A compare of integers up to 2e5 (hidden units of 4e5 whose difference is the answer),
+    then a gain of 1000: folded into W2, the sums reach 1e9 and float32 rounds them."""
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (0.0, 200000.0), integer=True)
+        s = tw.compare(tw.linear(x, [[1.0]], [-50000.0 + 0.25]), 0.0, 0.5)
+        tw.output("y", tw.linear(s, [[1000.0]]))
+    return g.module
+
+
+def test_a_fold_that_pushes_an_mlps_sums_past_2_27_is_refused():
+    from lowering import compile
+
+    module = _gain_after_compare()
+    xs = {"x": np.array([[123457.0], [199999.0], [3.0], [49999.0], [50000.0]])}
+    want = evaluate(module, xs)["y"].ravel()
+    ct = compile(module, d=64, d_head=16, d_hidden=256, pipeline="default")
+    np.testing.assert_array_equal(ct.run(xs)["y"].ravel(), want)  # was 1016, 984, ...
+
+
+def test_the_2_27_check_can_fail(monkeypatch):
+    import twdialect.rounding
+    from lowering import compile
+
+    monkeypatch.setattr(twdialect.rounding, "ROUNDING_SUMS", float("inf"))
+    module = _gain_after_compare()
+    xs = {"x": np.array([[123457.0], [199999.0]])}
+    ct = compile(module, d=64, d_head=16, d_hidden=256, pipeline="default")
+    assert not np.array_equal(ct.run(xs)["y"].ravel(), evaluate(module, xs)["y"].ravel())

@@ -17,6 +17,11 @@ evaluation of the op does wherever it runs. The output's scale is exact for a li
 affine image of its input box), but an interval box overstates an mlp whose units cancel (a
 compare's box spans its pre-activations), so an mlp's scale is the largest |output| on a
 fixed sample of its input box instead (an underestimate only makes the check stricter).
+
+A second check (`grows_past_exact`) keeps float32 evaluation exact where it was: a fold into
+an mlp's output side must not push its sums of products from below 2^24 to past 2^27 (a
+heuristic margin: between the two, coarse values such as even integers still add exactly) (the compare of integers up to 2e5 followed by a gain of 1000: exact as two ops,
+off by 16 as one mlp whose sums reach 1e9).
 """
 
 from __future__ import annotations
@@ -26,20 +31,35 @@ import weakref
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from twdialect.dense import to_numpy
+from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import GraphOp, LinearOp, MlpOp
 
 TOLERANCE = 1e-6  # how far a fold may move an output, relative to max(1, |output|)
+EXACT_INTEGERS = 2.0 ** 24  # float32 adds integers exactly below this
+ROUNDING_SUMS = 2.0 ** 27  # above this even multiples of 8 round (see grows_past_exact)
 
 _RESIDUALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def record(op: Operation, side: str, w: np.ndarray, b: np.ndarray | None) -> None:
-    """Remember what storing float64 `w`, `b` as float32 on `op`'s `side` rounded away."""
+def _vec(op: Operation, name: str, n: int) -> np.ndarray:
+    attr = op.properties.get(name)
+    return to_numpy(attr).reshape(-1) if attr is not None else np.zeros(n)
+
+
+def record(op: Operation, side: str, w: np.ndarray, b: np.ndarray | None,
+           before: tuple | None = None) -> None:
+    """Remember what storing float64 `w`, `b` as float32 on `op`'s `side` rounded away, and
+    for an mlp's output side (`before`) what it computed before the fold: its old W2 and b2
+    and the gain G and bias g of the readers it absorbed (new output = old output @ G + g)."""
     dw = np.abs(w - w.astype(np.float32).astype(np.float64))
     db = np.zeros(w.shape[1]) if b is None else \
         np.abs(b - b.astype(np.float32).astype(np.float64))
     _RESIDUALS.setdefault(op, {})[side] = (dw, db)
+    if before is not None:
+        _BEFORE.setdefault(op, {})[side] = before
+
+
+_BEFORE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class FoldCheck:
@@ -93,11 +113,38 @@ class FoldCheck:
             dev = sides["in"][1]
         return np.asarray(dev, np.float64)
 
+    def grows_past_exact(self, op: Operation) -> bool:
+        """Whether a fold into an mlp's output side pushes its sums of products from below
+        2^24 (where float32 adds integers and fine binary fractions exactly) to 2^27 or more
+        (where even multiples of 8 round): an mlp that computed exactly (a compare of large
+        integers: units of 4e5 whose difference is the answer) would start rounding once its
+        W2 absorbs a gain of 1000. Between the two, sums of coarse values (even integers,
+        multiples of 10) still add exactly, so the check leaves them alone: a heuristic
+        margin, not a proof. Measured on a fixed sample of the input box."""
+        before = _BEFORE.get(op, {}).get("out")
+        if before is None or not isinstance(op, MlpOp):
+            return False
+        old_w2, old_b2, gain, gain_bias = before
+        w1, b1 = to_numpy(op.w1), _vec(op, "b1", shape_of(op.w1)[1])
+        old_b2 = np.zeros(old_w2.shape[1]) if old_b2 is None else old_b2
+        # On a fixed sample of the input box: the sums |hidden| |W2| + |b2| of the new mlp;
+        # before, the old mlp's, then its readers' over its outputs.
+        hidden = np.maximum(_sample(*self.box(op.operands[0])) @ w1 + b1, 0.0)
+        new = hidden @ np.abs(to_numpy(op.w2)) + np.abs(_vec(op, "b2", shape_of(op.w2)[1]))
+        old_mlp = hidden @ np.abs(old_w2) + np.abs(old_b2)
+        old_readers = np.abs(hidden @ old_w2 + old_b2) @ np.abs(gain) + np.abs(gain_bias)
+        with np.errstate(invalid="ignore"):
+            old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
+            return bool(old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS)
+
     def precise(self, op: Operation) -> bool:
         """Whether the rounding recorded for `op` (a candidate, its operand live) keeps its
-        output within TOLERANCE * max(1, |output|)."""
+        output within TOLERANCE * max(1, |output|), and its sums of products stay below
+        2^24 if they did before (`grows_past_exact`)."""
         if not isinstance(op, (LinearOp, MlpOp)):
             return True
+        if op in _BEFORE and self.grows_past_exact(op):
+            return False
         dev = self.deviation(op)
         if dev is None or np.all(dev <= TOLERANCE):  # within tolerance at any scale >= 1:
             return True  # no value ranges needed (the common case)
@@ -109,19 +156,22 @@ class FoldCheck:
                 lo, hi = op_box(op, [(x_lo, x_hi)])
             scale = np.maximum(np.abs(lo), np.abs(hi))
         else:
-            scale = _sampled_magnitude(op, x_lo, x_hi)
+            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+            scale = _sampled_magnitude(w1, _vec(op, "b1", w1.shape[1]), w2,
+                                       _vec(op, "b2", w2.shape[1]), x_lo, x_hi)
         return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, scale)))
 
 
-def _sampled_magnitude(op: MlpOp, lo: np.ndarray, hi: np.ndarray, n: int = 64) -> np.ndarray:
-    """Largest |mlp(x)| per output over the box's corners, centre and a fixed random sample."""
+def _sample(lo: np.ndarray, hi: np.ndarray, n: int = 64) -> np.ndarray:
+    """The box's corners lo and hi, its centre and n fixed random points."""
     lo = np.where(np.isfinite(lo), lo, -1e30)
     hi = np.where(np.isfinite(hi), hi, 1e30)
     u = np.random.default_rng(0).uniform(size=(n, len(lo)))
-    xs = np.vstack([lo, hi, (lo + hi) / 2, lo + u * (hi - lo)])
-    w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
-    b1 = to_numpy(op.b1) if op.b1 is not None else 0.0
-    b2 = to_numpy(op.b2) if op.b2 is not None else 0.0
+    return np.vstack([lo, hi, (lo + hi) / 2, lo + u * (hi - lo)])
+
+
+def _sampled_magnitude(w1, b1, w2, b2, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Largest |relu(x W1 + b1) W2 + b2| per output over `_sample` of the box."""
     with np.errstate(over="ignore", invalid="ignore"):
-        y = np.maximum(xs @ w1 + b1, 0.0) @ w2 + b2
+        y = np.maximum(_sample(lo, hi) @ w1 + b1, 0.0) @ w2 + b2
     return np.nan_to_num(np.abs(y), nan=np.inf).max(axis=0)
