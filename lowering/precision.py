@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.schedule import Schedule, _Magnitudes
+from lowering.schedule import GroupRanges, Schedule
 from lowering.tasks import Refs
 from twdialect.dense import to_numpy
 from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp
@@ -33,7 +33,7 @@ def _in_error(err: list[float], refs: Refs) -> float:
     return max((err[g] for g in set(groups.tolist())), default=0.0)
 
 
-def _in_magnitude(mag: _Magnitudes, refs: Refs) -> np.ndarray:
+def _in_magnitude(mag: GroupRanges, refs: Refs) -> np.ndarray:
     out = np.abs(refs.const).astype(np.float64)
     for k, g in enumerate(refs.group.tolist()):
         if g >= 0:
@@ -50,9 +50,9 @@ def _affine_bound(w: np.ndarray, b: np.ndarray | None, m_in: np.ndarray, e_in: f
     return gain * e_in + EPS * (w.shape[0] + 2) * terms
 
 
-def estimate_errors(sched: Schedule) -> tuple[dict, list[float]]:
+def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[dict, list[float]]:
     tg = sched.tg
-    mag = _Magnitudes(tg)
+    mag = GroupRanges(tg) if mag is None else mag
     err = [0.0] * len(tg.groups)
     for g in tg.sources:  # inputs and embedding tables are rounded to float32 on the way in
         err[g] = EPS * mag[g]
@@ -116,8 +116,8 @@ def max_relative_output_error(sched: Schedule) -> float:
     magnitude taken from the value ranges. An interval box overstates an mlp whose hidden
     units cancel (a compare on a wide input spans its pre-activations), so there the relative
     figure understates; the absolute bounds of `estimate_errors` stay sound."""
-    _, err = estimate_errors(sched)
-    mag = _Magnitudes(sched.tg)
+    mag = GroupRanges(sched.tg)
+    _, err = estimate_errors(sched, mag)
     worst = 0.0
     for _, v in sched.tg.outputs:
         for g in sched.tg.refs[v].groups():

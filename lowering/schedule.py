@@ -163,7 +163,7 @@ class _Columns:
         return len(self.free) + self.dirty_width + sum(len(c) for c in self.cleaning)
 
 
-class _Magnitudes:
+class GroupRanges:
     """What the value ranges say of each group, computed on first use (only schedules that
     reuse columns need it): the largest |value| its columns can hold, and each column's sign
     when the range keeps to one side of zero (+1: >= 0, -1: <= 0, 0: either)."""
@@ -382,7 +382,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
     slot = [-1] * len(tg.tasks)
     cancels: list[tuple[int, int]] = []
     columns = _Columns(machine)
-    magnitude = _Magnitudes(tg)
+    ranges = GroupRanges(tg)
     pending: dict[int, list[int]] = {}
 
     def complete(g: int, s: int) -> None:
@@ -457,7 +457,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
             g = t.out_group
             need_cols = tg.groups[g].width if cols[g] is None else 0
             reclaim = _reclaim_plan(columns, need_cols, tg,
-                                    lambda old: died[old] <= s and magnitude.may_reuse(old, g))
+                                    lambda old: died[old] <= s and ranges.may_reuse(old, g))
             free_after = columns.free_or_reclaimable() - need_cols
             if reclaim is None or (
                     need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
@@ -465,7 +465,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
                     and not _advances(tg, t, readers_left, source_groups)):
                 heapq.heappush(heaps[t.kind], entry)
                 continue
-            cc = [cancel_cost(magnitude.signs(rg), attention) for rg in reclaim]
+            cc = [cancel_cost(ranges.signs(rg), attention) for rg in reclaim]
             if attention:
                 h2 = heads + cost.heads
                 p2 = pool + cost.dims + sum(c.dims for c in cc)
@@ -503,11 +503,11 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
         # Under pressure, cancel dead groups ahead of need with what this sublayer has left
         # (loud ones first: they cannot be cancelled in the sublayer that reuses them).
         if columns.dirty and (free_share < PRESSURE or full_reserve):
-            for rg in sorted(columns.dirty, key=lambda g: not magnitude.loud(g)):
+            for rg in sorted(columns.dirty, key=lambda g: not ranges.loud(g)):
                 if died[rg] > s:  # written in this very sublayer: nothing to cancel yet
                     continue
                 w = tg.groups[rg].width
-                cc = cancel_cost(magnitude.signs(rg), attention)
+                cc = cancel_cost(ranges.signs(rg), attention)
                 if attention:
                     p2 = pool + cc.dims
                     if heads + math.ceil(p2 / machine.d_head) > machine.n_heads:
@@ -540,7 +540,7 @@ def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
 
     n_layers = last_used // 2 + 1 if last_used >= 0 else 0
     sched = Schedule(machine, tg, slot, cols, died, cancels, n_layers, floor,
-                     cancel_signs={g: magnitude.signs(g) for _, g in cancels})
+                     cancel_signs={g: ranges.signs(g) for _, g in cancels})
     for layer in range(n_layers):
         a = usage[2 * layer] if 2 * layer < len(usage) else (0, 0)
         m = usage[2 * layer + 1] if 2 * layer + 1 < len(usage) else (0, 0)
