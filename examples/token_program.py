@@ -25,6 +25,7 @@ Building blocks, chosen for depth (see docs/examples.md):
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ POSITION_GAIN = 20.0  # logit gap between the addressed position and its neighbo
 CONTENT_GAIN = 40.0  # logit gap between a matching and a non-matching key
 
 
-class PromptError(ValueError):
+class PromptError(TwError):
     """A prompt the program cannot take (unknown character, wrong shape, too long)."""
 
 

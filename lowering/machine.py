@@ -11,10 +11,11 @@ activation and position scheme; the schedule's resource model does not change.
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from dataclasses import dataclass
 
 
-class GeometryError(ValueError):
+class GeometryError(TwError):
     """The graph does not fit the requested geometry; the message names the binding resource."""
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,7 +102,7 @@ class Task:
     operands: tuple  # the values the task reads (an add into a dying addend reads the other)
 
 
-class LoweringError(ValueError):
+class LoweringError(TwError):
     """The graph cannot be lowered as it is (library ops left, an op wider than the machine)."""
 
 

@@ -5,6 +5,7 @@ The registry is lazy (as in xDSL): a pass module is imported only when a pipelin
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 import importlib
 from collections.abc import Callable
 
@@ -49,7 +50,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     return passes
 
 
-class PipelineError(ValueError):
+class PipelineError(TwError):
     """A pipeline string names an unknown pass or gives a bad option."""
 
 

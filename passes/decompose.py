@@ -17,6 +17,7 @@ encoded exactly in f32, fails with a `DecomposeError` naming the op.
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,7 @@ from twdialect.interp import pwl_2d
 from twdialect.ranges import Box, integer_components, value_ranges
 
 
-class DecomposeError(ValueError):
+class DecomposeError(TwError):
     """A library op that cannot be decomposed; `op` is the op (tools locate it)."""
 
     def __init__(self, message: str, op: Operation | None = None):

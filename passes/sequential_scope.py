@@ -60,6 +60,7 @@ options (the scheduler is deterministic), so the same input gives byte-identical
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -82,7 +83,7 @@ from twdialect.dialect import (
 from twdialect.analysis import SOURCE, placement_kind
 
 
-class SequentialScopeError(ValueError):
+class SequentialScopeError(TwError):
     """The scope tags are inconsistent (no terminal, two terminals, a gate cycle...); `op` is
     the op concerned, when there is one (tools locate it)."""
 

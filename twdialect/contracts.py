@@ -90,6 +90,7 @@ Primitives (`tw.linear`, `tw.mlp`, ...) and views are untouched by `decompose`.
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -127,7 +128,7 @@ LATTICE_MAX_NEURONS = 256
 DEFAULT_GUARD = 1e-6
 
 
-class ContractError(ValueError):
+class ContractError(TwError):
     """A library op whose parameters cannot be decomposed within its contract."""
 
     def __init__(self, message: str, op: Operation | None = None):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+from twdialect.errors import TwError
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     I64,
@@ -183,7 +184,7 @@ def describe(op: Operation) -> str:
     return " ".join(parts)
 
 
-class TwVerifyException(VerifyException):
+class TwVerifyException(VerifyException, TwError):
     """A tw verifier failure; `op` is the op it is about (a graph-level check such as
     use-before-def names the offending inner op, not the graph), so tools can locate it."""
 

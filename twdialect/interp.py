@@ -7,6 +7,7 @@ to primitives under the contracts in `twdialect/contracts.py`.
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from collections.abc import Mapping
 
 import numpy as np
@@ -39,7 +40,7 @@ from twdialect.dialect import (
 )
 
 
-class EvaluationError(ValueError):
+class EvaluationError(TwError):
     """Bad inputs for a graph (missing, wrong shape, out of vocabulary)."""
 
 

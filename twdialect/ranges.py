@@ -16,6 +16,7 @@ covers float64 rounding of the oracle's own arithmetic, so the boxes hold withou
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
@@ -53,7 +54,7 @@ Box = tuple[np.ndarray, np.ndarray]
 _ROUNDING_PAD = 1e-12
 
 
-class RangeError(ValueError):
+class RangeError(TwError):
     """A value range that cannot be computed (for example a non-finite bound)."""
 
     def __init__(self, message: str, op: Operation | None = None):

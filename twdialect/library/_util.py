@@ -3,6 +3,7 @@ registry of exported ops (the docs generator and the tests walk it)."""
 
 from __future__ import annotations
 
+from twdialect.errors import TwError
 from collections.abc import Callable
 
 import numpy as np
@@ -12,7 +13,7 @@ from twdialect import ops as tw
 from twdialect.dialect import PosEncodingOp, width_of
 
 
-class LibraryError(ValueError):
+class LibraryError(TwError):
     """A library op was called with arguments outside its contract (the message names the op)."""
 
 

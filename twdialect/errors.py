@@ -1,0 +1,17 @@
+"""The one base class of every error tw raises on purpose.
+
+A `TwError` is a user-facing failure: its message says what is wrong (naming the op, input or
+option concerned) and, where it can, what would work. Tools print it as one line and exit 1;
+any other exception escaping tw is a bug (the fuzz tests count it as a crash). `op`, when set,
+is the operation the error is about, so tools can point at its source line."""
+
+from __future__ import annotations
+
+
+class TwError(ValueError):
+    """A failure tw raises on purpose, with a message for the user (see the module docstring)."""
+
+    def __init__(self, message: str = "", op=None):
+        super().__init__(message)
+        if op is not None or not hasattr(self, "op"):
+            self.op = op
