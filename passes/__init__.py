@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils.exceptions import ArgSpecParseError
 
 # Pass name -> module that defines it. Passes live here; the lowering lives in lowering/.
 TW_PASSES: dict[str, str] = {
@@ -54,13 +55,24 @@ class PipelineError(TwError):
     """A pipeline string names an unknown pass or gives a bad option."""
 
 
+class PassOptionError(TwError):
+    """A pass option outside its domain (found when the pass runs, e.g. `batch-size=0`)."""
+
+
 def parse_pipeline(spec: str) -> PassPipeline:
     """`"decompose,cse,fuse-linears{max-params=0}"` -> a PassPipeline (xdsl-opt syntax)."""
     available = get_all_passes()
     try:
         return PassPipeline.parse_spec(available, spec)
-    except Exception as e:  # noqa: BLE001 - xDSL raises bare ValueErrors for every spec problem
-        raise PipelineError(f"bad pipeline {spec!r}: {e}") from None
+    except (Exception, ArgSpecParseError) as e:  # noqa: BLE001 - xDSL raises bare ValueErrors
+        # for most spec problems, and ArgSpecParseError (a BaseException) for syntax errors.
+        raise PipelineError(f"bad pipeline {spec!r}: {_last_line(e)}") from None
+
+
+def _last_line(e: BaseException) -> str:
+    """xDSL's syntax errors span several lines (spec, caret, reason): keep the reason."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 def run_pipeline(module, spec: str):

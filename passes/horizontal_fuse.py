@@ -51,6 +51,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from passes import PassOptionError
 from twdialect.analysis import critical_path, is_free_add
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
@@ -97,9 +98,9 @@ class HorizontalFusePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.d_head < 1:
-            raise ValueError(f"horizontal-fuse: d-head must be at least 1, got {self.d_head}")
+            raise PassOptionError(f"horizontal-fuse: d-head must be at least 1, got {self.d_head}")
         if self.max_group < 0:
-            raise ValueError(f"horizontal-fuse: max-group must be >= 0, got {self.max_group}")
+            raise PassOptionError(f"horizontal-fuse: max-group must be >= 0, got {self.max_group}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
             fuse_graph(graph, self.max_group or self.d_head, self.d_head, self.pooled_heads)
 

@@ -68,11 +68,11 @@ class Optimize(ModulePass):
     pipeline: str = DEFAULT_PIPELINE
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from passes import parse_pipeline
+        from passes import PassOptionError, parse_pipeline
 
         stages = pipeline_stages(self.pipeline)
         if "optimize" in (s.split("{")[0].strip() for s in stages):
-            raise ValueError("the optimize pipeline must not contain `optimize` itself")
+            raise PassOptionError("optimize: its pipeline must not contain `optimize` itself")
         if not has_library_ops(op):
             stages = [s for s in stages if s.split("{")[0].strip() != "decompose"]
         if stages:

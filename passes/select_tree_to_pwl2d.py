@@ -45,6 +45,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from passes import PassOptionError
 from twdialect.analysis import MLP, CriticalPath, critical_path, next_slot
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
@@ -76,7 +77,7 @@ class SelectTreeToPwl2dPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.max_breakpoints < 2:
-            raise ValueError("select-tree-to-pwl2d: max-breakpoints must be at least 2, got "
+            raise PassOptionError("select-tree-to-pwl2d: max-breakpoints must be at least 2, got "
                              f"{self.max_breakpoints}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
             rewrite_graph(graph, self.max_breakpoints)

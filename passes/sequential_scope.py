@@ -69,6 +69,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from passes import PassOptionError
 from twdialect.analysis import critical_path, first_use_before_def, sort_block_topologically
 from twdialect.dialect import (
     ITERATION,
@@ -112,20 +113,20 @@ class SequentialScopePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if isinstance(self.batch_size, str):
             if self.batch_size != "auto":
-                raise ValueError(f"sequential-scope: batch-size must be an integer or 'auto', "
+                raise PassOptionError(f"sequential-scope: batch-size must be an integer or 'auto', "
                                  f"got {self.batch_size!r}")
             if self.d < 1 or self.headroom < 1 or self.d_head < 1:
-                raise ValueError(f"sequential-scope: d, d-head and headroom must be positive, "
+                raise PassOptionError(f"sequential-scope: d, d-head and headroom must be positive, "
                                  f"got d={self.d} d-head={self.d_head} headroom={self.headroom}")
             if self.d_hidden < 0 or self.search_budget < 0:
-                raise ValueError(f"sequential-scope: d-hidden and search-budget must be >= 0, "
+                raise PassOptionError(f"sequential-scope: d-hidden and search-budget must be >= 0, "
                                  f"got d-hidden={self.d_hidden} "
                                  f"search-budget={self.search_budget}")
             if self.search_budget and self.d % self.d_head:
-                raise ValueError(f"sequential-scope: d={self.d} must be a multiple of "
+                raise PassOptionError(f"sequential-scope: d={self.d} must be a multiple of "
                                  f"d-head={self.d_head}")
         elif self.batch_size < 1:
-            raise ValueError(f"sequential-scope: batch-size must be at least 1, got "
+            raise PassOptionError(f"sequential-scope: batch-size must be at least 1, got "
                              f"{self.batch_size}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
             gate_graph(graph, self.batch_size, self.d, self.headroom, self.d_head,

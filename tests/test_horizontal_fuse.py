@@ -190,8 +190,12 @@ def test_attention_value_width_is_capped():
 
 
 def test_bad_options_are_reported():
-    with pytest.raises((ValueError, PipelineError), match="d-head"):
+    from twdialect.errors import TwError
+
+    with pytest.raises(TwError, match="d-head"):
         run_pipeline(negates(2), "horizontal-fuse{d-head=0}")
+    with pytest.raises(TwError, match="max-group"):
+        run_pipeline(negates(2), "horizontal-fuse{max-group=-1}")
 
 
 def test_output_is_deterministic():

@@ -79,9 +79,24 @@ def test_default_is_deterministic_and_idempotent_on_a_layered_graph():
 
 
 def test_optimize_rejects_itself_in_its_pipeline():
+    from twdialect.errors import TwError
+
     module = random_graph(1, 5, library=False)
-    with pytest.raises(Exception, match="optimize"):
+    with pytest.raises(TwError, match="optimize"):
         run_pipeline(module, 'optimize{pipeline="optimize"}')
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("cse},dce", "Expected a comma"),  # xDSL's ArgSpecParseError is a BaseException
+    ("fuse-linears{", "fuse-linears"),
+    ("no-such-pass", "no-such-pass"),
+])
+def test_bad_pipeline_syntax_is_a_pipeline_error(spec, message):
+    from passes import PipelineError
+
+    with pytest.raises(PipelineError, match=message) as info:
+        parse_pipeline(spec)
+    assert "\n" not in str(info.value)  # one line for the user
 
 
 @pytest.mark.parametrize("seed", range(6))

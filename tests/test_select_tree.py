@@ -344,3 +344,11 @@ def test_compiled_depth4_tree_is_one_table():
     np.testing.assert_allclose(ct.run(inputs)["d"][ok], ref[ok], atol=1e-4)
     # Without the pass: a compare and four select chains.
     assert critical_path(find_graph(depth4_tree()[0])).n_layers == 5
+
+
+def test_bad_max_breakpoints_is_reported():
+    from twdialect.errors import TwError
+
+    module, _ = depth4_tree()
+    with pytest.raises(TwError, match="max-breakpoints must be at least 2, got 1"):
+        run_pipeline(module, "select-tree-to-pwl2d{max-breakpoints=1}")

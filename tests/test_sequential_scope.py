@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import StringAttr, UnitAttr
 
+from twdialect.errors import TwError
 from passes import PipelineError, run_pipeline
 from passes.sequential_scope import (
     SequentialScopeError,
@@ -226,7 +227,8 @@ def test_gate_cycle_is_reported():
     ("sequential-scope{search-budget=-1}", ">= 0"),
 ])
 def test_bad_options_are_reported(spec, message):
-    with pytest.raises((ValueError, PipelineError), match=message):
+    # A TwError (one line for the user), not a bare ValueError the tools would call internal.
+    with pytest.raises(TwError, match=message):
         run_pipeline(loop(3), spec)
 
 
