@@ -61,6 +61,9 @@ class PassOptionError(TwError):
 
 def parse_pipeline(spec: str) -> PassPipeline:
     """`"decompose,cse,fuse-linears{max-params=0}"` -> a PassPipeline (xdsl-opt syntax)."""
+    if not isinstance(spec, str):
+        raise PipelineError(f"a pipeline is a string such as \"canonicalize,cse\", got "
+                            f"{type(spec).__name__}")
     available = get_all_passes()
     try:
         return PassPipeline.parse_spec(available, spec)
@@ -79,7 +82,7 @@ def run_pipeline(module, spec: str):
     """Apply a pipeline string to `module` in place and return it."""
     from twdialect import make_context
 
-    if not spec.strip():
+    if isinstance(spec, str) and not spec.strip():
         return module
     parse_pipeline(spec).apply(make_context(), module)
     return module

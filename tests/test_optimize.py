@@ -119,3 +119,11 @@ def test_sweep_default_pipeline():
         before = evaluate(module, inputs)
         run_pipeline(module, DEFAULT_PIPELINE)
         assert_same(before, evaluate(module, inputs, n_positions=N_POS))
+
+
+@pytest.mark.parametrize("spec", [None, 5, b"cse"])
+def test_a_pipeline_that_is_not_a_string_is_a_pipeline_error(spec):
+    from passes import PipelineError
+
+    with pytest.raises(PipelineError, match="a pipeline is a string"):
+        run_pipeline(random_graph(1, 5, library=False), spec)
