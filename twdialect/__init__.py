@@ -10,6 +10,11 @@ from xdsl.printer import Printer as _Printer
 
 from twdialect.dialect import TW, GraphOp, VecType, width_of
 from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph, generate
+from twdialect.parsing import install as _install_parsing_fixes
+
+# xDSL's lexer hangs on an unterminated string and its parser has cryptic or unbounded failure
+# modes; one compatibility layer fixes them for every parse entry point (twdialect/parsing.py).
+_install_parsing_fixes()
 
 
 def _cache_dense_literal_constraint() -> None:

@@ -1,0 +1,308 @@
+"""Parsing hostile text safely: fixes to xDSL 0.74's lexer and parser, applied at `import twdialect`.
+
+Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes through xDSL's
+`Parser` and `MLIRLexer`; patching those classes once here fixes every entry point alike.
+
+* **String literals in linear time.** xDSL lexes a string with
+  `"(?:[^"\\\n]+|\\...)*"`: a `+` inside a `*`, which backtracks exponentially when the closing
+  quote is missing (26 characters after an unterminated `"` took 12 s, 34 over a minute). The
+  same language with possessive quantifiers cannot backtrack. A string that does not close says
+  so ("unterminated string literal", at its opening quote), and a bad escape names itself.
+* **Names round-trip.** xDSL prints a non-ASCII character of a string as hex byte escapes
+  (`"é"` -> `"\\C3\\A9"`) but lexed such a literal as raw bytes unless the bytes were ASCII, so
+  a non-ASCII input, output, graph or annotation name printed in a form that did not parse back.
+  A literal whose bytes are valid UTF-8 is now a string (as xDSL's own docstring says it is).
+* **Clear messages** where xDSL's are cryptic: `Expected suffix identifier after {first_char}`
+  (an unformatted placeholder), `in block definition` (the whole message when a region is not
+  closed or holds something that is not an op), `Unexpected character`, the pass pipeline's
+  `Unknown token` and `Incompatible types: given (0,), expected <class 'bool'>` (which option?).
+* **Bounded work.** Nesting deep enough to exhaust Python's stack is a located ParseError, not a
+  RecursionError; a decimal integer literal has at most MAX_INTEGER_DIGITS digits (Python
+  refuses to convert longer ones with an unrelated message); a `dense<...>` literal's type holds
+  at most MAX_DENSE_ELEMENTS numbers, checked before a splat is expanded (a splat of type
+  `tensor<1x9999999999xf32>` used to allocate until a MemoryError).
+
+`install()` is idempotent; each patch keeps xDSL's behaviour on text it already accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+from typing import Union, get_args, get_origin, get_type_hints
+
+from xdsl.parser import Parser
+from xdsl.parser.attribute_parser import AttrParser
+from xdsl.utils import arg_spec
+from xdsl.utils.exceptions import ArgSpecParseError, ParseError
+from xdsl.utils.lexer import Input, Span, Token
+from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind, StringLiteral
+
+# The longest decimal integer literal accepted; Python itself refuses to convert more than
+# 4300 digits (sys.int_info.default_max_str_digits) and no tw literal needs more than a few.
+MAX_INTEGER_DIGITS = 1000
+# The most numbers a dense literal's type may hold; the same bound as the tw verifier's
+# MAX_DENSE_ELEMENTS (a weight attribute holds at most that many).
+MAX_DENSE_ELEMENTS = 1 << 26
+
+# A string body: runs of plain characters or escapes. The possessive `++`/`*+` forbid
+# backtracking, so a literal that does not close fails in time linear in its length.
+_STRING_BODY = r'(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+'
+_STRING_LITERAL = re.compile('"' + _STRING_BODY + '"')
+_STRING_PREFIX = re.compile('"' + _STRING_BODY)
+
+_SIGIL_EXAMPLES = {"%": "%x or %0", "^": "^bb0", "#": "#name", "!": "!tw.vec<2>"}
+
+
+def _describe_char(c: str | None) -> str:
+    """A character for a message: printable ones quoted, others by code point."""
+    if c is None:
+        return "the end of the input"
+    if c.isprintable() and not c.isspace():
+        return f"'{c}'"
+    return f"U+{ord(c):04X}" + (" (a space)" if c == " " else "")
+
+
+# -- lexer ---------------------------------------------------------------------------------
+
+
+def _string_literal_error(lexer: MLIRLexer, start: int) -> ParseError:
+    """Why the string literal opened at `start` does not lex, located where it goes wrong."""
+    content = lexer.input.content
+    end = _STRING_PREFIX.match(content, start).end()
+    if end >= len(content):
+        return ParseError(Span(start, start + 1, lexer.input),
+                          "unterminated string literal: the input ends before its closing '\"'")
+    if content[end] == "\\":
+        escape = content[end:end + 2]
+        return ParseError(Span(end, min(end + 2, len(content)), lexer.input),
+                          f"invalid escape sequence '{escape}' in a string literal (use \\n, "
+                          "\\t, \\\\, \\\" or two hex digits such as \\0A)")
+    return ParseError(Span(start, start + 1, lexer.input),
+                      "unterminated string literal: the line ends before its closing '\"' "
+                      "(a string cannot span lines; write \\n for a line break)")
+
+
+def _lex_string_literal(self: MLIRLexer, start_pos: int):
+    """xDSL's string lexer with a linear regex, clear errors and UTF-8 strings (see module doc)."""
+    match = _STRING_LITERAL.match(self.input.content, start_pos)
+    if match is None:
+        raise _string_literal_error(self, start_pos)
+    self.pos = match.end()
+    literal = StringLiteral(start_pos, self.pos, self.input)
+    if "\\" in literal.text:
+        try:
+            literal.bytes_contents.decode("utf-8")
+        except UnicodeDecodeError:
+            return Token(MLIRTokenKind.BYTES_LIT, literal)
+    return Token(MLIRTokenKind.STRING_LIT, literal)
+
+
+def _wrap_lex(original):
+    def lex(self: MLIRLexer):
+        """xDSL's `lex`, with a readable message for a character no token starts with."""
+        try:
+            return original(self)
+        except ParseError as e:
+            if not e.msg.startswith("Unexpected character"):
+                raise
+            c = self.input.at(e.span.start)
+            raise ParseError(e.span, f"unexpected character {_describe_char(c)}: no token "
+                             "starts with it outside a string literal") from None
+    return lex
+
+
+def _wrap_lex_prefixed_ident(original):
+    def lex_prefixed_ident(self: MLIRLexer, start_pos: int):
+        """xDSL's lexer of `%x`, `^bb`, `#a`, `!t`, whose error printed `{first_char}` raw."""
+        try:
+            return original(self, start_pos)
+        except ParseError as e:
+            if "{first_char}" not in e.msg:
+                raise
+            sigil = self.input.at(start_pos)
+            raise ParseError(e.span, f"expected a name right after '{sigil}' (such as "
+                             f"{_SIGIL_EXAMPLES.get(sigil, sigil + 'name')}), got "
+                             f"{_describe_char(self.input.at(start_pos + 1))}") from None
+    return lex_prefixed_ident
+
+
+def _wrap_lex_number(original):
+    def lex_number(self: MLIRLexer, start_pos: int):
+        """xDSL's number lexer, refusing decimal integers too long to convert."""
+        token = original(self, start_pos)
+        if (token.kind is MLIRTokenKind.INTEGER_LIT and len(token.span) > MAX_INTEGER_DIGITS
+                and not token.text.startswith("0x")):
+            raise ParseError(token.span, f"integer literal with {len(token.span)} digits is "
+                             f"too long (at most {MAX_INTEGER_DIGITS})")
+        return token
+    return lex_number
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _wrap_parse_block(original):
+    def parse_block(self: Parser):
+        """xDSL reports anything but a block label here as just ' in block definition'."""
+        token = self._current_token
+        if token.kind is MLIRTokenKind.EOF:
+            self.raise_error("unexpected end of input: a region opened with '{' is not closed "
+                             "(add the missing '}')", token.span)
+        if token.kind is not MLIRTokenKind.CARET_IDENT:
+            self.raise_error(f"expected an operation, a block label such as '^bb0:' or '}}' "
+                             f"closing the region, got '{token.text}'", token.span)
+        return original(self)
+    return parse_block
+
+
+def _wrap_parse_module(original):
+    def parse_module(self: Parser, allow_implicit_module: bool = True):
+        """xDSL's `parse_module`, with nesting that exhausts the stack reported as a ParseError
+        at the token where it happened (the parser recurses once per nesting level)."""
+        try:
+            return original(self, allow_implicit_module)
+        except RecursionError:
+            raise ParseError(self._current_token.span,
+                             "nesting too deep to parse (regions, brackets or types nested "
+                             "hundreds of levels; tw IR nests only a few)") from None
+    return parse_module
+
+
+def _dense_limit() -> int:
+    try:  # the verifier's own bound, where the dialect defines one
+        from twdialect.dialect import MAX_DENSE_ELEMENTS as limit
+    except ImportError:
+        limit = MAX_DENSE_ELEMENTS
+    return limit
+
+
+def _check_dense_type(parser: AttrParser, dense_type, start: int) -> None:
+    n = math.prod(dense_type.get_shape())
+    limit = _dense_limit()
+    if n > limit:
+        parser.raise_error(f"dense literal of type {dense_type} holds {n} numbers, above the "
+                           f"limit of {limit} (MAX_DENSE_ELEMENTS)", start, parser.pos)
+
+
+def _wrap_parse_dense_literal_type(original):
+    def parse_dense_literal_type(self: AttrParser):
+        """The type of a `dense<...>` literal, refused before a splat is expanded to it."""
+        start = self._current_token.span.start
+        dense_type = original(self)
+        _check_dense_type(self, dense_type, start)
+        return dense_type
+    return parse_dense_literal_type
+
+
+def _wrap_parse_dense_elements(original):
+    def parse_dense_int_or_fp_elements_attr(self: AttrParser, type):
+        """xDSL's dense literal parser, bounded, and with numbers too large for the element
+        type (`dense<[[1000...0]]> : tensor<1x1xf32>`) a ParseError, not an OverflowError."""
+        start = self._current_token.span.start
+        if type is not None:  # typed from outside: check before the contents are expanded
+            _check_dense_type(self, type, start)
+        try:
+            return original(self, type)
+        except OverflowError:
+            self.raise_error("dense literal holds a number too large for its element type "
+                             "(f32 holds magnitudes up to about 3.4e38)", start, self.pos)
+    return parse_dense_int_or_fp_elements_attr
+
+
+# -- pass pipelines ------------------------------------------------------------------------
+
+
+_TYPE_WORDS = {bool: ("true or false", "booleans"), int: ("an integer", "integers"),
+               float: ("a number", "numbers"), str: ("a string", "strings")}
+
+
+def _describe_option_type(hint) -> str:
+    """A pass option's Python type in words (`int | None` -> "an integer")."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) in (types.UnionType, Union):
+        return " or ".join(_describe_option_type(a) for a in args)
+    if get_origin(hint) is tuple:
+        return "a comma-separated list of " + _TYPE_WORDS.get(args[0], ("", "values"))[1]
+    return _TYPE_WORDS.get(hint, (getattr(hint, "__name__", str(hint)),))[0]
+
+
+def _option_text(value) -> str:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
+
+
+def _explain_spec_error(cls, spec, error: ValueError) -> str:
+    """Name the pass and option an ArgSpec conversion failed on, and what it takes."""
+    given = spec.normalize_parameter_names().parameters
+    fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "name"]
+    known = {f.name for f in fields}
+    options = ", ".join(f.name.replace("_", "-") for f in fields)
+    unknown = [name for name in given if name not in known]
+    if unknown:
+        names = ", ".join(f"'{n.replace('_', '-')}'" for n in unknown)
+        takes = f"its options: {options}" if options else "it takes no options"
+        return f"pass '{cls.name}' has no option {names} ({takes})"
+    hints = get_type_hints(cls)
+    for name, value in given.items():
+        try:
+            arg_spec._convert_arg_to_type(value, hints[name])
+        except ValueError:
+            return (f"pass '{cls.name}': option '{name.replace('_', '-')}' must be "
+                    f"{_describe_option_type(hints[name])}, got '{_option_text(value)}'")
+    return f"pass '{cls.name}': {error}"
+
+
+def _wrap_from_spec(original):
+    def from_spec(cls, spec):
+        try:
+            return original(cls, spec)
+        except ValueError as e:
+            raise ValueError(_explain_spec_error(cls, spec, e)) from None
+    return classmethod(from_spec)
+
+
+def _wrap_pipeline_lexer(original):
+    def generator(input_str: str):
+        """xDSL's pipeline lexer, saying which character it could not read ('Unknown token')."""
+        tokens = original(input_str)
+        pos = 0
+        while True:
+            try:
+                token = next(tokens)
+            except StopIteration:
+                return
+            except ArgSpecParseError:
+                span = Span(pos, pos + 1, Input(input_str, "pass-pipeline"))
+                raise ArgSpecParseError(
+                    arg_spec.SpecToken(arg_spec.SpecTokenKind.IDENT, span),
+                    f"cannot read {input_str[pos:pos + 12]!r} at column {pos + 1}: passes are "
+                    "separated by ',' and take options as name{key=value other=value}") from None
+            pos = token.span.end
+            yield token
+    return staticmethod(generator)
+
+
+# -- installation --------------------------------------------------------------------------
+
+
+def install() -> None:
+    """Apply every fix above to xDSL's classes (once)."""
+    if getattr(MLIRLexer, "_tw_parsing_installed", False):
+        return
+    MLIRLexer._lex_string_literal = _lex_string_literal
+    MLIRLexer.lex = _wrap_lex(MLIRLexer.lex)
+    MLIRLexer._lex_prefixed_ident = _wrap_lex_prefixed_ident(MLIRLexer._lex_prefixed_ident)
+    MLIRLexer._lex_number = _wrap_lex_number(MLIRLexer._lex_number)
+    Parser._parse_block = _wrap_parse_block(Parser._parse_block)
+    Parser.parse_module = _wrap_parse_module(Parser.parse_module)
+    AttrParser._parse_dense_literal_type = _wrap_parse_dense_literal_type(
+        AttrParser._parse_dense_literal_type)
+    AttrParser.parse_dense_int_or_fp_elements_attr = _wrap_parse_dense_elements(
+        AttrParser.parse_dense_int_or_fp_elements_attr)
+    arg_spec.ArgSpecConvertible.from_spec = _wrap_from_spec(
+        arg_spec.ArgSpecConvertible.from_spec.__func__)
+    arg_spec.PipelineLexer._generator = _wrap_pipeline_lexer(arg_spec.PipelineLexer._generator)
+    MLIRLexer._tw_parsing_installed = True
