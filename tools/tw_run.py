@@ -5,49 +5,85 @@
     tw-run caesar "3:hello" --oracle # the reference interpreter instead of the compiled model
     tw-run --list
 
-Error contract: an unknown program, a prompt the program cannot take (characters outside its
-vocabulary, the wrong shape, too long) or a geometry the graph does not fit ends the run with
-exit code 1 and exactly one line on stderr, `tw-run: error: <message>`.
+    tw-run calculator -- -5+3=       # a prompt that starts with '-' (`-5+3=` alone works too)
+
+Error contract (tools/cli.py): an unknown program, a prompt the program cannot take (characters
+outside its vocabulary, the wrong shape, too long), a bad flag or option value (`--d 0`, a
+`--d` that is not a multiple of `--d-head`) or a geometry the graph does not fit ends the run
+with exit code 1 and exactly one line on stderr, `tw-run: error: <message>`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 
+from tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
+from tools.cli import run_tool
+
 PROG = "tw-run"
+GEOMETRY_OPTIONS = ("--d", "--d-head", "--d-hidden")
 
 
-class ToolError(Exception):
-    pass
+def _parser() -> ArgumentParser:
+    from lowering.machine import MAX_DIM
 
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Run a bundled token program.")
-    p.add_argument("program", nargs="?", help="program name (see --list)")
-    p.add_argument("prompt", nargs="?", help="the text fed to the model")
+    p = ArgumentParser(prog=PROG, description="Run a bundled token program.")
+    p.add_argument("words", nargs="*", metavar="PROGRAM PROMPT",
+                   help="program name (see --list) and the text fed to the model; a prompt "
+                        "that starts with '-' may follow '--'")
     p.add_argument("--list", action="store_true", help="list the bundled programs")
     p.add_argument("--oracle", action="store_true",
                    help="run the reference interpreter instead of compiling")
-    p.add_argument("--d", type=int, help="residual width (default: the program's)")
-    p.add_argument("--d-head", type=int, help="head width (default: the program's)")
-    p.add_argument("--d-hidden", type=int, help="MLP width (default: the program's)")
+    p.add_argument("--d", type=bounded_int("--d", 3, MAX_DIM),
+                   help="residual width (default: the program's)")
+    p.add_argument("--d-head", type=bounded_int("--d-head", 1, MAX_DIM),
+                   help="head width, a divisor of d (default: the program's)")
+    p.add_argument("--d-hidden", type=bounded_int("--d-hidden", 0, 4 * MAX_DIM),
+                   help="MLP width (default: the program's)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.unrecognized_hint = ("a prompt that starts with '-' goes after '--', as in "
+                           "tw-run PROGRAM -- -PROMPT; options go before the '--'")
     return p
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+def _parse_args(argv: Sequence[str] | None):
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    protected, saved = protect_dash_words(argv, GEOMETRY_OPTIONS)
+    args = _parser().parse_args(protected)
+    args.words = restore(args.words, saved)
+    if len(args.words) > 2:
+        extra = " ".join(repr(w) for w in args.words[2:])
+        after_dashes = (" and everything after '--' is positional: options go before it"
+                        if "--" in argv else "")
+        raise ToolError(f"too many arguments: {extra} (tw-run PROGRAM PROMPT: quote a prompt "
+                        f"that holds spaces{after_dashes})")
+    args.program, args.prompt = (args.words + [None, None])[:2]
+    return args
+
+
+def _geometry(args, geo) -> tuple[int, int, int]:
+    """The requested geometry (the program's where not given), checked with the option names."""
+    d = geo.d if args.d is None else args.d
+    d_head = geo.d_head if args.d_head is None else args.d_head
+    d_hidden = geo.d_hidden if args.d_hidden is None else args.d_hidden
+    if d % d_head:
+        def source(given):
+            return "" if given is not None else " (the program's default)"
+
+        raise ToolError(f"--d {d}{source(args.d)} is not a multiple of --d-head {d_head}"
+                        f"{source(args.d_head)}: choose a head width that divides d")
+    return d, d_head, d_hidden
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     import examples
     from examples.token_program import PromptError, generate, oracle_runner
 
-    args = _parser().parse_args(argv)
+    args = _parse_args(argv)
     if args.list:
         for name in examples.PROGRAMS:
             print(f"{name:18s} {examples.load(name).description}")
@@ -62,12 +98,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         program.encode(args.prompt)  # reject a bad prompt before compiling
     except PromptError as e:
-        raise ToolError(_one_line(e)) from None
+        raise ToolError(one_line(e)) from None
 
-    geo = program.geometry
-    d = args.d or geo.d
-    d_head = args.d_head or geo.d_head
-    d_hidden = args.d_hidden or geo.d_hidden
+    d, d_head, d_hidden = _geometry(args, program.geometry)
     info: dict = {"program": program.name, "prompt": args.prompt}
     if args.oracle:
         runner = oracle_runner(program)
@@ -80,7 +113,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             model = compile(program.module, d=d, d_head=d_head, d_hidden=d_hidden)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"{program.name} does not compile at d={d} d_head={d_head} "
-                            f"d_hidden={d_hidden}: {_one_line(e)}") from None
+                            f"d_hidden={d_hidden}: {one_line(e)}") from None
         wall = time.perf_counter() - start
         runner = model.run
         s = model.stats
@@ -107,23 +140,9 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point: exit code 0 on success, 1 (one stderr line) on any error."""
-    try:
-        code = run(argv)
-    except ToolError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr, flush=True)
-        sys.exit(130)
-    except BaseException as e:  # noqa: BLE001 - never show a traceback to the user
-        print(f"{PROG}: error: internal error: {type(e).__name__}: {_one_line(e)}",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
-    return code
+    """Console entry point: 0 on success; on any error one stderr line and SystemExit(1)."""
+    return run_tool(PROG, lambda: run(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,0 +1,307 @@
+"""What tw-opt, tw-stats and tw-run share: the one-line error contract and a located parse.
+
+The contract: a run either succeeds (exit 0) or prints exactly ONE line on stderr,
+`<tool>: error: [<file>:<line>:<col>: ]<what is wrong and what to do>`, and exits 1 (130 when
+interrupted). No traceback, usage block, warning or internal exception reaches the user; an
+exception that is not a deliberate error (`ToolError`, tw's `TwError`, an xDSL ParseError)
+still gives one line, marked `internal error`, so a bug is visible without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import ParseError
+from xdsl.utils.lexer import Span
+
+import twdialect  # noqa: F401 - installs the parser fixes (twdialect/parsing.py) before any parse
+
+# A word longer than this in a message (a 10^5-character identifier echoed back by the parser)
+# is shortened, so that the one error line stays readable.
+LONG_WORD = 80
+
+
+class ToolError(Exception):
+    """A user-facing failure: `location` is "file:line:col" or None."""
+
+    def __init__(self, message: str, location: str | None = None, diagnostic: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+        # True for verifier/pass failures (tw-opt reports them on stdout under
+        # --verify-diagnostics).
+        self.diagnostic = diagnostic
+
+    def line(self) -> str:
+        text = one_line(self.message)
+        return f"{self.location}: {text}" if self.location else text
+
+
+def _shorten(match: re.Match) -> str:
+    word = match.group(0)
+    return f"{word[:40]}...{word[-12:]} ({len(word)} characters)"
+
+
+def one_line(text: object) -> str:
+    """`text` on one line: its lines joined, whitespace collapsed, very long words shortened."""
+    joined = " ".join(str(text).split())
+    return re.sub(r"\S{%d,}" % (LONG_WORD + 1), _shorten, joined)
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a ToolError (one line, exit 1) instead of
+    printing the usage block and exiting 2; `--help` still prints and exits 0."""
+
+    # Appended to "unrecognized arguments" errors (e.g. how to pass a prompt starting with '-').
+    unrecognized_hint = ""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        if message.startswith("unrecognized arguments") and self.unrecognized_hint:
+            message += f" ({self.unrecognized_hint})"
+        raise ToolError(f"{message} (see {self.prog} --help)")
+
+
+def bounded_int(option: str, minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse `type` for a whole number in [minimum, maximum], naming `option`."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"takes a whole number, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number in [{minimum}, {maximum}], got {value}")
+        return value
+
+    convert.__name__ = option  # argparse names the type in some messages
+    return convert
+
+
+def protect_dash_words(argv: Sequence[str], value_options: Sequence[str] = ()
+                       ) -> tuple[list[str], dict[str, str]]:
+    """Let a positional argument start with '-' where it cannot be an option.
+
+    argparse takes `-5+3=` for an unknown option; a word that starts with '-' followed by
+    something other than a letter or '-' (no option is spelt so) is swapped for a placeholder
+    that argparse reads as positional, and swapped back by `restore`. The value after one of
+    `value_options` is left to argparse (`--d -3` is refused as a width, by the option's type),
+    and so is everything after `--` (argparse reads it as positional already)."""
+    out: list[str] = []
+    saved: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        if word == "--":
+            out.extend(argv[i:])
+            break
+        takes_value = i > 0 and argv[i - 1] in value_options
+        if len(word) > 1 and word[0] == "-" and not (word[1].isalpha() or word[1] == "-") \
+                and not takes_value:
+            # A NUL cannot occur in a real command-line argument, so this cannot collide.
+            key = f"\0{len(saved)}"
+            saved[key] = word
+            word = key
+        out.append(word)
+    return out, saved
+
+
+def restore(value, saved: dict):
+    """Undo `protect_dash_words` on one parsed value (or a list of them)."""
+    if isinstance(value, list):
+        return [saved.get(v, v) for v in value]
+    return saved.get(value, value)
+
+
+# -- reading and parsing -------------------------------------------------------------------
+
+
+def read_text(path: str) -> str:
+    """The text of `path` ('-' is stdin), decoded as UTF-8 (undecodable bytes replaced, so
+    they fail to parse at their location instead of failing to read)."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ToolError(f"cannot read {path}: {reason}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+class LocatingParser(Parser):
+    """A Parser that remembers where each op starts, so later errors can point at it."""
+
+    def __init__(self, ctx: Context, text: str, name: str, op_spans: dict[Operation, Span]):
+        super().__init__(ctx, text, name)
+        self.op_spans = op_spans
+        self.open_ops: list[Span] = []  # start spans of ops being parsed, innermost last
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span
+        self.open_ops.append(start)
+        op = super().parse_operation()
+        self.open_ops.pop()
+        self.op_spans[op] = start
+        return op
+
+
+def format_location(span: Span, line_offset: int = 0) -> str:
+    loc = span.get_location()
+    return f"{loc.file}:{loc.line + line_offset}:{loc.col}"
+
+
+def located_parse(ctx: Context, text: str, name: str, op_spans: dict[Operation, Span],
+                  line_offset: int = 0, implicit_module: bool = True) -> ModuleOp:
+    """Parse `text`; every failure is a ToolError located at `name:line:col` where possible
+    (a parse error where it is, an attribute verifier failure at the op being parsed)."""
+    if not any(line.strip() and not line.lstrip().startswith("//")
+               for line in text.splitlines()):
+        # xDSL's own message here is "Could not parse entire input!".
+        raise ToolError("no operations in this input (an empty file or chunk)",
+                        f"{name}:{line_offset + 1}:1")
+    parser = None
+    try:
+        parser = LocatingParser(ctx, text, name, op_spans)
+        return parser.parse_module(implicit_module)
+    except ParseError as e:
+        raise ToolError(e.msg, format_location(e.span, line_offset)) from None
+    except Exception as e:  # noqa: BLE001 - attribute verifiers raise while parsing
+        if parser is None or not parser.open_ops:
+            raise ToolError(one_line(e) or type(e).__name__) from None
+        raise ToolError(one_line(e) or type(e).__name__,
+                        format_location(parser.open_ops[-1], line_offset)) from None
+
+
+def verify_located(module: ModuleOp, op_spans: dict[Operation, Span], line_offset: int = 0,
+                   after: str | None = None) -> None:
+    """Verify like `module.verify()`, but report the op that failed and where it is.
+
+    Children are checked before their parent, as `Operation.verify` does. `after` names the
+    pass whose result this is, for the message."""
+    from twdialect.dialect import describe
+
+    for op in module.walk(region_first=True):
+        try:
+            op.verify(verify_nested_ops=False)
+        except Exception as e:  # noqa: BLE001 - any verifier failure is a user error
+            culprit = getattr(e, "op", None) or op
+            message = one_line(e)
+            if not message.startswith(f"'{culprit.name}'"):
+                message = f"{describe(culprit)}: {message}"
+            if after is not None:
+                message = f"IR after pass '{after}' does not verify: {message}"
+            span = op_spans.get(culprit)
+            where = format_location(span, line_offset) if span is not None else None
+            raise ToolError(message, where, diagnostic=True) from None
+
+
+def parse_file(path: str) -> ModuleOp:
+    """Read, parse and verify the tw text in `path` ('-' for stdin), errors located."""
+    name = "stdin" if path == "-" else path
+    spans: dict[Operation, Span] = {}
+    module = located_parse(twdialect.make_context(), read_text(path), name, spans)
+    verify_located(module, spans)
+    return module
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_warnings() -> Iterator[None]:
+    """Keep library warnings (numpy's RuntimeWarning on an overflowing estimate, xDSL's
+    deprecations) off stderr: the one error line must be the only line there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def report(prog: str, line: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
+
+
+def run_tool(prog: str, body: Callable[[], int | None]) -> int:
+    """Run a tool's body under the contract: returns 0 on success; on any error prints one
+    line and raises SystemExit(1) (130 when interrupted)."""
+    from twdialect.errors import TwError
+
+    try:
+        with no_warnings():
+            code = body()
+        sys.stdout.flush()
+        return code or 0
+    except SystemExit:
+        raise  # --help and --version exit 0 through argparse
+    except ToolError as e:
+        report(prog, e.line())
+    except (TwError, ParseError) as e:
+        report(prog, one_line(getattr(e, "msg", None) or e) or type(e).__name__)
+    except KeyboardInterrupt:
+        report(prog, "interrupted")
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing left to tell it; keep the exit code honest.
+        with contextlib.suppress(Exception):
+            sys.stdout = None  # no flush of a dead pipe at exit
+        raise SystemExit(1) from None
+    except MemoryError:
+        report(prog, "out of memory (the input or the requested geometry is too large)")
+    except BaseException as e:  # noqa: BLE001 - never show a traceback to the user
+        report(prog, f"internal error: {type(e).__name__}: {one_line(e)}")
+    raise SystemExit(1)
+
+
+# -- passes --------------------------------------------------------------------------------
+
+# The upstream xDSL passes that make sense on tw IR (checked on the bundled programs: they
+# verify, print and parse back). The other upstream passes rewrite other dialects: on tw IR
+# they do nothing, fail, or (test-add-timers-to-top-level-funcs, convert-pdl-to-pdl-interp)
+# write IR that tw cannot read back.
+UPSTREAM_PASSES = ("canonicalize", "cse", "dce")
+
+
+def allowed_passes() -> dict:
+    """Pass name -> factory: tw's own passes and UPSTREAM_PASSES (nothing imported yet)."""
+    from xdsl.transforms import get_all_passes as upstream
+
+    from passes import get_tw_passes
+
+    available = upstream()
+    allowed = {name: available[name] for name in UPSTREAM_PASSES}
+    allowed.update(get_tw_passes())
+    return allowed
+
+
+def check_pipeline_names(spec: str) -> None:
+    """Refuse a pipeline naming a pass outside `allowed_passes()` (one line, what is known)."""
+    from xdsl.utils.arg_spec import parse_pipeline
+
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    try:
+        names = [p.name for p in parse_pipeline(spec)]
+    except (ArgSpecParseError, Exception) as e:  # noqa: BLE001 - xDSL's spec errors vary
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise ToolError(f"bad pass pipeline {spec!r}: {lines[-1] if lines else e!r}") from None
+    known = allowed_passes()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ToolError(f"bad pass pipeline {spec!r}: unknown pass "
+                        f"{', '.join(repr(n) for n in unknown)} (known: "
+                        f"{', '.join(sorted(known))}, or 'default')")
