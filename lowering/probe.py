@@ -34,9 +34,15 @@ class ProbeReport:
                 f"{self.sublayer} (max error {self.max_error:.3g}; {self.checked} values checked)")
 
 
+def _positions_kwargs(n_positions: int | None) -> dict:
+    # Only a graph without inputs needs to be told how many positions to run.
+    return {} if n_positions is None else {"n_positions": n_positions}
+
+
 @torch.no_grad()
-def _sublayer_snapshots(ct: CompiledTransformer, inputs) -> list[np.ndarray]:
-    x = ct.embed(dict(inputs))
+def _sublayer_snapshots(ct: CompiledTransformer, inputs, n_positions: int | None = None
+                        ) -> list[np.ndarray]:
+    x = ct.embed(dict(inputs), **_positions_kwargs(n_positions))
     snaps = []
     for layer in ct.layers:
         x = x + layer.attn(x, None, 0)
@@ -46,13 +52,16 @@ def _sublayer_snapshots(ct: CompiledTransformer, inputs) -> list[np.ndarray]:
     return snaps
 
 
-def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: str = "main"
-          ) -> ProbeReport:
-    """Compare every computed value of the compiled model with the oracle (relative atol)."""
+def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: str = "main",
+          n_positions: int | None = None) -> ProbeReport:
+    """Compare every computed value of the compiled model with the oracle (relative atol).
+
+    `inputs` as `twdialect.evaluate` takes them (see `random_graphs.sample_inputs`);
+    `n_positions` is needed only by a graph without inputs (it says how many positions)."""
     sched = ct.schedule
     tg = sched.tg
-    snaps = _sublayer_snapshots(ct, inputs)
-    oracle = evaluate_values(module, inputs, graph)
+    snaps = _sublayer_snapshots(ct, inputs, n_positions)
+    oracle = evaluate_values(module, inputs, graph, **_positions_kwargs(n_positions))
     by_value = {op.results[0]: op for op in tg.ops if op.results}
     complete = {}
     for t in tg.tasks:

@@ -291,14 +291,14 @@ def allowed_passes() -> dict:
 def check_pipeline_names(spec: str) -> None:
     """Refuse a pipeline naming a pass outside `allowed_passes()` (one line, what is known)."""
     from xdsl.utils.arg_spec import parse_pipeline
-
     from xdsl.utils.exceptions import ArgSpecParseError
 
     try:
         names = [p.name for p in parse_pipeline(spec)]
     except (ArgSpecParseError, Exception) as e:  # noqa: BLE001 - xDSL's spec errors vary
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        raise ToolError(f"bad pass pipeline {spec!r}: {lines[-1] if lines else e!r}") from None
+        reason = lines[-1] if lines else type(e).__name__
+        raise ToolError(f"bad pass pipeline {spec!r}: {reason}") from None
     known = allowed_passes()
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -6,59 +6,96 @@
 The report: layers against the critical-path floor, per-layer ops / heads / neurons /
 residual occupancy with fill, parameters (graph / allocated / capacity), a per-annotation
 breakdown and stage times. `--probe N` runs the compiled model beside the oracle on N positions
-of inputs drawn inside the declared ranges and names the first op whose value diverges.
-Bad input gives one line on stderr and exit code 1.
+of inputs that keep the graph's promises (numbers inside the declared ranges, integers where
+declared, token ids inside the vocabulary; at most the graph's `max_len` positions) and names
+the first op whose value diverges.
+
+Error contract (tools/cli.py, as tw-opt): a bad flag or option value, an unreadable file, a
+parse or verifier error (located `file:line:col`), a graph that does not fit the geometry:
+exactly one line on stderr, `tw-stats: error: ...`, and exit code 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Sequence
+
+from tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, parse_file
+from tools.cli import run_tool
+
+PROG = "tw-stats"
+MAX_PROBE_POSITIONS = 1 << 14  # the probe keeps a residual snapshot per sublayer per position
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tw-stats", description=__doc__.splitlines()[0])
+def _parser() -> ArgumentParser:
+    from lowering.machine import MAX_DIM
+
+    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("file", help="tw IR file ('-' for stdin)")
-    ap.add_argument("--d", type=int, default=256, help="residual width")
-    ap.add_argument("--d-head", type=int, default=16)
-    ap.add_argument("--d-hidden", type=int, default=None, help="MLP neurons per layer (4*d)")
+    ap.add_argument("--d", type=bounded_int("--d", 3, MAX_DIM), default=256,
+                    help="residual width")
+    ap.add_argument("--d-head", type=bounded_int("--d-head", 1, MAX_DIM), default=16,
+                    help="head width, a divisor of d")
+    ap.add_argument("--d-hidden", type=bounded_int("--d-hidden", 0, 4 * MAX_DIM), default=None,
+                    help="MLP neurons per layer (4*d)")
     ap.add_argument("-p", "--pipeline", default=None, help="passes before lowering ('default')")
     ap.add_argument("--graph", default="main")
     ap.add_argument("--json", action="store_true", help="print the stats as one JSON line")
-    ap.add_argument("--probe", type=int, default=0, metavar="N",
+    ap.add_argument("--probe", type=bounded_int("--probe", 0, MAX_PROBE_POSITIONS), default=0,
+                    metavar="N",
                     help="compare with the oracle on N positions of random in-range inputs")
     ap.add_argument("--error-estimate", action="store_true",
                     help="print the static fp32 error estimate of the outputs (value ranges)")
-    args = ap.parse_args(argv)
-    try:
-        text = sys.stdin.read() if args.file == "-" else open(args.file).read()
-        from twdialect import parse_module
+    return ap
 
-        module = parse_module(text)
-        from lowering import compile
 
-        ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
-                     pipeline=args.pipeline, graph=args.graph)
-        print(ct.stats.to_json() if args.json else ct.stats.report())
-        if args.error_estimate:
-            from lowering.precision import max_relative_output_error
+def _check_geometry(args) -> None:
+    if args.d % args.d_head:
+        raise ToolError(f"--d {args.d} is not a multiple of --d-head {args.d_head}: choose a "
+                        "head width that divides d")
 
-            print(f"error estimate: outputs within {max_relative_output_error(ct.schedule):.3g} "
-                  "of max(1, |output|)")
-        if args.probe:
-            from lowering.probe import probe
-            from twdialect.random_graphs import sample_inputs
 
-            prepared = ct.schedule.tg.graph
-            feeds = sample_inputs(prepared, args.probe)
-            print(f"probe: {probe(ct, prepared, feeds)}")
-    except (KeyboardInterrupt, BrokenPipeError):
-        return 1
-    except Exception as e:  # noqa: BLE001 - every failure is one line for the user
-        msg = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
-        print(f"tw-stats: error: {msg}", file=sys.stderr)
-        return 1
+def _probe_line(ct, prepared, args) -> str:
+    """Run the probe on args.probe positions (at most the graph's max_len) of sampled inputs."""
+    from lowering.probe import probe
+    from twdialect.dialect import PosEncodingOp
+    from twdialect.interp import find_graph
+    from twdialect.random_graphs import sample_inputs
+
+    graph = find_graph(prepared, args.graph)
+    max_lens = [op.max_len.value.data for op in graph.block.ops if isinstance(op, PosEncodingOp)]
+    n = min([args.probe, *max_lens])
+    feeds = sample_inputs(prepared, n, graph=args.graph)
+    report = probe(ct, prepared, feeds, graph=args.graph, n_positions=None if feeds else n)
+    capped = f" ({n} positions: the graph's max_len)" if n < args.probe else ""
+    return f"probe: {report}{capped}"
+
+
+def run(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    _check_geometry(args)
+    if args.pipeline and args.pipeline != "default":
+        check_pipeline_names(args.pipeline)
+    module = parse_file(args.file)
+
+    from lowering import compile  # noqa: A004
+
+    ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
+                 pipeline=args.pipeline, graph=args.graph)
+    print(ct.stats.to_json() if args.json else ct.stats.report())
+    if args.error_estimate:
+        from lowering.precision import max_relative_output_error
+
+        print(f"error estimate: outputs within {max_relative_output_error(ct.schedule):.3g} "
+              "of max(1, |output|)")
+    if args.probe:
+        print(_probe_line(ct, ct.schedule.tg.graph, args))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: 0 on success; on any error one stderr line and SystemExit(1)."""
+    return run_tool(PROG, lambda: run(argv))
 
 
 if __name__ == "__main__":

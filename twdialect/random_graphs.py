@@ -117,20 +117,41 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
 
 
 def sample_inputs(module, n_positions: int, seed: int = 0, graph: str = "main") -> dict:
-    """Inputs drawn uniformly inside each input's declared range (token ids for embeddings)."""
+    """Inputs that keep the graph's promises: numbers drawn uniformly inside each input's
+    declared range (integers for an `integer` input), token ids in [0, vocab) for embeddings.
+
+    A graph without inputs gets {} (its callers pass `n_positions` to the oracle and model).
+    Ranges as wide as float64 allows are sampled without overflow (lo + (hi - lo) * u would
+    overflow to inf beyond 8.9e307)."""
+    from twdialect.dense import shape_of
     from twdialect.dialect import EmbeddingOp
     from twdialect.interp import find_graph
-    from twdialect.dense import shape_of
 
     rng = np.random.default_rng(seed)
     feeds = {}
     for op in find_graph(module, graph).block.ops:
         if isinstance(op, InputOp):
             lo, hi = op.range.bounds
-            feeds[op.input_name.data] = rng.uniform(lo, hi, (n_positions, width_of(op.out)))
+            shape = (n_positions, width_of(op.out))
+            if op.integer is not None:
+                feeds[op.input_name.data] = _uniform_integers(rng, lo, hi, shape)
+            else:
+                u = rng.uniform(0.0, 1.0, shape)
+                feeds[op.input_name.data] = lo * (1.0 - u) + hi * u
         elif isinstance(op, EmbeddingOp):
             feeds[op.input_name.data] = rng.integers(0, shape_of(op.table)[0], n_positions)
     return feeds
+
+
+# Integers beyond 2^53 are not all representable in float64 (the oracle's number type).
+_EXACT_INTEGERS = float(2 ** 53)
+
+
+def _uniform_integers(rng: np.random.Generator, lo: float, hi: float, shape) -> np.ndarray:
+    """Integers drawn uniformly in [lo, hi] (clipped to +-2^53), as float64."""
+    first = int(np.ceil(max(lo, -_EXACT_INTEGERS)))
+    last = int(np.floor(min(hi, _EXACT_INTEGERS)))
+    return rng.integers(first, last + 1, shape).astype(np.float64)
 
 
 def layered_graph(n_ops: int, seed: int = 0, layer_width: int = 64, value_width: int = 4,
