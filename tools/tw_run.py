@@ -53,7 +53,7 @@ def _parse_args(argv: Sequence[str] | None):
 
     argv = list(sys.argv[1:] if argv is None else argv)
     protected, saved = protect_dash_words(argv, GEOMETRY_OPTIONS)
-    args = _parser().parse_args(protected)
+    args = _parser().parse_intermixed_args(protected)
     args.words = restore(args.words, saved)
     if len(args.words) > 2:
         extra = " ".join(repr(w) for w in args.words[2:])
