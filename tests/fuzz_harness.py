@@ -872,6 +872,7 @@ def small():
 BAD_VALUES = ("nan", "inf", "-1", "0", "2.5", "'3'", "None", "[]", "[[nan]]", "10**12", "-10**30",
               "np.zeros((0, 2))", "np.ones((2, 2, 2))", "[[1, 2], [3]]", "'abc'", "(1, 2)",
               "np.array([[1e39]])", "object()", "True", "{'a': 1}", "1e308", "2**63", "[1e400]")
+BAD_STEPS = ("-1", "2.5", "'3'", "None", "nan", "[]", "0", "np.int64(2)")
 API_TEMPLATES = (
     'with tw.Graph():\n    tw.input("x", {V}, (-1.0, 1.0))',
     'with tw.Graph():\n    tw.input("x", 2, ({V}, 1.0))',
@@ -933,7 +934,8 @@ API_TEMPLATES = (
     'evaluate(small(), {{"x": {V}, "t": np.zeros(3)}})',
     'evaluate(small(), {{"x": np.zeros((3, 2)), "t": np.zeros(4)}})',
     'evaluate(small(), {{"x": np.zeros((3, 2)), "t": np.zeros(3)}}, graph={V})',
-    'generate(small(), {{"x": np.zeros((1, 2)), "t": np.zeros(1)}}, {V}, lambda o: {{"x": np.zeros(2), "t": 0}})',
+    # Bad step counts, but not huge ones: generating 2**63 steps is a long request, not a hang.
+    'generate(small(), {{"x": np.zeros((1, 2)), "t": np.zeros(1)}}, {S}, lambda o: {{"x": np.zeros(2), "t": 0}})',
     'generate(small(), {{"x": np.zeros((1, 2)), "t": np.zeros(1)}}, 2, lambda o: {V})',
     'run_pipeline(small(), {V})',
     'run_pipeline(small(), "fuse-linears{{max-duplicate-params=" + str({V}) + "}}")',
@@ -946,7 +948,7 @@ API_TEMPLATES = (
 
 def make_api_payload(rng: np.random.Generator) -> dict:
     template = _pick(rng, API_TEMPLATES)
-    return {"code": template.format(V=_pick(rng, BAD_VALUES))}
+    return {"code": template.format(V=_pick(rng, BAD_VALUES), S=_pick(rng, BAD_STEPS))}
 
 
 def run_api(payload: dict) -> tuple[str, str, str]:
