@@ -74,3 +74,62 @@ builtin.module {
     %y = tw.linear %x weight 1.0 : !tw.vec<1> -> !tw.vec<1>
   }
 }
+
+// -----
+
+// A string that never closes (xDSL's lexer backtracked exponentially here: this line hung).
+builtin.module {
+  tw.graph @unterminated_string {
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:19: unterminated string literal: the line ends before its closing '"'
+    %x = tw.input "x <-8.0, 8.0> : !tw.vec<2> and a long tail of text after the quote, more than enough to hang
+  }
+}
+
+// -----
+
+// An escape the lexer does not know.
+builtin.module {
+  tw.graph @bad_escape {
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:21: invalid escape sequence '\q' in a string literal (use \n, \t, \\, \" or two hex digits such as \0A)
+    %x = tw.input "x\q" <-8.0, 8.0> : !tw.vec<2>
+  }
+}
+
+// -----
+
+// A value sigil with no name after it.
+builtin.module {
+  tw.graph @sigil_alone {
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:5: expected a name right after '%' (such as %x or %0), got U+0020 (a space)
+    % = tw.input "x" <-8.0, 8.0> : !tw.vec<2>
+  }
+}
+
+// -----
+
+// Something that is not an op inside a graph.
+builtin.module {
+  tw.graph @not_an_op {
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:5: expected an operation, a block label such as '^bb0:' or '}' closing the region, got '42'
+    42
+  }
+}
+
+// -----
+
+// A splat that would expand to ten billion numbers is refused before it is built.
+builtin.module {
+  tw.graph @huge_splat {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:43: dense literal of type tensor<1x9999999999xf32> holds 9999999999 numbers, above the limit of {{[0-9]+}} (MAX_DENSE_ELEMENTS)
+    %y = tw.linear %x weight dense<1.0> : tensor<1x9999999999xf32> : !tw.vec<1> -> !tw.vec<1>
+  }
+}
+
+// -----
+
+// A region left open at the end of the chunk.
+builtin.module {
+  tw.graph @unclosed {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:1: unexpected end of input: a region opened with '{' is not closed (add the missing '}')
