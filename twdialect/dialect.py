@@ -9,10 +9,16 @@ Discardable attributes understood everywhere:
   `tw.annotation = "render/texture"`  hierarchical name, free at run time, carried into reports;
   `tw.scope = "loop"`, `tw.iteration = 3 : i64`  membership in a `sequential_scope` iteration;
   `tw.scope_terminal`  marks an iteration's terminal value.
+The graph verifier checks their types (what the passes and reports read).
+
+Limits (`docs/dialect.md`): a value is at most MAX_WIDTH components wide and a weight attribute
+holds at most MAX_DENSE_ELEMENTS finite f32 numbers, so no pass, oracle or lowering step is ever
+asked to allocate gigabytes; float properties and ranges (f64) are finite.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -26,8 +32,10 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     StringAttr,
+    ModuleOp,
     SymbolNameConstraint,
     UnitAttr,
+    f32,
     f64,
     i64,
 )
@@ -68,6 +76,13 @@ from xdsl.utils.exceptions import VerifyException
 
 from twdialect.dense import shape_of, to_numpy
 
+# Limits (see the module docstring). Library ops decompose into (width x 2*width) matrices, so
+# MAX_WIDTH = 4096 keeps each one of them below 2^25 entries; MAX_DENSE_ELEMENTS (2^26 f32
+# numbers, 256 MiB) bounds any one weight attribute, including a splat written as text.
+MAX_WIDTH = 1 << 12
+MAX_DENSE_ELEMENTS = 1 << 26
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 ANNOTATION = "tw.annotation"
 SCOPE = "tw.scope"
 ITERATION = "tw.iteration"
@@ -96,6 +111,9 @@ class VecType(ParametrizedAttribute, TypeAttribute):
             w = parser.parse_integer(allow_negative=False, allow_boolean=False)
             if w < 1:
                 parser.raise_error("vector width must be at least 1", pos, parser.pos)
+            if w > MAX_WIDTH:
+                parser.raise_error(f"vector width {w} exceeds the limit of {MAX_WIDTH} "
+                                   "components (MAX_WIDTH)", pos, parser.pos)
         return (IntAttr(w),)
 
     def print_parameters(self, printer: Printer) -> None:
@@ -103,8 +121,10 @@ class VecType(ParametrizedAttribute, TypeAttribute):
             printer.print_string(str(self.width.data))
 
     def verify(self) -> None:
-        if self.width.data < 1:
-            raise VerifyException(f"!tw.vec width must be at least 1, got {self.width.data}")
+        w = self.width.data
+        if not 1 <= w <= MAX_WIDTH:
+            raise TwAttributeException(f"!tw.vec width must be in [1, {MAX_WIDTH}] (MAX_WIDTH), "
+                                       f"got {w}")
 
 
 @irdl_attr_definition
@@ -137,9 +157,9 @@ class RangeAttr(ParametrizedAttribute):
     def verify(self) -> None:
         lo, hi = self.bounds
         if not (np.isfinite(lo) and np.isfinite(hi)):
-            raise VerifyException(f"#tw.range bounds must be finite, got [{lo}, {hi}]")
+            raise TwAttributeException(f"#tw.range bounds must be finite, got [{lo}, {hi}]")
         if lo > hi:
-            raise VerifyException(f"#tw.range lower bound {lo} exceeds upper bound {hi}")
+            raise TwAttributeException(f"#tw.range lower bound {lo} exceeds upper bound {hi}")
 
 
 def _fmt(x: float) -> str:
@@ -152,6 +172,12 @@ def _fmt(x: float) -> str:
     if "." not in mantissa:
         mantissa += ".0"
     return mantissa if exp is None else f"{mantissa}e{exp}"
+
+
+class TwAttributeException(VerifyException, TwError):
+    """A tw type or attribute with bad parameters (raised where it is built or parsed)."""
+
+    op = None
 
 
 def vec(width: int) -> VecType:
@@ -173,6 +199,8 @@ def width_of(value: SSAValue) -> int:
 def describe(op: Operation) -> str:
     """A short, stable identification of `op` for error messages."""
     parts = [f"'{op.name}'"]
+    if isinstance(op, GraphOp) and isinstance(op.properties.get("sym_name"), StringAttr):
+        parts.append(f"@{op.sym_name.data}")
     if op.results and op.results[0].name_hint:
         parts.append(f"%{op.results[0].name_hint}")
     block = op.parent_block()
@@ -197,8 +225,26 @@ def _fail(op: Operation, message: str):
     raise TwVerifyException(f"{describe(op)}: {message}", op)
 
 
-def _check_matrix(op, attr, name: str, rows: int | None, cols: int | None):
+def _check_dense(op, attr, name: str) -> tuple[int, ...]:
+    """Every weight is an f32 tensor of static shape whose bytes hold its elements (or one,
+    a splat), no larger than MAX_DENSE_ELEMENTS: what `twdialect.dense` and every pass read."""
+    element = attr.get_element_type()
+    if element != f32:
+        _fail(op, f"{name} must hold f32 elements, got {element}")
     shape = shape_of(attr)
+    if any(n < 1 for n in shape):
+        _fail(op, f"{name} must have a static, nonempty shape, got {list(shape)}")
+    n = math.prod(shape)
+    if n > MAX_DENSE_ELEMENTS:
+        _fail(op, f"{name} has {n} elements, above the limit of {MAX_DENSE_ELEMENTS} "
+              "(MAX_DENSE_ELEMENTS)")
+    if len(attr.data.data) not in (4, 4 * n):
+        _fail(op, f"{name} holds {len(attr.data.data)} bytes, not {n} f32 elements")
+    return shape
+
+
+def _check_matrix(op, attr, name: str, rows: int | None, cols: int | None):
+    shape = _check_dense(op, attr, name)
     if len(shape) != 2:
         _fail(op, f"{name} must be a 2-D matrix, got shape {list(shape)}")
     if rows is not None and shape[0] != rows:
@@ -209,7 +255,7 @@ def _check_matrix(op, attr, name: str, rows: int | None, cols: int | None):
 
 
 def _check_vector(op, attr, name: str, length: int):
-    shape = shape_of(attr)
+    shape = _check_dense(op, attr, name)
     if len(shape) != 1 or shape[0] != length:
         _fail(op, f"{name} must be a vector of length {length}, got shape {list(shape)}")
     _check_finite(op, attr, name)
@@ -218,6 +264,46 @@ def _check_vector(op, attr, name: str, length: int):
 def _check_finite(op, attr, name: str):
     if not np.all(np.isfinite(np.frombuffer(attr.data.data, "<f4"))):
         _fail(op, f"{name} contains a non-finite value")
+
+
+def _check_scalar(op, prop, name: str, positive: bool = False) -> float:
+    """A float property (f64): finite (passes turn it into weights), positive if asked."""
+    x = prop.value.data
+    if not np.isfinite(x):
+        _fail(op, f"{name} must be finite, got {x}")
+    if positive and not x > 0:
+        _fail(op, f"{name} must be positive, got {x}")
+    return x
+
+
+# Discardable attributes tw reads, with the attribute kind every reader assumes. The placement
+# attributes are written by `lower-to-transformer`; a hand-written one must still be well formed.
+_INT = "an integer"
+_STR = "a string"
+_UNIT = "a unit attribute (no value)"
+DISCARDABLE_KINDS: dict[str, str] = {
+    ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT,
+    "tw.layer": _INT, "tw.sublayer": _STR, "tw.heads": _INT, "tw.dims": _INT,
+    "tw.neurons": _INT, "tw.cancel": _STR, "tw.accumulate": _UNIT, "tw.n_layers": _INT,
+    "tw.floor": _INT, "tw.geometry": _STR,
+}
+_KIND_TYPES = {_INT: IntegerAttr, _STR: StringAttr, _UNIT: UnitAttr}
+
+
+def _check_discardable(op: Operation) -> None:
+    """The tw.* discardable attributes of `op` have the kinds their readers assume, and the
+    scope tags come as a pair (`sequential_scope` writes both)."""
+    attrs = op.attributes
+    for key, attr in attrs.items():
+        kind = DISCARDABLE_KINDS.get(key)
+        if kind is not None and not isinstance(attr, _KIND_TYPES[kind]):
+            _fail(op, f"attribute {key} must be {kind}, got {attr}")
+    if (SCOPE in attrs) != (ITERATION in attrs):
+        _fail(op, f"{SCOPE} and {ITERATION} go together (one names the loop, the other the "
+              "iteration)")
+    if SCOPE_TERMINAL in attrs and SCOPE not in attrs:
+        _fail(op, f"{SCOPE_TERMINAL} marks the end of a scope iteration, but the op has no "
+              f"{SCOPE}/{ITERATION}")
 
 
 class TwCanonicalization(HasCanonicalizationPatternsTrait):
@@ -254,7 +340,7 @@ class GraphOp(IRDLOperation):
 
     name = "tw.graph"
     sym_name = prop_def(SymbolNameConstraint())
-    body = region_def("single_block")
+    body = region_def()  # one block, checked by verify_ with a message naming the graph
     traits = traits_def(NoTerminator(), IsolatedFromAbove(), SymbolOpInterface())
 
     def __init__(self, name: str, ops: Sequence[Operation] = ()):
@@ -288,15 +374,21 @@ class GraphOp(IRDLOperation):
         return op
 
     def verify_(self) -> None:
+        self._verify_structure()
         inputs: dict[str, Operation] = {}
         outputs: dict[str, Operation] = {}
         defined: set[SSAValue] = set()
         for op in self.block.ops:
+            if type(op) not in _INNER_OPS:
+                _fail(op, "only tw ops may appear in a tw.graph (and no tw.graph: graphs sit "
+                      "directly in the module)")
             for i, operand in enumerate(op.operands):
                 if operand not in defined:
                     _fail(op, f"operand #{i} is used before it is defined (values must be "
                           "defined earlier in the graph's block)")
             defined.update(op.results)
+            if op.attributes:
+                _check_discardable(op)
             if isinstance(op, (InputOp, EmbeddingOp)):
                 n = op.input_name.data
                 if n in inputs:
@@ -307,8 +399,20 @@ class GraphOp(IRDLOperation):
                 if n in outputs:
                     _fail(op, f"duplicate output name \"{n}\"")
                 outputs[n] = op
-            elif not isinstance(op, TW_OPS):
-                _fail(op, "only tw ops may appear in a tw.graph")
+
+    def _verify_structure(self) -> None:
+        """A graph is a symbol of the module holding exactly one block (what every pass, the
+        oracle and the lowering iterate)."""
+        parent = self.parent_op()
+        if parent is not None and not isinstance(parent, ModuleOp):
+            _fail(self, f"a tw.graph must sit directly in a builtin.module, not in "
+                  f"'{parent.name}'")
+        if len(self.body.blocks) != 1:
+            _fail(self, f"a tw.graph holds exactly one block, got {len(self.body.blocks)}")
+        if self.block.args:
+            _fail(self, "a tw.graph's block takes no arguments (inputs are tw.input ops)")
+        if self.attributes:
+            _check_discardable(self)
 
 
 @irdl_op_definition
@@ -602,10 +706,8 @@ class CompareOp(IRDLOperation):
     def verify_(self) -> None:
         if self.x.type != self.out.type:
             _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
-        if not self.ramp.value.data > 0:
-            _fail(self, f"ramp must be positive, got {self.ramp.value.data}")
-        if not np.isfinite(self.threshold.value.data):
-            _fail(self, "threshold must be finite")
+        _check_scalar(self, self.threshold, "threshold")
+        _check_scalar(self, self.ramp, "ramp", positive=True)
 
 
 @irdl_op_definition
@@ -649,8 +751,9 @@ class ClampOp(IRDLOperation):
     def verify_(self) -> None:
         if self.x.type != self.out.type:
             _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
-        if not self.lo.value.data <= self.hi.value.data:
-            _fail(self, f"lo {self.lo.value.data} exceeds hi {self.hi.value.data}")
+        lo, hi = _check_scalar(self, self.lo, "lo"), _check_scalar(self, self.hi, "hi")
+        if not lo <= hi:
+            _fail(self, f"lo {lo} exceeds hi {hi}")
 
 
 @irdl_op_definition
@@ -674,7 +777,7 @@ class PiecewiseLinearOp(IRDLOperation):
     def verify_(self) -> None:
         if width_of(self.x) != 1:
             _fail(self, f"input must be a scalar (!tw.vec<1>), got {self.x.type}")
-        bp = shape_of(self.breakpoints)
+        bp = _check_dense(self, self.breakpoints, "breakpoints")
         if len(bp) != 1 or bp[0] < 2:
             _fail(self, f"breakpoints must be a vector of at least 2, got shape {list(bp)}")
         _check_increasing(self, self.breakpoints, "breakpoints")
@@ -708,12 +811,12 @@ class PiecewiseLinear2dOp(IRDLOperation):
             if width_of(v) != 1:
                 _fail(self, f"input {nm} must be a scalar (!tw.vec<1>), got {v.type}")
         for a, nm in ((self.xs, "xs"), (self.ys, "ys")):
-            s = shape_of(a)
+            s = _check_dense(self, a, nm)
             if len(s) != 1 or s[0] < 2:
                 _fail(self, f"{nm} must be a vector of at least 2, got shape {list(s)}")
             _check_increasing(self, a, nm)
         want = (shape_of(self.xs)[0], shape_of(self.ys)[0], width_of(self.out))
-        if shape_of(self.table) != want:
+        if _check_dense(self, self.table, "table") != want:
             _fail(self, f"table must have shape {list(want)}, got {list(shape_of(self.table))}")
         _check_finite(self, self.table, "table")
 
@@ -732,6 +835,7 @@ VIEW_OPS = (ConcatOp, SliceOp, AfterOp)
 SOURCE_OPS = (InputOp, EmbeddingOp, PosEncodingOp)
 LIBRARY_OPS = (CompareOp, SelectOp, ClampOp, PiecewiseLinearOp, PiecewiseLinear2dOp)
 TW_OPS = (GraphOp, OutputOp) + SOURCE_OPS + PRIMITIVE_OPS + (SliceOp, AfterOp) + LIBRARY_OPS
+_INNER_OPS = frozenset(TW_OPS) - {GraphOp}  # exact types: what a graph's block may hold
 
 TW = Dialect("tw", list(TW_OPS), [VecType, RangeAttr])
 

@@ -302,6 +302,144 @@ builtin.module {
 
 // -----
 
+// A tw.graph sits directly in the module: one nested in another passed the verifier and then
+// crashed six passes and tw-stats.
+builtin.module {
+  tw.graph @outer {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.graph' @inner in @outer: a tw.graph must sit directly in a builtin.module, not in 'tw.graph'
+    tw.graph @inner {
+    }
+    tw.output "y" %x : !tw.vec<1>
+  }
+}
+
+// -----
+
+// A graph holds exactly one block (generic form: the custom form always makes one).
+"builtin.module"() ({
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:3: 'tw.graph' @no_block: a tw.graph holds exactly one block, got 0
+  "tw.graph"() <{sym_name = "no_block"}> ({
+  }) : () -> ()
+}) : () -> ()
+
+// -----
+
+// tw.annotation is a string: an integer one crashed compile and tw-stats.
+builtin.module {
+  tw.graph @bad_annotation {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.relu' %r in @bad_annotation: attribute tw.annotation must be a string, got 3 : i64
+    %r = tw.relu %x {tw.annotation = 3 : i64} : !tw.vec<1>
+  }
+}
+
+// -----
+
+// tw.iteration is an integer.
+builtin.module {
+  tw.graph @bad_iteration {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.relu' %r in @bad_iteration: attribute tw.iteration must be an integer, got "first"
+    %r = tw.relu %x {tw.scope = "loop", tw.iteration = "first"} : !tw.vec<1>
+  }
+}
+
+// -----
+
+// tw.scope and tw.iteration come as a pair.
+builtin.module {
+  tw.graph @lone_scope {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.relu' %r in @lone_scope: tw.scope and tw.iteration go together
+    %r = tw.relu %x {tw.scope = "loop"} : !tw.vec<1>
+  }
+}
+
+// -----
+
+// tw.scope_terminal is a unit attribute on an op of a scope iteration.
+builtin.module {
+  tw.graph @bad_terminal {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.relu' %r in @bad_terminal: attribute tw.scope_terminal must be a unit attribute (no value), got 1 : i64
+    %r = tw.relu %x {tw.scope = "loop", tw.iteration = 0 : i64, tw.scope_terminal = 1 : i64} : !tw.vec<1>
+  }
+}
+
+// -----
+
+// A placement attribute (written by lower-to-transformer) must have its kind too.
+builtin.module {
+  tw.graph @bad_layer attributes {tw.n_layers = "two"} {
+// CHECK: verify_errors.mlir:[[# @LINE - 1]]:3: 'tw.graph' @bad_layer: attribute tw.n_layers must be an integer, got "two"
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+  }
+}
+
+// -----
+
+// Weights are f32: complex elements gave an empty message, integers were read as f32 bits.
+builtin.module {
+  tw.graph @complex_literal {
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.literal' %c in @complex_literal: literal value must hold f32 elements, got complex<f32>
+    %c = tw.literal dense<(1.0,2.0)> : tensor<1xcomplex<f32>> : !tw.vec<1>
+  }
+}
+
+// -----
+
+builtin.module {
+  tw.graph @integer_weight {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.linear' %y in @integer_weight: weight must hold f32 elements, got i32
+    %y = tw.linear %x weight dense<1> : tensor<2x1xi32> : !tw.vec<2> -> !tw.vec<1>
+  }
+}
+
+// -----
+
+builtin.module {
+  tw.graph @f16_table {
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.embedding' %e in @f16_table: embedding table must hold f32 elements, got f16
+    %e = tw.embedding "t" table dense<1.0> : tensor<3x2xf16> : !tw.vec<2>
+  }
+}
+
+// -----
+
+// A weight with an empty dimension.
+builtin.module {
+  tw.graph @dynamic_bias {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.linear' %y in @dynamic_bias: weight must have a static, nonempty shape, got [1, 0]
+    %y = tw.linear %x weight dense<> : tensor<1x0xf32> : !tw.vec<1> -> !tw.vec<1>
+  }
+}
+
+// -----
+
+// Float properties are finite (generic form: the custom form has no literal for inf).
+builtin.module {
+  tw.graph @infinite_ramp {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.compare' %c in @infinite_ramp: ramp must be finite, got inf
+    %c = "tw.compare"(%x) <{threshold = 0.0 : f64, ramp = 0x7FF0000000000000 : f64}> : (!tw.vec<1>) -> !tw.vec<1>
+  }
+}
+
+// -----
+
+builtin.module {
+  tw.graph @infinite_clamp {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.clamp' %c in @infinite_clamp: lo must be finite, got -inf
+    %c = "tw.clamp"(%x) <{lo = 0xFFF0000000000000 : f64, hi = 1.0 : f64}> : (!tw.vec<1>) -> !tw.vec<1>
+  }
+}
+
+// -----
+
 // A valid chunk between errors still prints.
 builtin.module {
   tw.graph @fine {
