@@ -5,7 +5,8 @@ residual columns of its result) and its cost (`tw.heads` for attention ops, `tw.
 head work, `tw.neurons` for MLP work); accumulating adds get `tw.accumulate`; sources get
 `tw.cols`; a value whose columns were cancelled for reuse gets `tw.cancel = "L<layer>.<sublayer>"`.
 The graph gets `tw.n_layers`, `tw.floor` and `tw.geometry`. Values are unchanged: the pass only
-annotates (FileCheck tests read the placement from here).
+annotates (FileCheck tests read the placement from here). Dead code (work no output reads) is
+not placed, so it gets no placement attributes (a dead accumulating add keeps `tw.accumulate`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def annotate_schedule(sched) -> None:
     for add in accumulating_adds(g):
         add.attributes["tw.accumulate"] = UnitAttr()
         gid = int(tg.refs[add.results[0]].group[0])
-        add.attributes["tw.cols"] = _cols(sched.cols[gid])
+        if sched.cols[gid] is not None:  # None: nothing reads the sum, it was never placed
+            add.attributes["tw.cols"] = _cols(sched.cols[gid])
     for gid in tg.sources:
-        op = tg.groups[gid].source
-        op.attributes["tw.cols"] = _cols(sched.cols[gid])
+        if sched.cols[gid] is not None:
+            tg.groups[gid].source.attributes["tw.cols"] = _cols(sched.cols[gid])
     for s, gid in sched.cancels:
         owner = tg.groups[gid].value.owner
         owner.attributes["tw.cancel"] = StringAttr(f"L{s // 2}.{'attn' if s % 2 == 0 else 'mlp'}")
@@ -68,14 +70,19 @@ class LowerToTransformerPass(ModulePass):
 
     d: int = 256
     d_head: int = 16
-    d_hidden: int = 0  # 0: 4 * d
+    d_hidden: int = 0  # 0: 4 * d (Machine's default)
     graph: str = ""  # empty: every graph in the module
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from lowering.schedule import schedule
-        from lowering.tasks import TaskGraph
+        from lowering.tasks import LoweringError, TaskGraph
 
-        machine = Machine(self.d, self.d_head, self.d_hidden or 4 * self.d)
-        for g in list(op.body.block.ops):
-            if isinstance(g, GraphOp) and (not self.graph or g.sym_name.data == self.graph):
-                annotate_schedule(schedule(TaskGraph(g), machine))
+        machine = Machine(self.d, self.d_head, self.d_hidden or None)
+        graphs = [g for g in op.body.block.ops if isinstance(g, GraphOp)]
+        chosen = [g for g in graphs if not self.graph or g.sym_name.data == self.graph]
+        if self.graph and not chosen:
+            names = ", ".join("@" + g.sym_name.data for g in graphs) or "none"
+            raise LoweringError(f"lower-to-transformer: option graph={self.graph}: no such graph "
+                                f"in the module (graphs: {names})")
+        for g in chosen:
+            annotate_schedule(schedule(TaskGraph(g), machine))
