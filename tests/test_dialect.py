@@ -16,9 +16,15 @@ from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     ClampOp,
     CompareOp,
+    EmbeddingOp,
     GraphOp,
+    InputOp,
     LinearOp,
+    OutputOp,
+    PiecewiseLinearOp,
+    RangeAttr,
     ReluOp,
+    SelectOp,
     SliceOp,
     TW_OPS,
     TwVerifyException,
@@ -253,36 +259,68 @@ def test_rejects_non_finite_weight():
         "weight contains a non-finite value")
 
 
+def _scalar_x(x):
+    """The first component of the 2-wide test input (a raw op: no builder checks)."""
+    return SliceOp.create(operands=[x], result_types=[VecType(1)],
+                          properties={"start": int_prop(0)})
+
+
 def test_rejects_non_increasing_breakpoints():
-    with pytest.raises(VerifyException, match="breakpoints must be strictly increasing"):
-        with tw.Graph("main"):
-            x = tw.input("x", 1, value_range=(-1.0, 1.0))
-            tw.piecewise_linear(x, [0.0, 1.0, 0.5], [0.0, 1.0, 2.0])
+    def ops(x):
+        s = _scalar_x(x)
+        return [s, PiecewiseLinearOp.create(
+            operands=[s.results[0]], result_types=[VecType(1)],
+            properties={"breakpoints": dense([0.0, 1.0, 0.5]), "values": dense([[0.0], [1.0], [2.0]])})]
+    _rejects(_graph_with(ops), "'tw.piecewise_linear'", "breakpoints must be strictly increasing")
 
 
-@pytest.mark.parametrize("ramp", [0.0, -0.1])
+def _compare(x, threshold: float, ramp: float) -> CompareOp:
+    return CompareOp.create(operands=[x], result_types=[x.type],
+                            properties={"threshold": float_prop(threshold), "ramp": float_prop(ramp)})
+
+
+def _clamp(x, lo: float, hi: float) -> ClampOp:
+    return ClampOp.create(operands=[x], result_types=[x.type],
+                          properties={"lo": float_prop(lo), "hi": float_prop(hi)})
+
+
+@pytest.mark.parametrize("ramp", [0.0, -0.1, float("nan")])
 def test_rejects_non_positive_ramp(ramp):
-    with pytest.raises(VerifyException, match="ramp must be positive"):
-        with tw.Graph("main"):
-            tw.compare(tw.input("x", 1, value_range=(-1.0, 1.0)), 0.0, ramp=ramp)
+    _rejects(_graph_with(lambda x: [_compare(x, 0.0, ramp)]), "'tw.compare'", "ramp must be")
+
+
+@pytest.mark.parametrize("threshold, ramp, message", [
+    (float("inf"), 0.1, "threshold must be finite"), (float("nan"), 0.1, "threshold must be finite"),
+    (0.0, float("inf"), "ramp must be finite")])
+def test_rejects_non_finite_compare_properties(threshold, ramp, message):
+    """An infinite ramp passed `ramp > 0` and decompose then divided by it."""
+    _rejects(_graph_with(lambda x: [_compare(x, threshold, ramp)]), "'tw.compare'", message)
 
 
 def test_rejects_clamp_lo_above_hi():
-    with pytest.raises(VerifyException, match="lo 1.0 exceeds hi 0.0"):
-        with tw.Graph("main"):
-            tw.clamp(tw.input("x", 1, value_range=(-1.0, 1.0)), 1.0, 0.0)
+    _rejects(_graph_with(lambda x: [_clamp(x, 1.0, 0.0)]), "'tw.clamp'", "lo 1.0 exceeds hi 0.0")
+
+
+@pytest.mark.parametrize("lo, hi, message", [
+    (float("-inf"), 1.0, "lo must be finite"), (0.0, float("inf"), "hi must be finite"),
+    (float("nan"), 1.0, "lo must be finite")])
+def test_rejects_non_finite_clamp_bounds(lo, hi, message):
+    """clamp(x, -inf, hi) verified and decompose wrote inf into its bias."""
+    _rejects(_graph_with(lambda x: [_clamp(x, lo, hi)]), "'tw.clamp'", message)
+
+
+def _input(name: str, width: int = 1):
+    return InputOp.create(result_types=[VecType(width)],
+                          properties={"name": StringAttr(name), "range": RangeAttr(-1.0, 1.0)})
 
 
 def test_rejects_duplicate_names():
-    with pytest.raises(VerifyException, match='duplicate input name "x"'):
-        with tw.Graph("main"):
-            tw.input("x", 1, value_range=(-1.0, 1.0))
-            tw.embedding("x", np.ones((3, 1)))
-    with pytest.raises(VerifyException, match='duplicate output name "y"'):
-        with tw.Graph("main"):
-            x = tw.input("x", 1, value_range=(-1.0, 1.0))
-            tw.output("y", x)
-            tw.output("y", x)
+    _rejects(_graph_with(lambda x: [EmbeddingOp.create(
+        result_types=[VecType(1)], properties={"name": StringAttr("x"), "table": dense(np.ones((3, 1)))})]),
+        'duplicate input name "x"')
+    _rejects(_graph_with(lambda x: [OutputOp.create(operands=[x], properties={"name": StringAttr("y")}),
+                                    OutputOp.create(operands=[x], properties={"name": StringAttr("y")})]),
+             'duplicate output name "y"')
 
 
 def test_rejects_use_before_def_naming_the_user():
@@ -305,11 +343,11 @@ def test_rejects_slice_out_of_range():
 
 
 def test_rejects_bad_select_condition_width():
-    with pytest.raises(VerifyException, match="condition must be 1 or 3 wide, got 2"):
-        with tw.Graph("main"):
-            c = tw.input("c", 2, value_range=(-1.0, 1.0))
-            a = tw.input("a", 3, value_range=(-1.0, 1.0))
-            tw.select(c, a, a)
+    def ops(x):
+        a = _input("a", 3)
+        a_v = a.results[0]
+        return [a, SelectOp.create(operands=[x, a_v, a_v], result_types=[a_v.type])]
+    _rejects(_graph_with(ops), "'tw.select'", "condition must be 1 or 3 wide, got 2")
 
 
 def test_rejects_non_tw_op_in_graph():
@@ -338,7 +376,7 @@ def test_rejects_zero_width_type_and_reversed_range_in_text():
 
 
 def test_builder_rejects_width_mismatch_early():
-    with pytest.raises(ValueError, match="widths differ"):
+    with pytest.raises(tw.BuilderError, match="tw.add: b must be 1 wide, got 2"):
         with tw.Graph("main"):
             tw.add(tw.input("a", 1, value_range=(0.0, 1.0)),
                    tw.input("b", 2, value_range=(0.0, 1.0)))
@@ -352,7 +390,7 @@ def test_describe_names_op_value_graph_and_annotation():
         r.name_hint = "r"
         tw.output("r", r)
     assert describe(r.owner) == "'tw.relu' %r in @g [stage/one]"
-    assert describe(g.op) == "'tw.graph'"
+    assert describe(g.op) == "'tw.graph' @g"
 
 
 def _graph_module():

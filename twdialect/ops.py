@@ -10,6 +10,12 @@
 Every function appends one op (or a few) to the innermost open `Graph` and returns the new
 SSA value. Ops are created without re-running IRDL checks (fast: big graphs are built here);
 `Graph.__exit__` verifies the finished graph unless `verify=False`.
+
+Arguments are checked at the call: a bad one raises `BuilderError` (a `TwError`) whose message
+starts with the function (`tw.linear: matrix ...`) and names the argument, so a misuse never
+surfaces later as an internal exception or a verifier error far from its cause. Values must
+come from the innermost open graph; widths are at most MAX_WIDTH and weights are finite
+float32 numbers (`docs/dialect.md`, Limits).
 """
 
 from __future__ import annotations
@@ -17,14 +23,19 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gc
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from twdialect.dense import dense, to_numpy
+from twdialect.errors import TwError
 from twdialect.dialect import (
+    FLOAT32_MAX,
+    MAX_DENSE_ELEMENTS,
+    MAX_WIDTH,
     ANNOTATION,
     ITERATION,
     SCOPE,
@@ -66,17 +77,42 @@ _annotation: list[str] = []
 _scope: list[tuple[str, int]] = []
 
 
+class BuilderError(TwError):
+    """A builder function was called with a bad argument (the message names the function and
+    the argument: `tw.slice: start ...`)."""
+
+
+def fail(fn: str, message: str):
+    raise BuilderError(f"tw.{fn}: {message}")
+
+
 class Graph:
     """Collects ops into a `tw.graph @name`; on exit the graph joins `module` (new if None)."""
 
     def __init__(self, name: str = "main", module: ModuleOp | None = None, verify: bool = True):
+        if not isinstance(name, str) or not name:
+            fail("Graph", f"name must be a non-empty string, got {name!r}")
+        if module is not None and not isinstance(module, ModuleOp):
+            fail("Graph", f"module must be a builtin ModuleOp or None, got {type(module).__name__}")
+        if not isinstance(verify, (bool, np.bool_)):
+            fail("Graph", f"verify must be a bool, got {verify!r}")
+        if module is not None and any(isinstance(op, GraphOp) and op.sym_name.data == name
+                                      for op in module.body.block.ops):
+            fail("Graph", f"name: the module already holds a graph @{name}")
         self.name = name
         self.module = module
-        self.verify = verify
+        self.verify = bool(verify)
         self.ops: list[Operation] = []
         self.op: GraphOp | None = None
+        self._owned: set[Operation] = set()  # ops built here: values from elsewhere are refused
+        self._input_names: set[str] = set()
+        self._output_names: set[str] = set()
+        self._entered = False
 
     def __enter__(self) -> Graph:
+        if self._entered:
+            fail("Graph", f"@{self.name} was already built; open a new tw.Graph")
+        self._entered = True
         _graphs.append(self)
         # Building allocates many small long-lived objects; the cyclic GC would rescan them all
         # again and again (superlinear on 10^5-op graphs). Nothing here makes garbage cycles.
@@ -85,7 +121,7 @@ class Graph:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        _graphs.pop()
+        _graphs.remove(self)
         if self._gc_was_enabled:
             gc.enable()
         if exc_type is not None:
@@ -100,26 +136,172 @@ class Graph:
         if self.verify:
             graph.verify()
 
+    def owns(self, value: SSAValue) -> bool:
+        return value.owner in self._owned
 
-def _current() -> Graph:
+
+def _current(fn: str = "Graph") -> Graph:
     if not _graphs:
-        raise RuntimeError("tw ops must be built inside `with tw.Graph(...)`")
+        fail(fn, "no graph is open: build tw ops inside `with tw.Graph(...)`")
     return _graphs[-1]
 
 
-def _emit(op: Operation) -> Operation:
+def _emit(op: Operation, fn: str = "Graph") -> Operation:
     if _annotation:
         op.attributes[ANNOTATION] = StringAttr("/".join(_annotation))
     if _scope:
         name, it = _scope[-1]
         op.attributes[SCOPE] = StringAttr(name)
         op.attributes[ITERATION] = int_prop(it)
-    _current().ops.append(op)
+    graph = _current(fn)
+    graph.ops.append(op)
+    graph._owned.add(op)
     return op
 
 
-def _one(op: Operation) -> Value:
-    return _emit(op).results[0]
+def _one(op: Operation, fn: str = "Graph") -> Value:
+    return _emit(op, fn).results[0]
+
+
+# --------------------------------------------------------------------------------------
+# Argument checks (shared with the ops library): each names the function and the argument
+# --------------------------------------------------------------------------------------
+
+
+def check_value(fn: str, v, name: str, width: int | None = None) -> Value:
+    """`v` is a tw value of the innermost open graph (and `width` wide, if given)."""
+    if not isinstance(v, SSAValue) or not isinstance(v.type, VecType):
+        fail(fn, f"{name} must be a tw value (a !tw.vec), got {type(v).__name__}")
+    if not _current(fn).owns(v):
+        fail(fn, f"{name} belongs to another graph (or one already closed): a value is used "
+             "only inside the `with tw.Graph(...)` that built it")
+    if width is not None and width_of(v) != width:
+        fail(fn, f"{name} must be {width} wide, got {width_of(v)}")
+    return v
+
+
+def check_values(fn: str, values, name: str) -> list[Value]:
+    """A non-empty sequence of tw values (a single value counts as a list of one)."""
+    if isinstance(values, SSAValue):
+        values = [values]
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, Iterator)):
+        fail(fn, f"{name} must be a list of tw values, got {type(values).__name__}")
+    values = list(values)
+    if not values:
+        fail(fn, f"{name} must not be empty")
+    for k, v in enumerate(values):
+        check_value(fn, v, f"{name}[{k}]")
+    return values
+
+
+def check_number(fn: str, x, name: str, positive: bool = False, float32: bool = False) -> float:
+    """A real number (not a bool), finite; within float32's range when it becomes a weight."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        fail(fn, f"{name} must be a number, got {x!r}")
+    f = float(x)
+    if not np.isfinite(f):
+        fail(fn, f"{name} must be finite, got {f}")
+    if float32 and not builtins.abs(f) <= FLOAT32_MAX:
+        fail(fn, f"{name} must be a float32 number (|{name}| <= {FLOAT32_MAX:.7g}), got {f}")
+    if positive and not f > 0:
+        fail(fn, f"{name} must be positive, got {f}")
+    return f
+
+
+def check_int(fn: str, x, name: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number (an int, or a float without fractional part; not a bool) in range."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        fail(fn, f"{name} must be an integer, got {x!r}")
+    if not isinstance(x, numbers.Integral) and not (np.isfinite(x) and float(x).is_integer()):
+        fail(fn, f"{name} must be an integer, got {x!r}")
+    n = int(x)
+    if n < minimum:
+        fail(fn, f"{name} must be at least {minimum}, got {n}")
+    if maximum is not None and n > maximum:
+        fail(fn, f"{name} must be at most {maximum}, got {n}")
+    return n
+
+
+def check_width(fn: str, x, name: str = "width") -> int:
+    return check_int(fn, x, name, 1, MAX_WIDTH)
+
+
+def check_name(fn: str, x, name: str = "name") -> str:
+    if not isinstance(x, str) or not x:
+        fail(fn, f"{name} must be a non-empty string, got {x!r}")
+    return x
+
+
+def check_pair(fn: str, pair, name: str, strict: bool = False) -> tuple[float, float]:
+    """(lo, hi): two numbers with lo <= hi (lo < hi when `strict`)."""
+    if isinstance(pair, (str, bytes)) or not isinstance(pair, (Sequence, np.ndarray)) \
+            or len(pair) != 2:
+        fail(fn, f"{name} must be a pair (lo, hi), got {pair!r}")
+    lo = check_number(fn, pair[0], f"{name} lower bound")
+    hi = check_number(fn, pair[1], f"{name} upper bound")
+    if not (lo < hi if strict else lo <= hi):
+        fail(fn, f"{name} must satisfy lo {'<' if strict else '<='} hi, got ({lo}, {hi})")
+    return lo, hi
+
+
+def check_choice(fn: str, x, name: str, choices: Sequence[str]) -> str:
+    if not isinstance(x, str) or x not in choices:
+        fail(fn, f"{name} must be one of {', '.join(map(repr, choices))}, got {x!r}")
+    return x
+
+
+def check_array(fn: str, a, name: str) -> np.ndarray:
+    """`a` as a float64 array of finite float32-representable reals, within the size limit."""
+    if isinstance(a, (str, bytes)) or a is None or isinstance(a, SSAValue):
+        fail(fn, f"{name} must be an array of numbers, got {type(a).__name__}")
+    try:
+        arr = np.asarray(a)
+    except (TypeError, ValueError) as e:  # ragged nesting, unconvertible objects
+        fail(fn, f"{name} must be a rectangular array of numbers ({e})")
+    if arr.dtype.kind not in "iuf":
+        fail(fn, f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.size > MAX_DENSE_ELEMENTS:
+        fail(fn, f"{name} has {arr.size} elements, above the limit of {MAX_DENSE_ELEMENTS}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.abs(arr) <= FLOAT32_MAX):
+        fail(fn, f"{name} must hold finite float32 numbers (NaN, inf or |x| > "
+             f"{FLOAT32_MAX:.7g} found)")
+    return arr
+
+
+def width(v: Value) -> int:
+    if not isinstance(v, SSAValue) or not isinstance(v.type, VecType):
+        fail("width", f"v must be a tw value (a !tw.vec), got {type(v).__name__}")
+    return width_of(v)
+
+
+def _matrix(fn: str, m, rows: int | None = None, name: str = "matrix",
+            max_cols: int | None = MAX_WIDTH) -> np.ndarray:
+    """A 2-D weight (a 1-D one reshaped to `rows` rows), nonempty, at most `max_cols` wide."""
+    a = check_array(fn, m, name)
+    if a.ndim == 1 and rows is not None and a.size and a.size % rows == 0:
+        a = a.reshape(rows, -1)
+    if a.ndim != 2:
+        fail(fn, f"{name} must be 2-D, got shape {a.shape}")
+    if rows is not None and a.shape[0] != rows:
+        fail(fn, f"{name} has {a.shape[0]} rows, expected {rows}")
+    if a.shape[0] < 1 or a.shape[1] < 1:
+        fail(fn, f"{name} must not be empty, got shape {a.shape}")
+    if max_cols is not None and a.shape[1] > max_cols:
+        fail(fn, f"{name} has {a.shape[1]} columns, above the limit of {max_cols} (MAX_WIDTH)")
+    return a
+
+
+def _row(fn: str, v, n: int | None = None, name: str = "vector") -> np.ndarray:
+    """A vector of n entries (a scalar broadcasts), or of any length 1..MAX_WIDTH."""
+    a = check_array(fn, v, name).reshape(-1)
+    if n is not None and a.size == 1 and n > 1:
+        a = np.full(n, a[0])
+    if n is not None and a.size != n:
+        fail(fn, f"{name} has {a.size} entries, expected {n}")
+    if not 1 <= a.size <= MAX_WIDTH:
+        fail(fn, f"{name} must have 1 to {MAX_WIDTH} entries, got {a.size}")
+    return a
 
 
 @contextlib.contextmanager
@@ -127,6 +309,7 @@ def annotate(name: str) -> Iterator[None]:
     """Tag every op built inside with a hierarchical name (`render/texture`).
 
     Re-entering a component that is already on the path adds nothing (no `a/b/a/b`)."""
+    check_name("annotate", name)
     parts = [p for p in name.split("/") if p]
     added = [p for p in parts if p not in _annotation]
     _annotation.extend(added)
@@ -140,7 +323,17 @@ def sequential_scope(factories: Sequence[Callable[[], Value]], name: str = "scop
     """Build loop iterations in order, tagging each one's ops with (`name`, iteration).
 
     Returns each factory's terminal value; the producing op is marked `tw.scope_terminal`.
-    The tags change no value: the `sequential-scope` pass turns them into ordering edges."""
+    The tags change no value: the `sequential-scope` pass turns them into ordering edges.
+    Each factory must return a value it built (the terminal of its own iteration)."""
+    check_name("sequential_scope", name)
+    if isinstance(factories, (str, bytes)) or not isinstance(factories, (Sequence, Iterator)):
+        fail("sequential_scope", f"factories must be a list of callables, got "
+             f"{type(factories).__name__}")
+    factories = list(factories)
+    for i, factory in enumerate(factories):
+        if not callable(factory):
+            fail("sequential_scope", f"factories[{i}] must be callable, got "
+                 f"{type(factory).__name__}")
     terminals = []
     for i, factory in enumerate(factories):
         _scope.append((name, i))
@@ -148,35 +341,14 @@ def sequential_scope(factories: Sequence[Callable[[], Value]], name: str = "scop
             t = factory()
         finally:
             _scope.pop()
-        if not isinstance(t, SSAValue):
-            raise TypeError(f"sequential_scope factory {i} must return a tw value, got {type(t)}")
+        check_value("sequential_scope", t, f"the value factories[{i}] returns")
+        tags = t.owner.attributes
+        if tags.get(SCOPE) != StringAttr(name) or tags.get(ITERATION) != int_prop(i):
+            fail("sequential_scope", f"factories[{i}] must return a value it built (the "
+                 "iteration's terminal), not one built before the scope")
         t.owner.attributes[SCOPE_TERMINAL] = UnitAttr()
         terminals.append(t)
     return terminals
-
-
-def width(v: Value) -> int:
-    return width_of(v)
-
-
-def _matrix(m, rows: int | None = None, name: str = "matrix") -> np.ndarray:
-    a = np.asarray(m, dtype=np.float64)
-    if a.ndim == 1 and rows is not None:
-        a = a.reshape(rows, -1)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
-    if rows is not None and a.shape[0] != rows:
-        raise ValueError(f"{name} has {a.shape[0]} rows, expected {rows}")
-    return a
-
-
-def _row(v, n: int | None = None, name: str = "vector") -> np.ndarray:
-    a = np.asarray(v, dtype=np.float64).reshape(-1)
-    if n is not None and a.size == 1 and n > 1:
-        a = np.full(n, a[0])
-    if n is not None and a.size != n:
-        raise ValueError(f"{name} has {a.size} entries, expected {n}")
-    return a
 
 
 # --------------------------------------------------------------------------------------
@@ -184,32 +356,61 @@ def _row(v, n: int | None = None, name: str = "vector") -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+def _new_input_name(fn: str, name) -> str:
+    check_name(fn, name)
+    graph = _current(fn)
+    if name in graph._input_names:
+        fail(fn, f"name: the graph already has an input \"{name}\" (inputs and embeddings "
+             "share one namespace)")
+    return name
+
+
 def input(name: str, width: int, value_range: tuple[float, float],  # noqa: A001
           integer: bool = False) -> Value:
     """A named per-position input of `width` floats, each within `value_range` (and an integer
     when `integer`: a promise the oracle checks and `decompose` may use)."""
-    lo, hi = value_range
+    _new_input_name("input", name)
+    n = check_width("input", width)
+    lo, hi = check_pair("input", value_range, "value_range")
+    if not isinstance(integer, (bool, np.bool_)):
+        fail("input", f"integer must be a bool, got {integer!r}")
     props = {"name": StringAttr(name), "range": RangeAttr(lo, hi)}
     if integer:
+        if np.ceil(lo) > np.floor(hi):
+            fail("input", f"value_range ({lo}, {hi}) holds no integer but integer=True")
         props["integer"] = UnitAttr()
-    return _one(InputOp.create(result_types=[VecType(width)], properties=props))
+    out = _one(InputOp.create(result_types=[VecType(n)], properties=props), "input")
+    _current()._input_names.add(name)
+    return out
 
 
 def embedding(name: str, table) -> Value:
     """A token input: the integer id at each position selects a row of `table` (V x D)."""
-    t = _matrix(table, name="embedding table")
-    return _one(EmbeddingOp.create(result_types=[VecType(t.shape[1])],
-                                   properties={"name": StringAttr(name), "table": dense(t)}))
+    _new_input_name("embedding", name)
+    t = _matrix("embedding", table, name="table")
+    out = _one(EmbeddingOp.create(result_types=[VecType(t.shape[1])],
+                                  properties={"name": StringAttr(name), "table": dense(t)}),
+               "embedding")
+    _current()._input_names.add(name)
+    return out
 
 
 def pos_encoding(width: int, max_len: int = 1024) -> Value:
     """Position features: [i, i*i, sin/cos pairs...] (see `tw.pos_encoding`)."""
-    return _one(PosEncodingOp.create(result_types=[VecType(width)],
-                                     properties={"max_len": int_prop(max_len)}))
+    n = check_width("pos_encoding", width)
+    m = check_int("pos_encoding", max_len, "max_len", 1, 2**63 - 1)
+    return _one(PosEncodingOp.create(result_types=[VecType(n)],
+                                     properties={"max_len": int_prop(m)}), "pos_encoding")
 
 
 def output(name: str, value: Value) -> None:
-    _emit(OutputOp.create(operands=[value], properties={"name": StringAttr(name)}))
+    check_name("output", name)
+    check_value("output", value, "value")
+    graph = _current("output")
+    if name in graph._output_names:
+        fail("output", f"name: the graph already has an output \"{name}\"")
+    _emit(OutputOp.create(operands=[value], properties={"name": StringAttr(name)}), "output")
+    graph._output_names.add(name)
 
 
 # --------------------------------------------------------------------------------------
@@ -218,78 +419,96 @@ def output(name: str, value: Value) -> None:
 
 
 def literal(values) -> Value:
-    v = _row(values, name="literal")
-    return _one(LiteralOp.create(result_types=[VecType(v.size)], properties={"value": dense(v)}))
+    v = _row("literal", values, name="values")
+    return _one(LiteralOp.create(result_types=[VecType(v.size)], properties={"value": dense(v)}),
+                "literal")
 
 
 def linear(x: Value, matrix, bias=None) -> Value:
     """y = x @ matrix + bias; `matrix` is (width(x), out)."""
-    m = _matrix(matrix, width_of(x), "linear weight")
+    check_value("linear", x, "x")
+    m = _matrix("linear", matrix, width_of(x), "matrix")
     props = {"weight": dense(m)}
     if bias is not None:
-        props["bias"] = dense(_row(bias, m.shape[1], "linear bias"))
-    return _one(LinearOp.create(operands=[x], result_types=[VecType(m.shape[1])], properties=props))
+        props["bias"] = dense(_row("linear", bias, m.shape[1], "bias"))
+    return _one(LinearOp.create(operands=[x], result_types=[VecType(m.shape[1])], properties=props),
+                "linear")
 
 
 def relu(x: Value) -> Value:
-    return _one(ReluOp.create(operands=[x], result_types=[x.type]))
+    check_value("relu", x, "x")
+    return _one(ReluOp.create(operands=[x], result_types=[x.type]), "relu")
 
 
 def add(a: Value, b: Value) -> Value:
-    if width_of(a) != width_of(b):
-        raise ValueError(f"add: widths differ ({width_of(a)} vs {width_of(b)})")
-    return _one(AddOp.create(operands=[a, b], result_types=[a.type]))
+    check_value("add", a, "a")
+    check_value("add", b, "b", width_of(a))
+    return _one(AddOp.create(operands=[a, b], result_types=[a.type]), "add")
 
 
 def concat(*values) -> Value:
     """Concatenate values (free: consumers read the leaves' columns). Accepts a list too."""
     if len(values) == 1 and isinstance(values[0], (list, tuple)):
         values = tuple(values[0])
+    values = check_values("concat", list(values), "values")
     if len(values) == 1:
         return values[0]
     total = builtins.sum(width_of(v) for v in values)
-    return _one(ConcatOp.create(operands=list(values), result_types=[VecType(total)]))
+    if total > MAX_WIDTH:
+        fail("concat", f"values are {total} wide together, above the limit of {MAX_WIDTH} "
+             "(MAX_WIDTH)")
+    return _one(ConcatOp.create(operands=list(values), result_types=[VecType(total)]), "concat")
 
 
 def slice(x: Value, start: int, length: int) -> Value:  # noqa: A001
     """Components [start, start + length) of x: a free view."""
-    if start == 0 and length == width_of(x):
+    check_value("slice", x, "x")
+    n = width_of(x)
+    start = check_int("slice", start, "start", 0, n - 1)
+    length = check_int("slice", length, "length", 1, n - start)
+    if start == 0 and length == n:
         return x
     return _one(SliceOp.create(operands=[x], result_types=[VecType(length)],
-                               properties={"start": int_prop(start)}))
+                               properties={"start": int_prop(start)}), "slice")
 
 
 def after(x: Value, *deps: Value) -> Value:
     """x, but available only once every value in `deps` is (an ordering-only edge)."""
-    return _one(AfterOp.create(operands=[x, *deps], result_types=[x.type]))
+    check_value("after", x, "x")
+    deps = check_values("after", list(deps), "deps")
+    return _one(AfterOp.create(operands=[x, *deps], result_types=[x.type]), "after")
 
 
 def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo) -> Value:
     """Causal attention: softmax_j((q_i Wq).(k_j Wk)) over j <= i, applied to (v_j Wv) Wo."""
-    q = _matrix(wq, width_of(query), "wq")
-    k = _matrix(wk, width_of(key), "wk")
-    v = _matrix(wv, width_of(value), "wv")
-    o = _matrix(wo, v.shape[1], "wo")
+    for v, nm in ((query, "query"), (key, "key"), (value, "value")):
+        check_value("attn", v, nm)
+    q = _matrix("attn", wq, width_of(query), "wq", None)
+    k = _matrix("attn", wk, width_of(key), "wk", None)
+    v = _matrix("attn", wv, width_of(value), "wv", None)
+    o = _matrix("attn", wo, v.shape[1], "wo")
     if q.shape[1] != k.shape[1]:
-        raise ValueError(f"attn: wq and wk must have the same width ({q.shape[1]} vs {k.shape[1]})")
+        fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
     return _one(AttnOp.create(operands=[query, key, value], result_types=[VecType(o.shape[1])],
                               properties={"wq": dense(q), "wk": dense(k), "wv": dense(v),
-                                          "wo": dense(o)}))
+                                          "wo": dense(o)}), "attn")
 
 
 def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
     """One MLP chain: relu(x W1 + b1) W2 + b2."""
-    m1 = _matrix(w1, width_of(x), "w1")
-    m2 = _matrix(w2, m1.shape[1], "w2")
+    check_value("mlp", x, "x")
+    m1 = _matrix("mlp", w1, width_of(x), "w1", None)
+    m2 = _matrix("mlp", w2, m1.shape[1], "w2")
     # Property order as the parser builds it (w1, b1, w2, b2): generic text is then identical
     # for a built and a re-parsed module.
     props = {"w1": dense(m1)}
     if b1 is not None:
-        props["b1"] = dense(_row(b1, m1.shape[1], "b1"))
+        props["b1"] = dense(_row("mlp", b1, m1.shape[1], "b1"))
     props["w2"] = dense(m2)
     if b2 is not None:
-        props["b2"] = dense(_row(b2, m2.shape[1], "b2"))
-    return _one(MlpOp.create(operands=[x], result_types=[VecType(m2.shape[1])], properties=props))
+        props["b2"] = dense(_row("mlp", b2, m2.shape[1], "b2"))
+    return _one(MlpOp.create(operands=[x], result_types=[VecType(m2.shape[1])], properties=props),
+                "mlp")
 
 
 # --------------------------------------------------------------------------------------
@@ -299,19 +518,59 @@ def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
 
 def compare(x: Value, threshold: float, ramp: float = 0.1) -> Value:
     """+1 where x >= threshold else -1, elementwise; exact outside (threshold - ramp, threshold)."""
+    check_value("compare", x, "x")
+    t = check_number("compare", threshold, "threshold")
+    r = check_number("compare", ramp, "ramp", positive=True)
     return _one(CompareOp.create(operands=[x], result_types=[x.type],
-                                 properties={"threshold": float_prop(threshold),
-                                             "ramp": float_prop(ramp)}))
+                                 properties={"threshold": float_prop(t), "ramp": float_prop(r)}),
+                "compare")
 
 
 def select(cond: Value, if_true: Value, if_false: Value) -> Value:
     """if_true where cond > 0 else if_false (cond is +/-1, 1 wide or one per component)."""
-    return _one(SelectOp.create(operands=[cond, if_true, if_false], result_types=[if_true.type]))
+    check_value("select", if_true, "if_true")
+    n = width_of(if_true)
+    check_value("select", if_false, "if_false", n)
+    check_value("select", cond, "cond")
+    if width_of(cond) not in (1, n):
+        fail("select", f"cond must be 1 or {n} wide (the branches' width), got {width_of(cond)}")
+    return _one(SelectOp.create(operands=[cond, if_true, if_false], result_types=[if_true.type]),
+                "select")
 
 
 def clamp(x: Value, lo: float, hi: float) -> Value:
+    check_value("clamp", x, "x")
+    lo_ = check_number("clamp", lo, "lo")
+    hi_ = check_number("clamp", hi, "hi")
+    if not lo_ <= hi_:
+        fail("clamp", f"lo {lo_} exceeds hi {hi_}")
     return _one(ClampOp.create(operands=[x], result_types=[x.type],
-                               properties={"lo": float_prop(lo), "hi": float_prop(hi)}))
+                               properties={"lo": float_prop(lo_), "hi": float_prop(hi_)}),
+                "clamp")
+
+
+def _grid(fn: str, points, name: str) -> np.ndarray:
+    """Breakpoints: at least 2, strictly increasing once stored as float32."""
+    g = _row(fn, points, name=name)
+    if g.size < 2:
+        fail(fn, f"{name} must have at least 2 entries, got {g.size}")
+    if np.any(np.diff(g.astype(np.float32)) <= 0):
+        fail(fn, f"{name} must be strictly increasing (as float32 numbers)")
+    return g
+
+
+def _tabulate(fn: str, values, name: str, grid_shape: tuple[int, ...], at) -> np.ndarray:
+    """`values` (or a callable evaluated at every grid point by `at`) as grid_shape + (O,)."""
+    if callable(values):
+        values = [at(values, idx) for idx in np.ndindex(*grid_shape)]
+    v = check_array(fn, values, name)
+    n = int(np.prod(grid_shape))
+    if v.size == 0 or v.size % n:
+        fail(fn, f"{name} has {v.size} entries, not a multiple of the {n} grid points")
+    v = v.reshape(grid_shape + (-1,))
+    if v.shape[-1] > MAX_WIDTH:
+        fail(fn, f"{name} gives {v.shape[-1]} outputs per point, above the limit of {MAX_WIDTH}")
+    return v
 
 
 def piecewise_linear(x: Value, breakpoints, values) -> Value:
@@ -319,26 +578,28 @@ def piecewise_linear(x: Value, breakpoints, values) -> Value:
 
     `values` is a sequence (scalar output), an array (len(breakpoints), O), or a callable
     evaluated at each breakpoint."""
-    bp = _row(breakpoints, name="breakpoints")
-    if callable(values):
-        values = [values(float(b)) for b in bp]
-    v = np.asarray(values, dtype=np.float64)
-    v = v.reshape(bp.size, -1)
+    check_value("piecewise_linear", x, "x", 1)
+    bp = _grid("piecewise_linear", breakpoints, "breakpoints")
+    v = _tabulate("piecewise_linear", values, "values", (bp.size,),
+                  lambda f, idx: f(float(bp[idx[0]])))
     return _one(PiecewiseLinearOp.create(operands=[x], result_types=[VecType(v.shape[1])],
-                                         properties={"breakpoints": dense(bp), "values": dense(v)}))
+                                         properties={"breakpoints": dense(bp), "values": dense(v)}),
+                "piecewise_linear")
 
 
 def piecewise_linear_2d(x: Value, y: Value, xs, ys, table) -> Value:
     """Triangulated interpolation of `table` (len(xs), len(ys)[, O]) on the grid xs x ys.
 
     `table` may be a callable f(x, y) evaluated at every grid vertex."""
-    gx, gy = _row(xs, name="xs"), _row(ys, name="ys")
-    if callable(table):
-        table = [[table(float(a), float(b)) for b in gy] for a in gx]
-    t = np.asarray(table, dtype=np.float64).reshape(gx.size, gy.size, -1)
+    check_value("piecewise_linear_2d", x, "x", 1)
+    check_value("piecewise_linear_2d", y, "y", 1)
+    gx = _grid("piecewise_linear_2d", xs, "xs")
+    gy = _grid("piecewise_linear_2d", ys, "ys")
+    t = _tabulate("piecewise_linear_2d", table, "table", (gx.size, gy.size),
+                  lambda f, idx: f(float(gx[idx[0]]), float(gy[idx[1]])))
     return _one(PiecewiseLinear2dOp.create(
         operands=[x, y], result_types=[VecType(t.shape[2])],
-        properties={"xs": dense(gx), "ys": dense(gy), "table": dense(t)}))
+        properties={"xs": dense(gx), "ys": dense(gy), "table": dense(t)}), "piecewise_linear_2d")
 
 
 # --------------------------------------------------------------------------------------
@@ -347,46 +608,61 @@ def piecewise_linear_2d(x: Value, y: Value, xs, ys, table) -> Value:
 
 
 def negate(x: Value) -> Value:
+    check_value("negate", x, "x")
     return multiply_const(x, -1.0)
 
 
 def multiply_const(x: Value, c: float) -> Value:
-    n = width_of(x)
-    return linear(x, np.eye(n) * c + 0.0)
+    n = width_of(check_value("multiply_const", x, "x"))
+    return linear(x, np.eye(n) * check_number("multiply_const", c, "c", float32=True) + 0.0)
 
 
 def add_const(x: Value, c) -> Value:
-    n = width_of(x)
-    return linear(x, np.eye(n), _row(c, n, "constant"))
+    n = width_of(check_value("add_const", x, "x"))
+    return linear(x, np.eye(n), _row("add_const", c, n, "c"))
 
 
 def add_scaled(a: Value, b: Value, scale_b: float = 1.0, scale_a: float = 1.0) -> Value:
     """scale_a * a + scale_b * b as one linear over concat(a, b)."""
-    n = width_of(a)
-    if width_of(b) != n:
-        raise ValueError(f"add_scaled: widths differ ({n} vs {width_of(b)})")
-    return linear(concat(a, b), np.vstack([np.eye(n) * scale_a, np.eye(n) * scale_b]))
+    n = width_of(check_value("add_scaled", a, "a"))
+    check_value("add_scaled", b, "b", n)
+    sa = check_number("add_scaled", scale_a, "scale_a", float32=True)
+    sb = check_number("add_scaled", scale_b, "scale_b", float32=True)
+    if 2 * n > MAX_WIDTH:
+        fail("add_scaled", f"a and b are {2 * n} wide together, above the limit of {MAX_WIDTH}")
+    return linear(concat(a, b), np.vstack([np.eye(n) * sa, np.eye(n) * sb]))
 
 
 def subtract(a: Value, b: Value) -> Value:
     """a - b as one linear over concat(a, b)."""
+    n = width_of(check_value("subtract", a, "a"))
+    check_value("subtract", b, "b", n)
     return add_scaled(a, b, -1.0)
 
 
 def sum(values: Sequence[Value]) -> Value:  # noqa: A001
     """Elementwise sum of equally wide values as one linear over their concat."""
-    values = list(values)
-    if not values:
-        raise ValueError("sum of no values")
+    values = check_values("sum", values, "values")
     n = width_of(values[0])
-    if any(width_of(v) != n for v in values):
-        raise ValueError("sum: all values must have the same width")
+    for k, v in enumerate(values):
+        if width_of(v) != n:
+            fail("sum", f"values[{k}] is {width_of(v)} wide, values[0] {n}: all must match")
     if len(values) == 1:
         return values[0]
+    if n * len(values) > MAX_WIDTH:
+        fail("sum", f"values are {n * len(values)} wide together, above the limit of {MAX_WIDTH}")
     return linear(concat(values), np.vstack([np.eye(n)] * len(values)))
 
 
 def weights(op_value: Value, name: str) -> np.ndarray:
     """Read a dense property of the op that produced `op_value` as a numpy array."""
-    return to_numpy(op_value.owner.properties[name])
+    if not isinstance(op_value, SSAValue) or not isinstance(op_value.owner, Operation):
+        fail("weights", f"op_value must be a tw value, got {type(op_value).__name__}")
+    prop = op_value.owner.properties.get(name) if isinstance(name, str) else None
+    if not isinstance(prop, DenseIntOrFPElementsAttr):
+        dense_names = sorted(k for k, p in op_value.owner.properties.items()
+                             if isinstance(p, DenseIntOrFPElementsAttr))
+        fail("weights", f"name must be one of {dense_names} for '{op_value.owner.name}', "
+             f"got {name!r}")
+    return to_numpy(prop)
 from twdialect.library import *  # noqa: E402,F401,F403 - the ops library: tw.abs, tw.floor_int, ...

@@ -3,7 +3,7 @@ registry of exported ops (the docs generator and the tests walk it)."""
 
 from __future__ import annotations
 
-from twdialect.errors import TwError
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -13,7 +13,7 @@ from twdialect import ops as tw
 from twdialect.dialect import PosEncodingOp, width_of
 
 
-class LibraryError(TwError):
+class LibraryError(tw.BuilderError):
     """A library op was called with arguments outside its contract (the message names the op)."""
 
 
@@ -35,52 +35,42 @@ def library_op(category: str):
     return register
 
 
-def check_value(op: str, v, name: str, width: int | None = None) -> SSAValue:
-    if not isinstance(v, SSAValue):
-        fail(op, f"{name} must be a tw value, got {type(v).__name__}")
-    if width is not None and width_of(v) != width:
-        fail(op, f"{name} must be {width} wide, got {width_of(v)}")
-    return v
+def _as_library_error(check: Callable) -> Callable:
+    """The builder's argument check `check`, raising LibraryError (what library callers catch)."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except LibraryError:
+            raise
+        except tw.BuilderError as e:
+            raise LibraryError(str(e)) from None
+
+    return checked
 
 
-def check_values(op: str, values, name: str) -> list[SSAValue]:
-    if isinstance(values, SSAValue):
-        values = [values]
-    values = list(values)
-    if not values:
-        fail(op, f"{name} must not be empty")
-    for k, v in enumerate(values):
-        check_value(op, v, f"{name}[{k}]")
-    return values
+# The builder's checks (twdialect/ops.py): a tw value of the open graph, a list of them, a
+# finite float32 number, a whole number, a (lo, hi) pair, an array of finite numbers.
+check_value = _as_library_error(tw.check_value)
+check_values = _as_library_error(tw.check_values)
+check_int = _as_library_error(tw.check_int)
+check_pair = _as_library_error(tw.check_pair)
+check_array = _as_library_error(tw.check_array)
+check_choice = _as_library_error(tw.check_choice)
 
 
 def check_bound(op: str, value, name: str, positive: bool = True) -> float:
-    try:
-        b = float(value)
-    except (TypeError, ValueError):
-        fail(op, f"{name} must be a number, got {value!r}")
-    if not np.isfinite(b):
-        fail(op, f"{name} must be finite, got {b}")
-    if positive and not b > 0:
-        fail(op, f"{name} must be positive, got {b}")
-    return b
+    return _as_library_error(tw.check_number)(op, value, name, positive)
 
 
-def check_range(op: str, lo, hi, name: str = "range") -> tuple[float, float]:
-    lo = check_bound(op, lo, f"{name} lower bound", positive=False)
-    hi = check_bound(op, hi, f"{name} upper bound", positive=False)
+def check_range(op: str, lo, hi) -> tuple[float, float]:
+    """The arguments `lo` < `hi`, both finite numbers."""
+    lo = check_bound(op, lo, "lo", positive=False)
+    hi = check_bound(op, hi, "hi", positive=False)
     if not lo < hi:
-        fail(op, f"{name} must satisfy lo < hi, got [{lo}, {hi}]")
+        fail(op, f"lo must be below hi, got lo={lo}, hi={hi}")
     return lo, hi
-
-
-def check_int(op: str, value, name: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not float(value) == int(value):
-        fail(op, f"{name} must be an integer, got {value!r}")
-    v = int(value)
-    if v < minimum:
-        fail(op, f"{name} must be at least {minimum}, got {v}")
-    return v
 
 
 class MlpChain:

@@ -23,6 +23,9 @@ from twdialect.dialect import width_of
 from twdialect.library._util import (
     MlpChain,
     check_bound,
+    check_choice,
+    check_int,
+    check_pair,
     check_range,
     check_value,
     check_values,
@@ -81,7 +84,8 @@ def switch(conds, values, max_abs: float | None = None) -> Value:
     conds = check_values("switch", conds, "conds")
     values = check_values("switch", values, "values")
     if len(conds) != len(values):
-        fail("switch", f"{len(conds)} conditions but {len(values)} values")
+        fail("switch", f"conds has {len(conds)} entries but values has {len(values)}: one "
+             "condition per value")
     n = width_of(values[0])
     for k, (c, v) in enumerate(zip(conds, values)):
         if width_of(c) != 1:
@@ -312,8 +316,7 @@ def _check_product_args(op: str, a, b, max_abs_a, max_abs_b, step, variant):
     A = check_bound(op, max_abs_a, "max_abs_a")
     B = check_bound(op, max_abs_b, "max_abs_b")
     h = check_bound(op, step, "step")
-    if variant not in ("shallow", "deep"):
-        fail(op, f"variant must be 'shallow' or 'deep', got {variant!r}")
+    check_choice(op, variant, "variant", ("shallow", "deep"))
     return A, B, h
 
 
@@ -371,13 +374,18 @@ def multiply_integers(a: Value, b: Value, max_value: int, variant: str = "shallo
     `signed_multiply` with step 1. Cost: shallow 1 MLP sublayer, 8*max_value neurons per
     component; deep 2 MLP sublayers, 4 + 4*max_value neurons.
     """
-    if isinstance(max_value, bool) or float(max_value) != int(max_value) or int(max_value) < 1:
-        fail("multiply_integers", f"max_value must be a positive integer, got {max_value!r}")
-    if (2 * int(max_value)) ** 2 >= 2 ** 24:
+    check_value("multiply_integers", a, "a")
+    check_value("multiply_integers", b, "b", width_of(a))
+    max_value = check_int("multiply_integers", max_value, "max_value", 1)
+    if (2 * max_value) ** 2 >= 2 ** 24:
         fail("multiply_integers", f"max_value {max_value} is too large for exact fp32 products")
-    if variant not in ("shallow", "deep"):
-        fail("multiply_integers", f"variant must be 'shallow' or 'deep', got {variant!r}")
+    check_choice("multiply_integers", variant, "variant", ("shallow", "deep"))
     return signed_multiply(a, b, max_value, max_value, 1.0, variant)
+
+
+# multiply_2d's grid per axis: decompose builds about (n_a + n_b) x n_a n_b weights, which
+# stays below the dialect's MAX_DENSE_ELEMENTS at 256 x 256.
+MAX_GRID = 256
 
 
 @library_op("arith")
@@ -394,11 +402,11 @@ def multiply_2d(a: Value, b: Value, a_range: tuple[float, float], b_range: tuple
     """
     check_value("multiply_2d", a, "a", 1)
     check_value("multiply_2d", b, "b", 1)
-    alo, ahi = check_range("multiply_2d", *a_range, name="a_range")
-    blo, bhi = check_range("multiply_2d", *b_range, name="b_range")
-    for nm, k in (("n_a", n_a), ("n_b", n_b)):
-        if isinstance(k, bool) or int(k) != k or k < 2:
-            fail("multiply_2d", f"{nm} must be an integer >= 2, got {k!r}")
-    xs = np.linspace(alo, ahi, int(n_a))
-    ys = np.linspace(blo, bhi, int(n_b))
+    alo, ahi = check_pair("multiply_2d", a_range, "a_range", strict=True)
+    blo, bhi = check_pair("multiply_2d", b_range, "b_range", strict=True)
+    # The grid is a table of n_a * n_b entries: bounded like any weight.
+    n_a = check_int("multiply_2d", n_a, "n_a", 2, MAX_GRID)
+    n_b = check_int("multiply_2d", n_b, "n_b", 2, MAX_GRID)
+    xs = np.linspace(alo, ahi, n_a)
+    ys = np.linspace(blo, bhi, n_b)
     return tw.piecewise_linear_2d(a, b, xs, ys, np.outer(xs, ys))

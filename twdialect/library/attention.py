@@ -23,7 +23,7 @@ from twdialect.dialect import width_of
 from twdialect.library._util import (
     check_bound,
     check_int,
-    check_range,
+    check_pair,
     check_value,
     fail,
     library_op,
@@ -76,6 +76,8 @@ def attend_to_offset(pos: Value, value: Value, offset: int) -> Value:
 def get_prev_value(pos: Value, value: Value) -> Value:
     """value at the previous position (position 0 reads itself): `attend_to_offset(pos,
     value, 1)`. Contract and cost as `attend_to_offset`."""
+    _check_positions("get_prev_value", pos)
+    check_value("get_prev_value", value, "value")
     return attend_to_offset(pos, value, 1)
 
 
@@ -104,7 +106,7 @@ def _argext(op: str, score: Value, value: Value, sign: float, gap: float,
     check_value(op, valid, "valid", 1)
     if score_range is None:
         fail(op, "the _where variants need score_range=(lo, hi) to size the validity bonus")
-    lo, hi = check_range(op, *score_range, name="score_range")
+    lo, hi = check_pair(op, score_range, "score_range", strict=True)
     # A valid key must beat every invalid one: 2 M >= (hi - lo) + gap.
     bonus = (hi - lo) + gap
     if g * (abs(lo) + abs(hi) + 2 * bonus) > 1e6:
@@ -142,6 +144,7 @@ def attend_argmax_where(valid: Value, score: Value, value: Value,
     i * exp(-30)) when the best valid score beats the other valid scores by `gap` and some
     position <= i is valid; with none valid, the argmax over all. Cost: 1 attention head.
     """
+    check_value("attend_argmax_where", valid, "valid", 1)
     return _argext("attend_argmax_where", score, value, 1.0, gap, valid, score_range)
 
 
@@ -150,6 +153,7 @@ def attend_argmin_where(valid: Value, score: Value, value: Value,
                         score_range: tuple[float, float], gap: float = 1.0) -> Value:
     """value at the valid position with the smallest score. Contract and cost as
     `attend_argmax_where`."""
+    check_value("attend_argmin_where", valid, "valid", 1)
     return _argext("attend_argmin_where", score, value, -1.0, gap, valid, score_range)
 
 

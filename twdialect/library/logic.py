@@ -13,7 +13,9 @@ from twdialect import ops as tw
 from twdialect.dialect import width_of
 from twdialect.library._util import (
     MlpChain,
+    check_array,
     check_bound,
+    check_choice,
     check_value,
     check_values,
     fail,
@@ -88,11 +90,10 @@ def equals_vector(x: Value, key, mode: str = "dot", gap: float = 1.0) -> Value:
     """
     check_value("equals_vector", x, "x")
     n = width_of(x)
-    k = np.asarray(key, dtype=np.float64).reshape(-1)
+    k = check_array("equals_vector", key, "key").reshape(-1)
     if k.size != n:
         fail("equals_vector", f"key has {k.size} entries but x is {n} wide")
-    if not np.all(np.isfinite(k)):
-        fail("equals_vector", "key must be finite")
+    check_choice("equals_vector", mode, "mode", ("dot", "integer"))
     if mode == "dot":
         g = check_bound("equals_vector", gap, "gap")
         norm2 = float(k @ k)

@@ -7,6 +7,8 @@ partial sum is an integer below 2**24).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from xdsl.ir import SSAValue
 
@@ -29,12 +31,21 @@ from twdialect.library.tables import add_index_gates
 Value = SSAValue
 
 
-def _digits(op: str, digits) -> Value:
-    return tw.concat(check_values(op, digits, "digits"))
+def _digits(op: str, digits, name: str = "digits") -> Value:
+    return tw.concat(check_values(op, digits, name))
+
+
+# Bases above 2^12 leave no room for a second digit below fp32's exact integers (2^24).
+MAX_BASE = 1 << 12
 
 
 def _check_base(op: str, base) -> int:
-    return check_int(op, base, "base", 2)
+    return check_int(op, base, "base", 2, MAX_BASE)
+
+
+def _exact_digits(base: int, n: int, factor: float = 1.0) -> bool:
+    """factor * base^n stays within fp32's exact integers (compared in logs: no overflow)."""
+    return math.log2(factor) + n * math.log2(base) <= 24
 
 
 @library_op("sequence")
@@ -48,7 +59,7 @@ def digits_to_number(digits, base: int = 10) -> Value:
     x = _digits("digits_to_number", digits)
     b = _check_base("digits_to_number", base)
     n = width_of(x)
-    if float(b) ** n > 2 ** 24:
+    if not _exact_digits(b, n):
         fail("digits_to_number", f"{n} base-{b} digits exceed fp32's exact integers")
     return tw.linear(x, (float(b) ** np.arange(n - 1, -1, -1)).reshape(n, 1))
 
@@ -64,9 +75,9 @@ def number_to_digits(x: Value, n_digits: int, base: int = 10) -> Value:
     Cost: 1 MLP sublayer, 2 (base^(n-1) - 1) neurons (n_digits <= 5 for base 10).
     """
     check_value("number_to_digits", x, "x", 1)
-    n = check_int("number_to_digits", n_digits, "n_digits", 1)
+    n = check_int("number_to_digits", n_digits, "n_digits", 1, 24)
     b = _check_base("number_to_digits", base)
-    if b ** (n - 1) > 20000:
+    if (n - 1) * math.log2(b) > math.log2(20000):
         fail("number_to_digits", f"{n} base-{b} digits need {2 * b ** (n - 1)} neurons; too many")
     chain = MlpChain(1, n)
     # floor(x / b^k) = sum over multiples t of b^k of [x >= t]; digit (LSD index k) gets
@@ -132,13 +143,13 @@ def sum_digits(a, b, base: int = 10) -> Value:
     (n <= 6 for base 10: the forms stay below 2**24).
     Cost: 1 MLP sublayer, 3n neurons.
     """
-    xa = _digits("sum_digits", a)
-    xb = _digits("sum_digits", b)
+    xa = _digits("sum_digits", a, "a")
+    xb = _digits("sum_digits", b, "b")
     n = width_of(xa)
     if width_of(xb) != n:
         fail("sum_digits", f"a has {n} digits but b has {width_of(xb)}")
     bb = _check_base("sum_digits", base)
-    if 2.0 * float(bb) ** n > 2 ** 24:
+    if not _exact_digits(bb, n, 2.0):
         fail("sum_digits", f"{n} base-{bb} digits exceed fp32's exact integers")
     chain = MlpChain(2 * n, n + 1)
 
