@@ -17,6 +17,14 @@ from torch import nn
 
 from lowering.machine import Machine
 from lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
+from twdialect.inputs import (
+    CheckedInputs,
+    InputContract,
+    InputSpec,
+    check_feedback,
+    check_inputs,
+    check_steps,
+)
 
 
 SPARSE_BELOW = 0.02  # store a projection sparse when under 2% of its entries are non-zero
@@ -91,8 +99,39 @@ class Attention(nn.Module):
         kpos = torch.arange(m, device=x.device).unsqueeze(0) + (m - (start + n))
         logits = logits.masked_fill(kpos > qpos, float("-inf"))
         p = torch.softmax(logits, dim=-1)
-        out = (p @ v).transpose(0, 1).reshape(n, h * dh)
+        out = weighted_values(p, v).transpose(0, 1).reshape(n, h * dh)
         return self.o_proj(out)
+
+
+def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """p @ v where a position with zero weight (every masked-out one) contributes exactly 0.
+
+    Plain p @ v makes 0 * nan = nan, so one non-finite value at a later position would turn
+    every earlier output into nan; outputs must not depend on later positions, whatever they
+    hold. Non-finite values with positive weight give what IEEE sums give (nan, or the
+    infinity's sign): the rule of the oracle's `twdialect.interp.weighted_values`."""
+    finite = torch.isfinite(v)
+    if bool(finite.all()):
+        return p @ v
+    out = p @ torch.where(finite, v, torch.zeros_like(v))
+    seen = (p > 0).to(v.dtype)
+    plus = seen @ (v == float("inf")).to(v.dtype)
+    minus = seen @ (v == float("-inf")).to(v.dtype)
+    nan = ((seen @ torch.isnan(v).to(v.dtype)) > 0) | ((plus > 0) & (minus > 0))
+    inf = torch.full_like(out, float("inf"))
+    out = torch.where(plus > 0, inf, torch.where(minus > 0, -inf, out))
+    return torch.where(nan, torch.full_like(out, float("nan")), out)
+
+
+def _contract_of(schedule, sources: list[SourceSlot]) -> InputContract:
+    """The compiled graph's declared input contract; from the source slots alone (widths and
+    vocabularies, no ranges) when the model was built without its schedule."""
+    if schedule is not None:
+        return InputContract.of(schedule.tg.graph)
+    return InputContract(tuple(
+        InputSpec(s.name, s.kind, len(s.cols) if s.kind == "input" else 1,
+                  vocab=s.table.shape[0] if s.table is not None else 0)
+        for s in sources if s.kind != "pos"))
 
 
 class Mlp(nn.Module):
@@ -120,10 +159,13 @@ class Layer(nn.Module):
 
 
 class CompiledTransformer(nn.Module):
-    """A compiled tw graph. `run(inputs)` has the contract of `twdialect.evaluate`."""
+    """A compiled tw graph. `run(inputs)` has the contract of `twdialect.evaluate`: the same
+    inputs are accepted or refused with the same message (`twdialect.inputs.check_inputs`),
+    since the contract is read from the compiled graph's own declarations."""
 
     def __init__(self, machine: Machine, weights: list[LayerWeights], sources: list[SourceSlot],
-                 outputs: list[OutputSlot], stats=None, schedule=None):
+                 outputs: list[OutputSlot], stats=None, schedule=None,
+                 contract: InputContract | None = None):
         super().__init__()
         self.machine = machine
         self.layers = nn.ModuleList(Layer(w, machine.d_head) for w in weights)
@@ -131,6 +173,7 @@ class CompiledTransformer(nn.Module):
         self.outputs = outputs
         self.stats = stats
         self.schedule = schedule
+        self.contract = contract or _contract_of(schedule, sources)
         self.snapshots: list[torch.Tensor] | None = None
 
     @property
@@ -138,46 +181,24 @@ class CompiledTransformer(nn.Module):
         return len(self.layers)
 
     # -- the input stage ------------------------------------------------------------------
-    def embed(self, inputs: Mapping[str, np.ndarray], start: int = 0) -> torch.Tensor:
-        """The residual stream before layer 0 for positions start..start+n-1."""
+    def embed(self, inputs: Mapping[str, np.ndarray] | CheckedInputs, start: int = 0,
+              on_out_of_range: str = "error", n_positions: int | None = None) -> torch.Tensor:
+        """The residual stream before layer 0 for positions start..start+n-1. `inputs` are
+        checked against the graph's contract (see `run`) unless already checked."""
+        if not isinstance(inputs, CheckedInputs):
+            inputs = check_inputs(self.contract, inputs, on_out_of_range, n_positions, start)
         m = self.machine
-        n = None
-        cols: list[tuple[np.ndarray, np.ndarray]] = []
-        for s in self.sources:
-            if s.kind == "pos":
-                continue
-            if s.name not in inputs:
-                raise ValueError(f"missing input \"{s.name}\"")
-            a = np.asarray(inputs[s.name])
-            if s.kind == "embedding":
-                ids = a.reshape(-1)
-                if ids.size and (not np.all(ids == np.round(ids)) or ids.min() < 0
-                                 or ids.max() >= s.table.shape[0]):
-                    raise ValueError(f"token input \"{s.name}\" must hold integer ids in "
-                                     f"[0, {s.table.shape[0]})")
-                vals = s.table[ids.astype(np.int64)]
-            else:
-                vals = a.reshape(a.shape[0], -1) if a.ndim <= 1 else a
-                if vals.shape[1] != len(s.cols):
-                    raise ValueError(f"input \"{s.name}\" must be shaped (n_positions, "
-                                     f"{len(s.cols)}), got {a.shape}")
-            if n is None:
-                n = vals.shape[0]
-            elif vals.shape[0] != n:
-                raise ValueError(f"input \"{s.name}\" has {vals.shape[0]} positions, expected {n}")
-            cols.append((s.cols, vals))
-        if n is None:
-            n = int(inputs.get("__n_positions__", 0)) if isinstance(inputs, dict) else 0
-            if n <= 0:
-                raise ValueError("the graph has no inputs: pass __n_positions__")
+        n = inputs.n_positions
         x = np.zeros((n, m.d), np.float32)
         x[:, m.CONST_COL] = 1.0
         x[:, m.POS_COL] = np.arange(start, start + n)
-        for c, vals in cols:
-            x[:, c] = vals
         for s in self.sources:
             if s.kind == "pos":
                 x[:, s.cols] = position_rows(start, n, s.pos_width)[:, 1:]
+            elif s.kind == "embedding":
+                x[:, s.cols] = s.table[inputs.values[s.name]]
+            else:
+                x[:, s.cols] = inputs.values[s.name]
         return torch.from_numpy(x).to(self.device)
 
     @property
@@ -206,32 +227,31 @@ class CompiledTransformer(nn.Module):
             self.snapshots = snaps
         return x
 
-    def run(self, inputs: Mapping[str, np.ndarray], n_positions: int | None = None
-            ) -> dict[str, np.ndarray]:
-        feeds = dict(inputs)
-        if n_positions is not None:
-            feeds["__n_positions__"] = n_positions
-        return self.read_outputs(self.forward(self.embed(feeds)))
+    def run(self, inputs: Mapping[str, np.ndarray], n_positions: int | None = None,
+            on_out_of_range: str = "error") -> dict[str, np.ndarray]:
+        """The outputs at every position, as `twdialect.evaluate` gives them: inputs outside
+        the graph's promises raise a one-line EvaluationError; `on_out_of_range="clamp"`
+        clamps values into their declared ranges, `"unchecked"` feeds them as they are (the
+        match with the oracle is then not promised)."""
+        return self.read_outputs(self.forward(self.embed(inputs, 0, on_out_of_range,
+                                                         n_positions)))
 
     def generate(self, inputs: Mapping[str, np.ndarray], steps: int,
-                 feedback: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+                 feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
+                 on_out_of_range: str = "error", n_positions: int | None = None
                  ) -> dict[str, np.ndarray]:
         """Prefill `inputs`, then `steps` times feed `feedback(last outputs)` back as the next
-        position, with a KV cache. Same contract as `twdialect.generate`."""
+        position, with a KV cache. Same contract as `twdialect.generate`: every step's inputs
+        are checked, fed-back reals stay real, a bad feedback is one line."""
+        steps = check_steps(steps)
         caches = [[None, None] for _ in self.layers]
-        x = self.forward(self.embed(inputs), caches, 0)
-        outs = self.read_outputs(x)
+        x = self.forward(self.embed(inputs, 0, on_out_of_range, n_positions), caches, 0)
         pos = x.shape[0]
-        rows = [outs]
+        rows = [self.read_outputs(x)]
         for _ in range(steps):
-            nxt = feedback({k: v[-1] for k, v in rows[-1].items()})
-            step_inputs = {k: np.asarray(v).reshape((1,) + np.asarray(v).shape) if
-                           np.asarray(v).ndim == 1 else np.asarray(v).reshape(1, -1)
-                           for k, v in nxt.items()}
-            for s in self.sources:
-                if s.kind == "embedding" and s.name in nxt:
-                    step_inputs[s.name] = np.asarray(nxt[s.name]).reshape(1)
-            x = self.forward(self.embed(step_inputs, pos), caches, pos)
+            nxt = check_feedback(self.contract, feedback({k: v[-1] for k, v in rows[-1].items()}),
+                                 pos, on_out_of_range)
+            x = self.forward(self.embed(nxt, pos), caches, pos)
             pos += 1
             rows.append(self.read_outputs(x))
         return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}

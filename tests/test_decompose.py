@@ -239,12 +239,13 @@ def test_select_condition_within_tolerance_suppresses_losing_branch():
     a = np.array([[5.0, -3.0], [5.0, 5.0], [1.0, 2.0], [-3.0, 5.0]])
     b = np.array([[-3.0, 5.0], [4.0, -2.0], [5.0, 5.0], [0.0, -3.0]])
     decomposed(module)
-    got = evaluate(module, {"c": c, "a": a, "b": b})["y"]
+    # c strays past [-1, 1] on purpose (the tolerance is the point): unchecked inputs.
+    got = evaluate(module, {"c": c, "a": a, "b": b}, on_out_of_range="unchecked")["y"]
     want = np.where(c > 0, a, b)
     k = 8.0  # smallest power of two with K (2 - tolerance) >= 8 (range width; o = lo)
     assert np.all(np.abs(got - want) <= delta * k + 1e-12)
     # With the a branch changed arbitrarily, the c ~ -1 rows do not move.
-    got2 = evaluate(module, {"c": c, "a": -a + 2.0, "b": b})["y"]
+    got2 = evaluate(module, {"c": c, "a": -a + 2.0, "b": b}, on_out_of_range="unchecked")["y"]
     np.testing.assert_array_equal(got2[:2], got[:2])
 
 
@@ -352,7 +353,7 @@ def test_pwl_collinear_and_constant():
     np.testing.assert_allclose(dec, ideal, atol=1e-12)
     assert mlps(module)[0].hidden == 2  # the slope changes only at the two ends
     module = single_op_graph(lambda x: tw.piecewise_linear(x, [0.0, 1.0], [1.5, 1.5]))
-    ideal, dec = run_both(module, [-1.0, 0.5, 9.0])
+    ideal, dec = run_both(module, [-1.0, 0.5, 8.0])
     np.testing.assert_allclose(dec, ideal, atol=1e-12)
 
 
@@ -403,9 +404,10 @@ def test_pwl2d_corners_cells_diagonals_and_outside():
     interior = rng.uniform([-1, 0], [2, 3], (200, 2))
     pts = np.concatenate([corners, diag, outside, interior])
     feeds = {"x": pts[:, :1], "y": pts[:, 1:]}
-    ideal = evaluate(g.module, feeds)["z"]
+    ideal = evaluate(g.module, feeds, on_out_of_range="unchecked")["z"]  # `outside` on purpose
     decomposed(g.module)
-    np.testing.assert_allclose(evaluate(g.module, feeds)["z"], ideal, atol=1e-6)
+    np.testing.assert_allclose(evaluate(g.module, feeds, on_out_of_range="unchecked")["z"],
+                               ideal, atol=1e-6)
     first, second = mlps(g.module)
     assert second.x is first.out  # two chained MLPs
     assert first.hidden == 2 * (3 - 1) + 2 * (4 - 1)

@@ -7,8 +7,7 @@ to primitives under the contracts in `twdialect/contracts.py`.
 
 from __future__ import annotations
 
-from twdialect.errors import TwError
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -38,10 +37,14 @@ from twdialect.dialect import (
     describe,
     width_of,
 )
-
-
-class EvaluationError(TwError):
-    """Bad inputs for a graph (missing, wrong shape, out of vocabulary)."""
+from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
+    CheckedInputs,
+    EvaluationError,
+    InputContract,
+    check_feedback,
+    check_inputs,
+    check_steps,
+)
 
 
 def find_graph(module: ModuleOp | GraphOp, graph: str = "main") -> GraphOp:
@@ -78,7 +81,25 @@ def causal_attention(q, k, v, wq, wk, wv, wo) -> np.ndarray:
     logits -= logits.max(axis=1, keepdims=True)
     p = np.exp(logits)
     p /= p.sum(axis=1, keepdims=True)
-    return p @ ((v @ wv) @ wo)
+    return weighted_values(p, v @ wv) @ wo
+
+
+def weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """p @ v where a position with zero weight contributes exactly 0, whatever v holds there.
+
+    Plain p @ v turns 0 * nan into nan, so one non-finite value at a later (masked) position
+    would spoil every earlier output; causality must not depend on what later positions hold.
+    Where a non-finite value has positive weight, the result is what IEEE sums give (nan, or
+    the infinity's sign). The compiled model's attention applies the same rule."""
+    finite = np.isfinite(v)
+    if finite.all():
+        return p @ v
+    out = p @ np.where(finite, v, 0.0)
+    seen = (p > 0).astype(np.float64)
+    plus, minus = seen @ (v == np.inf), seen @ (v == -np.inf)
+    nan = (seen @ np.isnan(v) > 0) | ((plus > 0) & (minus > 0))
+    out = np.where(plus > 0, np.inf, np.where(minus > 0, -np.inf, out))
+    return np.where(nan, np.nan, out)
 
 
 def pwl_1d(x: np.ndarray, bp: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -151,90 +172,82 @@ def evaluate_op(op: Operation, args: list[np.ndarray], n: int, feeds: Mapping) -
     raise EvaluationError(f"{describe(op)}: the interpreter has no meaning for this op")
 
 
-def _check_inputs(graph: GraphOp, inputs: Mapping[str, np.ndarray], n_positions: int | None):
-    feeds: dict[str, np.ndarray] = {}
-    n = n_positions
+def _feeds(graph: GraphOp, checked: CheckedInputs) -> dict[str, np.ndarray]:
+    """The source values: inputs as checked, token ids looked up in their tables."""
+    feeds = dict(checked.values)
     for op in graph.block.ops:
-        if isinstance(op, InputOp):
+        if isinstance(op, EmbeddingOp):
             name = op.input_name.data
-            if name not in inputs:
-                raise EvaluationError(f"missing input \"{name}\"")
-            a = np.asarray(inputs[name], dtype=np.float64)
-            w = width_of(op.out)
-            if a.ndim == 1 and w == 1:
-                a = a[:, None]
-            if a.ndim != 2 or a.shape[1] != w:
-                raise EvaluationError(f"input \"{name}\" must be shaped (n_positions, {w}), "
-                                      f"got {a.shape}")
-            if op.integer is not None and not np.all(a == np.round(a)):
-                raise EvaluationError(f"input \"{name}\" is declared integer but holds "
-                                      "non-integer values")
-            feeds[name] = a
-        elif isinstance(op, EmbeddingOp):
-            name = op.input_name.data
-            if name not in inputs:
-                raise EvaluationError(f"missing token input \"{name}\"")
-            ids = np.asarray(inputs[name]).reshape(-1)
-            table = _p(op, "table")
-            if ids.size and (not np.all(ids == np.round(ids)) or ids.min() < 0
-                             or ids.max() >= table.shape[0]):
-                raise EvaluationError(f"token input \"{name}\" must hold integer ids in "
-                                      f"[0, {table.shape[0]})")
-            feeds[name] = table[ids.astype(np.int64)]
-        else:
-            continue
-        m = feeds[name].shape[0]
-        if n is None:
-            n = m
-        elif m != n:
-            raise EvaluationError(f"input \"{name}\" has {m} positions, expected {n}")
-    if n is None:
-        raise EvaluationError("the graph has no inputs: pass n_positions")
-    return feeds, n
+            feeds[name] = _p(op, "table")[checked.values[name]]
+    return feeds
 
 
-def evaluate_values(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
-                    n_positions: int | None = None) -> dict[SSAValue, np.ndarray]:
-    """Every SSA value of the graph (the probe compares compiled values against these)."""
-    g = find_graph(module, graph)
-    feeds, n = _check_inputs(g, inputs, n_positions)
+def _values(graph: GraphOp, checked: CheckedInputs) -> dict[SSAValue, np.ndarray]:
+    feeds = _feeds(graph, checked)
+    n = checked.n_positions
     values: dict[SSAValue, np.ndarray] = {}
-    for op in g.block.ops:
+    for op in graph.block.ops:
         if isinstance(op, OutputOp):
             continue
-        result = evaluate_op(op, [values[v] for v in op.operands], n, feeds)
-        values[op.results[0]] = result
+        values[op.results[0]] = evaluate_op(op, [values[v] for v in op.operands], n, feeds)
     return values
 
 
-def evaluate(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
-             n_positions: int | None = None) -> dict[str, np.ndarray]:
-    """Run graph `graph` of `module` on `inputs` ({name: (n_positions, width)}; token inputs
-    take integer ids shaped (n_positions,)). Returns {output name: (n_positions, width)}."""
+def _outputs(graph: GraphOp, checked: CheckedInputs) -> dict[str, np.ndarray]:
+    values = _values(graph, checked)
+    return {op.output_name.data: values[op.value] for op in graph.block.ops
+            if isinstance(op, OutputOp)}
+
+
+def evaluate_values(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
+                    n_positions: int | None = None, on_out_of_range: str = "error"
+                    ) -> dict[SSAValue, np.ndarray]:
+    """Every SSA value of the graph (the probe compares compiled values against these).
+    Inputs are checked as by `evaluate`."""
     g = find_graph(module, graph)
-    feeds, n = _check_inputs(g, inputs, n_positions)
-    values: dict[SSAValue, np.ndarray] = {}
-    outputs: dict[str, np.ndarray] = {}
-    for op in g.block.ops:
-        if isinstance(op, OutputOp):
-            outputs[op.output_name.data] = values[op.value]
-            continue
-        values[op.results[0]] = evaluate_op(op, [values[v] for v in op.operands], n, feeds)
-    return outputs
+    return _values(g, check_inputs(g, inputs, on_out_of_range, n_positions))
 
 
-def generate(module, inputs: Mapping[str, np.ndarray], steps: int, feedback,
-             graph: str = "main") -> dict[str, np.ndarray]:
+def evaluate(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
+             n_positions: int | None = None, on_out_of_range: str = "error"
+             ) -> dict[str, np.ndarray]:
+    """Run graph `graph` of `module` on `inputs` ({name: (n_positions, width)}; token inputs
+    take integer ids shaped (n_positions,)). Returns {output name: (n_positions, width)}.
+
+    The inputs must keep the graph's promises (`twdialect.inputs`): every input present and no
+    other, finite, integer where declared `integer`, inside the declared range, token ids in
+    the vocabulary, at least one position; anything else raises a one-line EvaluationError.
+    `on_out_of_range="clamp"` clamps values into their declared ranges instead of refusing
+    them; `"unchecked"` feeds values as they are. `n_positions` is needed only by a graph
+    without inputs."""
+    g = find_graph(module, graph)
+    return _outputs(g, check_inputs(g, inputs, on_out_of_range, n_positions))
+
+
+def generate(module, inputs: Mapping[str, np.ndarray], steps: int,
+             feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
+             graph: str = "main", on_out_of_range: str = "error",
+             n_positions: int | None = None) -> dict[str, np.ndarray]:
     """Autoregressive oracle: after the prompt `inputs`, `steps` times feed
-    `feedback(last_outputs) -> next inputs` (each output/input one position: (width,) arrays,
-    token inputs a scalar id) as a new position. Returns the outputs at every position."""
-    feeds = {k: np.asarray(v) for k, v in inputs.items()}
-    outputs = evaluate(module, feeds, graph)
+    `feedback(last_outputs) -> next inputs` (each output one position, a (width,) array; the
+    feedback gives every input for one position: a (width,) array, a number for a width-1
+    input, a token id for a token input) as a new position. Returns the outputs at every
+    position.
+
+    Fed-back values are checked like the prompt (`on_out_of_range` as in `evaluate`) and kept
+    as they are: a real value stays real; an `integer` input or a token id that is not an
+    integer is refused, never rounded. A feedback that returns nothing, or misses, misnames or
+    misshapes an input, is refused with a line saying what it returned. `n_positions` is the
+    prompt length of a graph without inputs."""
+    g = find_graph(module, graph)
+    steps = check_steps(steps)
+    contract = InputContract.of(g)
+    checked = check_inputs(contract, inputs, on_out_of_range, n_positions)
+    outputs = _outputs(g, checked)
     for _ in range(steps):
-        nxt = feedback({k: v[-1] for k, v in outputs.items()})
-        for k, v in nxt.items():
-            cur = feeds[k]
-            row = np.asarray(v).reshape((1,) + cur.shape[1:])
-            feeds[k] = np.concatenate([cur, row.astype(cur.dtype)], axis=0)
-        outputs = evaluate(module, feeds, graph)
+        row = check_feedback(contract, feedback({k: v[-1] for k, v in outputs.items()}),
+                             checked.n_positions, on_out_of_range)
+        checked = CheckedInputs({k: np.concatenate([v, row.values[k]], axis=0)
+                                 for k, v in checked.values.items()}, checked.n_positions + 1)
+        outputs = _outputs(g, checked)
     return outputs

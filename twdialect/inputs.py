@@ -1,0 +1,324 @@
+"""The run-time input contract of a graph, in one place for the oracle and a compiled model.
+
+A graph's sources make promises that analyses and the lowering rely on: a `tw.input` holds
+finite numbers inside its declared `#tw.range` (integers when declared `integer`), a
+`tw.embedding` reads integer token ids in [0, vocab), a `tw.pos_encoding` sees positions below
+its `max_len`. A value that breaks a promise gives no answer the compiled model is held to (the
+decomposed compare in a select can answer -2 where the oracle says -30), so both the oracle
+(`twdialect.interp`) and `CompiledTransformer` (`lowering/model.py`) pass their inputs through
+`check_inputs` and refuse the same inputs with the same one-line `EvaluationError`.
+
+`on_out_of_range` says what to do with a value outside its declared range:
+
+* ``"error"`` (the default): refuse, naming the input, position, component, value and range;
+* ``"clamp"``: clamp it into the range (to the integers in it for an `integer` input);
+* ``"unchecked"``: feed it as it is, and skip the finiteness, integrality and `max_len`
+  checks too; the compiled model is then no longer promised to match the oracle (a
+  debugging and stress-testing aid).
+
+Names, shapes, dtypes (real numbers only: no booleans, complex numbers, strings or objects),
+a common number of positions (at least one) and token ids (integers in [0, vocab)) are
+checked in every mode: nothing else can be fed at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from twdialect.errors import TwError
+
+ON_OUT_OF_RANGE = ("error", "clamp", "unchecked")
+
+
+class EvaluationError(TwError):
+    """Bad inputs for a graph (missing, unknown, wrong shape or dtype, outside the declared
+    range, not integer where promised, out of vocabulary, empty)."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One source the caller feeds: a `tw.input` ("input") or a `tw.embedding` ("embedding")."""
+
+    name: str
+    kind: str
+    width: int  # components per position (1 for a token id)
+    lo: float = -np.inf
+    hi: float = np.inf
+    integer: bool = False
+    vocab: int = 0  # embedding table rows
+
+    def expected(self) -> str:
+        """What one position of this source must be, for error messages."""
+        if self.kind == "embedding":
+            return f"token input \"{self.name}\": one id in [0, {self.vocab}) per position"
+        kind = "integers" if self.integer else "numbers"
+        return (f"input \"{self.name}\": shape (n_positions, {self.width}), {kind} in "
+                f"[{_num(self.lo)}, {_num(self.hi)}]")
+
+
+@dataclass(frozen=True)
+class InputContract:
+    """Every source a graph reads from its caller, and the longest sequence it promises to
+    handle (the smallest `tw.pos_encoding` max_len; None without one)."""
+
+    specs: tuple[InputSpec, ...]
+    max_len: int | None = None
+
+    @staticmethod
+    def of(graph) -> InputContract:
+        """The contract a `tw.graph` declares."""
+        from twdialect.dense import shape_of
+        from twdialect.dialect import EmbeddingOp, InputOp, PosEncodingOp, width_of
+
+        specs: list[InputSpec] = []
+        max_len = None
+        for op in graph.block.ops:
+            if isinstance(op, InputOp):
+                lo, hi = op.range.bounds
+                specs.append(InputSpec(op.input_name.data, "input", width_of(op.out), lo, hi,
+                                       op.integer is not None))
+            elif isinstance(op, EmbeddingOp):
+                specs.append(InputSpec(op.input_name.data, "embedding", 1,
+                                       vocab=shape_of(op.table)[0]))
+            elif isinstance(op, PosEncodingOp):
+                m = op.max_len.value.data
+                max_len = m if max_len is None else min(max_len, m)
+        return InputContract(tuple(specs), max_len)
+
+    def names(self) -> str:
+        return ", ".join(f"\"{s.name}\"" for s in self.specs) or "none"
+
+    def describe(self) -> str:
+        return "; ".join(s.expected() for s in self.specs) or "no inputs"
+
+
+@dataclass
+class CheckedInputs:
+    """Inputs that keep the contract: {name: float64 (n, width)} for inputs, {name: int64 (n,)}
+    token ids for embeddings, all with `n_positions` (>= 1) positions."""
+
+    values: dict[str, np.ndarray]
+    n_positions: int
+
+
+def check_inputs(contract, inputs, on_out_of_range: str = "error",
+                 n_positions: int | None = None, start: int = 0) -> CheckedInputs:
+    """Check `inputs` ({name: array}) against `contract` (an InputContract or a `tw.graph`) and
+    return them converted (see the module docstring for what is checked and for
+    `on_out_of_range`). `n_positions` is needed only by a graph without inputs; `start` is the
+    absolute position of the first row (a KV-cache step), used by messages and `max_len`.
+    Raises EvaluationError with one line naming the input, position and component at fault."""
+    if not isinstance(contract, InputContract):
+        contract = InputContract.of(contract)
+    mode = _check_mode(on_out_of_range)
+    if not isinstance(inputs, Mapping):
+        raise EvaluationError(f"inputs must be a mapping {{name: array}}, got "
+                              f"{type(inputs).__name__} (the graph's inputs: {contract.names()})")
+    _check_names(contract, inputs)
+    n = _check_n_positions(n_positions)
+    values: dict[str, np.ndarray] = {}
+    for spec in contract.specs:
+        a = _shaped(spec, _real_array(spec, inputs[spec.name]))
+        if n is None:
+            n = a.shape[0]
+        elif a.shape[0] != n:
+            raise EvaluationError(f"{_what(spec)} has {a.shape[0]} positions, expected {n} "
+                                  "(every input needs the same number of positions)")
+        if n == 0:
+            raise EvaluationError(f"{_what(spec)} has no positions: a sequence needs at "
+                                  "least one")
+        values[spec.name] = (_token_ids(spec, a, start) if spec.kind == "embedding"
+                             else _promised_values(spec, a, start, mode))
+    if n is None:
+        raise EvaluationError("the graph has no inputs: pass n_positions (at least 1)")
+    if mode != "unchecked" and contract.max_len is not None and start + n > contract.max_len:
+        raise EvaluationError(f"position {start + n - 1} is beyond the graph's tw.pos_encoding "
+                              f"max_len {contract.max_len} (positions 0..{contract.max_len - 1});"
+                              " declare a larger max_len or feed a shorter sequence")
+    return CheckedInputs(values, n)
+
+
+def check_feedback(contract, returned, position: int, on_out_of_range: str = "error"
+                   ) -> CheckedInputs:
+    """One position fed back by a `generate` feedback function, checked like any input.
+
+    The feedback must return {name: value} for every input: a (width,) array (a number for a
+    width-1 input) or a token id. Anything else is one line saying what it returned and what
+    was expected."""
+    if not isinstance(contract, InputContract):
+        contract = InputContract.of(contract)
+    where = f"generate: the feedback for position {position}"
+    if not isinstance(returned, Mapping) or (not returned and contract.specs):
+        got = "nothing" if returned is None or (isinstance(returned, Mapping) and not returned) \
+            else f"a {type(returned).__name__}"
+        raise EvaluationError(f"{where} returned {got}; it must return {{name: value}} with "
+                              f"one position of every input ({contract.describe()})")
+    try:
+        rows = {k: _one_position(contract, k, v) for k, v in returned.items()}
+        return check_inputs(contract, rows, on_out_of_range, n_positions=1, start=position)
+    except EvaluationError as e:
+        raise EvaluationError(f"{where}: {e}") from None
+
+
+def check_steps(steps) -> int:
+    """`generate`'s step count: a non-negative integer."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise EvaluationError(f"generate: steps must be a non-negative integer, got {steps!r}")
+    return int(steps)
+
+
+# -- the checks, one promise each --------------------------------------------------------------
+
+
+def _check_mode(on_out_of_range) -> str:
+    if on_out_of_range not in ON_OUT_OF_RANGE:
+        raise EvaluationError(f"on_out_of_range={on_out_of_range!r} is not one of "
+                              + ", ".join(f"\"{m}\"" for m in ON_OUT_OF_RANGE))
+    return on_out_of_range
+
+
+def _check_names(contract: InputContract, inputs: Mapping) -> None:
+    known = {s.name for s in contract.specs}
+    for key in inputs:
+        if key not in known:
+            raise EvaluationError(f"unknown input {_quote(key)} (the graph's inputs: "
+                                  f"{contract.names()})")
+    for spec in contract.specs:
+        if spec.name not in inputs:
+            raise EvaluationError(f"missing {spec.expected()}")
+
+
+def _check_n_positions(n_positions) -> int | None:
+    if n_positions is None:
+        return None
+    if isinstance(n_positions, bool) or not isinstance(n_positions, (int, np.integer)):
+        raise EvaluationError(f"n_positions must be an integer, got {n_positions!r}")
+    if n_positions < 1:
+        raise EvaluationError(f"n_positions is {n_positions}: a sequence needs at least one "
+                              "position")
+    return int(n_positions)
+
+
+def _real_array(spec: InputSpec, value) -> np.ndarray:
+    """`value` as a float64 array, refusing anything that is not real numbers."""
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as e:  # ragged nesting and the like
+        raise EvaluationError(f"{_what(spec)} is not an array of numbers "
+                              f"({str(e).splitlines()[0]})") from None
+    if a.dtype.kind == "O":
+        if not all(_is_real(x) for x in a.reshape(-1).tolist()):
+            bad = next(x for x in a.reshape(-1).tolist() if not _is_real(x))
+            raise EvaluationError(f"{_what(spec)} holds {type(bad).__name__} values, not real "
+                                  "numbers")
+        a = a.astype(np.float64)
+    kinds = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes",
+             "M": "datetimes", "m": "timedeltas", "V": "raw records"}
+    if a.dtype.kind in kinds:
+        raise EvaluationError(f"{_what(spec)} holds {kinds[a.dtype.kind]} (dtype {a.dtype}), "
+                              "not real numbers")
+    return a.astype(np.float64)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _shaped(spec: InputSpec, a: np.ndarray) -> np.ndarray:
+    """(n, width) for an input (a (n,) vector is accepted for width 1), (n,) for token ids."""
+    if spec.kind == "embedding":
+        if a.ndim == 1 or (a.ndim == 2 and a.shape[1] == 1):
+            return a.reshape(-1)
+        raise EvaluationError(f"{_what(spec)} must hold one id per position, shaped "
+                              f"(n_positions,), got {a.shape}")
+    if a.ndim == 1 and spec.width == 1:
+        a = a[:, None]
+    if a.ndim != 2 or a.shape[1] != spec.width:
+        raise EvaluationError(f"{_what(spec)} must be shaped (n_positions, {spec.width}), "
+                              f"got {a.shape}")
+    return a
+
+
+def _token_ids(spec: InputSpec, a: np.ndarray, start: int) -> np.ndarray:
+    bad = ~(np.isfinite(a) & (a == np.round(a)) & (a >= 0) & (a < spec.vocab))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise EvaluationError(f"{_what(spec)} position {start + i} holds {_num(a[i])}, not a "
+                              f"token id (an integer in [0, {spec.vocab}))")
+    return a.astype(np.int64)
+
+
+def _promised_values(spec: InputSpec, a: np.ndarray, start: int, mode: str) -> np.ndarray:
+    """Finite, integer where declared, inside the declared range (or clamped into it)."""
+    if mode == "unchecked":
+        return a.copy()
+    if (bad := _first_bad(~np.isfinite(a), start)) is not None:
+        i, c, more = bad
+        raise EvaluationError(f"{_what(spec)} position {i} component {c} holds "
+                              f"{_num(a[i - start, c])}, not a finite number{more}")
+    if spec.integer and (bad := _first_bad(a != np.round(a), start)) is not None:
+        i, c, more = bad
+        raise EvaluationError(f"{_what(spec)} is declared integer but position {i} component "
+                              f"{c} holds {_num(a[i - start, c])}{more} (inputs are never "
+                              "rounded)")
+    if mode == "clamp":
+        lo, hi = (np.ceil(spec.lo), np.floor(spec.hi)) if spec.integer else (spec.lo, spec.hi)
+        return np.clip(a, lo, hi)
+    if (bad := _first_bad((a < spec.lo) | (a > spec.hi), start)) is not None:
+        i, c, more = bad
+        raise EvaluationError(f"{_what(spec)} position {i} component {c} holds "
+                              f"{_num(a[i - start, c])}, outside its declared range "
+                              f"[{_num(spec.lo)}, {_num(spec.hi)}]{more}; pass "
+                              "on_out_of_range=\"clamp\" to clamp inputs into their ranges")
+    return a.copy()
+
+
+def _first_bad(bad: np.ndarray, start: int) -> tuple[int, int, str] | None:
+    """(absolute position, component, note on how many others) of the first True in `bad`."""
+    if not bad.any():
+        return None
+    i, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    more = int(bad.sum()) - 1
+    note = f" ({more} other value{'s' if more > 1 else ''} too)" if more else ""
+    return start + int(i), int(c), note
+
+
+# -- generate's feedback -------------------------------------------------------------------
+
+
+def _one_position(contract: InputContract, name, value) -> np.ndarray:
+    """A fed-back value for one position, as a one-position input (shape checked here, the
+    rest by check_inputs)."""
+    spec = next((s for s in contract.specs if s.name == name), None)
+    if spec is None:
+        return value  # check_inputs names it as unknown
+    a = _real_array(spec, value)
+    if spec.kind == "embedding":
+        if a.size == 1 and a.ndim <= 2:
+            return a.reshape(1)
+        raise EvaluationError(f"{_what(spec)} is shaped {a.shape}; expected one token id")
+    if a.ndim == 0 and spec.width == 1:
+        return a.reshape(1, 1)
+    if (a.ndim == 1 and a.shape[0] == spec.width) or a.shape == (1, spec.width):
+        return a.reshape(1, spec.width)
+    raise EvaluationError(f"{_what(spec)} is shaped {a.shape}; expected one position, shaped "
+                          f"({spec.width},)")
+
+
+# -- message pieces ---------------------------------------------------------------------------
+
+
+def _what(spec: InputSpec) -> str:
+    return f"{'token input' if spec.kind == 'embedding' else 'input'} \"{spec.name}\""
+
+
+def _quote(key) -> str:
+    return f"\"{key}\"" if isinstance(key, str) else repr(key)
+
+
+def _num(x) -> str:
+    """A value as the user would write it (20.0, -8.0, nan, 1e+300)."""
+    return repr(float(x))
