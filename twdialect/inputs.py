@@ -119,14 +119,15 @@ def check_inputs(contract, inputs, on_out_of_range: str = "error",
                               f"{type(inputs).__name__} (the graph's inputs: {contract.names()})")
     _check_names(contract, inputs)
     n = _check_n_positions(n_positions)
+    n_from = "n_positions"  # what set n, for the message when another input disagrees
     values: dict[str, np.ndarray] = {}
     for spec in contract.specs:
         a = _shaped(spec, _real_array(spec, inputs[spec.name]))
         if n is None:
-            n = a.shape[0]
+            n, n_from = a.shape[0], _what(spec)
         elif a.shape[0] != n:
             raise EvaluationError(f"{_what(spec)} has {a.shape[0]} positions, expected {n} "
-                                  "(every input needs the same number of positions)")
+                                  f"(as {n_from}): every input needs the same number")
         if n == 0:
             raise EvaluationError(f"{_what(spec)} has no positions: a sequence needs at "
                                   "least one")
@@ -174,7 +175,7 @@ def check_steps(steps) -> int:
 
 
 def _check_mode(on_out_of_range) -> str:
-    if on_out_of_range not in ON_OUT_OF_RANGE:
+    if not isinstance(on_out_of_range, str) or on_out_of_range not in ON_OUT_OF_RANGE:
         raise EvaluationError(f"on_out_of_range={on_out_of_range!r} is not one of "
                               + ", ".join(f"\"{m}\"" for m in ON_OUT_OF_RANGE))
     return on_out_of_range
