@@ -2,7 +2,9 @@
 
 Values are float64 numpy arrays shaped (n_positions, width). Library ops are evaluated by
 their *ideal* meaning (select picks exactly, compare is a hard step); `decompose` lowers them
-to primitives under the contracts in `twdialect/contracts.py`.
+to primitives under the contracts in `twdialect/contracts.py`. Inputs are checked against the
+graph's declared promises by `twdialect.inputs.check_inputs`, the same check the compiled model
+makes, so the two accept and refuse the same inputs.
 """
 
 from __future__ import annotations
