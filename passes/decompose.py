@@ -32,6 +32,7 @@ from twdialect.contracts import (
     LATTICE_MAX_POINTS,
     SELECT_COND_TOLERANCE,
     SELECT_MAX_MAGNITUDE,
+    DEFAULT_TOLERANCE,
     ContractError,
     compare_params,
     f32,
@@ -40,6 +41,7 @@ from twdialect.contracts import (
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     SCOPE_TERMINAL,
+    TOLERANCE,
     LIBRARY_OPS,
     ClampOp,
     CompareOp,
@@ -54,6 +56,7 @@ from twdialect.dialect import (
     width_of,
 )
 from twdialect.interp import pwl_2d
+from twdialect.f32_error import mlp_error_bound, mlp_output_box
 from twdialect.ranges import Box, integer_components, value_ranges
 
 
@@ -77,6 +80,14 @@ class _Emitter:
         self.ops: list[Operation] = []
         # Name-hint suffix of each op's result (the last op takes the library op's name).
         self.suffixes: list[str] = []
+        # (input value, w1, b1, w2, b2) of each mlp, in order: what `f32_bound` reads.
+        self.mlps: list[tuple] = []
+
+    def discard(self) -> None:
+        """Drop the ops of a construction that is not used (they hold uses of its operands)."""
+        for op in reversed(self.ops):
+            op.drop_all_references()
+        self.ops.clear()
 
     def concat(self, values: list[SSAValue]) -> SSAValue:
         if len(values) == 1:
@@ -97,6 +108,7 @@ class _Emitter:
         if np.any(b2 != 0):
             props["b2"] = dense(b2)
         op = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
+        self.mlps.append((x, w1, b1, w2, b2))
         self.ops.append(op)
         self.suffixes.append(suffix)
         return op.results[0]
@@ -107,17 +119,23 @@ class _Emitter:
 # --------------------------------------------------------------------------------------
 
 
-def _compare(op: CompareOp, em: _Emitter) -> SSAValue:
+def _compare(op: CompareOp, em: _Emitter, down: bool = False) -> SSAValue:
+    """-1 + 2 (relu(z + 1) - relu(z)), whose hinges cancel above the threshold, or (`down`)
+    1 - 2 (relu(-z) - relu(-z - 1)), the same function cancelling below it."""
     p = compare_params(op)
     n = width_of(op.out)
     w1 = np.zeros((n, 2 * n))
     b1 = np.zeros(2 * n)
     w2 = np.zeros((2 * n, n))
+    sign = -1.0 if down else 1.0
     for k in range(n):
-        w1[k, 2 * k] = w1[k, 2 * k + 1] = p.w
-        b1[2 * k], b1[2 * k + 1] = p.beta + 1.0, p.beta  # relu(z + 1), relu(z)
-        w2[2 * k, k], w2[2 * k + 1, k] = 2.0, -2.0
-    return em.mlp(op.x, w1, b1, w2, np.full(n, -1.0))
+        w1[k, 2 * k] = w1[k, 2 * k + 1] = sign * p.w
+        if down:
+            b1[2 * k], b1[2 * k + 1] = -p.beta, -p.beta - 1.0  # relu(-z), relu(-z - 1)
+        else:
+            b1[2 * k], b1[2 * k + 1] = p.beta + 1.0, p.beta  # relu(z + 1), relu(z)
+        w2[2 * k, k], w2[2 * k + 1, k] = 2.0 * sign, -2.0 * sign
+    return em.mlp(op.x, w1, b1, w2, np.full(n, -sign))
 
 
 def _pow2_ceil(x: np.ndarray) -> np.ndarray:
@@ -190,16 +208,19 @@ def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue
     return em.mlp(x, w1, b1, w2, o_b)
 
 
-def _clamp(op: ClampOp, em: _Emitter) -> SSAValue:
+def _clamp(op: ClampOp, em: _Emitter, down: bool = False) -> SSAValue:
+    """lo + relu(x - lo) - relu(x - hi), whose hinges cancel above hi, or (`down`)
+    hi - relu(hi - x) + relu(lo - x), cancelling below lo."""
     n = width_of(op.out)
     lo, hi = float(f32(op.lo.value.data)), float(f32(op.hi.value.data))
+    sign = -1.0 if down else 1.0
     w1 = np.zeros((n, 2 * n))
-    b1 = np.tile([-lo, -hi], n)
+    b1 = np.tile([hi, lo] if down else [-lo, -hi], n)
     w2 = np.zeros((2 * n, n))
     for k in range(n):
-        w1[k, 2 * k] = w1[k, 2 * k + 1] = 1.0
-        w2[2 * k, k], w2[2 * k + 1, k] = 1.0, -1.0
-    return em.mlp(op.x, w1, b1, w2, np.full(n, lo))
+        w1[k, 2 * k] = w1[k, 2 * k + 1] = sign
+        w2[2 * k, k], w2[2 * k + 1, k] = sign, -sign
+    return em.mlp(op.x, w1, b1, w2, np.full(n, hi if down else lo))
 
 
 def pwl_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -223,8 +244,13 @@ def pwl_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
     return coef, tail
 
 
-def _pwl(op: PiecewiseLinearOp, em: _Emitter) -> SSAValue:
-    return _hinge_mlp(op.x, np.ones(1), 0.0, to_numpy(op.breakpoints), to_numpy(op.values), em)
+def _pwl(op: PiecewiseLinearOp, em: _Emitter, down: bool = False) -> SSAValue:
+    """Hinges relu(x - B[k]) from the left end (they cancel right of the last breakpoint), or
+    (`down`) relu(B[k] - x) from the right end, the interpolant of -x (cancelling on the left)."""
+    bp, values = to_numpy(op.breakpoints), to_numpy(op.values)
+    if down:
+        return _hinge_mlp(op.x, -np.ones(1), 0.0, -bp[::-1], values[::-1], em)
+    return _hinge_mlp(op.x, np.ones(1), 0.0, bp, values, em)
 
 
 def _hinge_mlp(x: SSAValue, weights: np.ndarray, offset: float, bp: np.ndarray,
@@ -318,10 +344,14 @@ def _pwl2d_lattice(op: PiecewiseLinear2dOp, form, em: _Emitter) -> SSAValue:
                       bp, values, em)
 
 
-def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
+def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter,
+           down: np.ndarray | None = None) -> list[SSAValue]:
+    """Two chains (contracts.py). Strip k with `down[k]` is 1 - relu(1 - z) + relu(-z), the
+    same clamp(z, 0, 1) with its hinges cancelling left of the strip instead of right."""
     xs, ys, table = to_numpy(op.xs), to_numpy(op.ys), to_numpy(op.table)
     n1, n2, n_out = table.shape
     nx, ny = n1 - 1, n2 - 1
+    down = np.zeros(nx + ny, dtype=bool) if down is None else down
     # Chain 1: r_i = relu(z_i) - relu(z_i - 1) over x, s_j likewise over y.
     w1 = np.zeros((2, 2 * (nx + ny)))
     b1 = np.zeros(2 * (nx + ny))
@@ -329,11 +359,15 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
     for row, grid, first, axis in ((0, xs, 0, "xs"), (1, ys, nx, "ys")):
         w, beta = _strip_neurons(grid, op, axis)
         for i in range(grid.size - 1):
-            col = 2 * (first + i)
-            w1[row, col] = w1[row, col + 1] = w[i]
-            b1[col], b1[col + 1] = beta[i], beta[i] - 1.0
-            w2[col, first + i], w2[col + 1, first + i] = 1.0, -1.0
-    rs = em.mlp(em.concat([op.x, op.y]), w1, b1, w2, np.zeros(nx + ny), suffix="strips")
+            col, k = 2 * (first + i), first + i
+            sign = -1.0 if down[k] else 1.0
+            w1[row, col] = w1[row, col + 1] = sign * w[i]
+            if down[k]:
+                b1[col], b1[col + 1] = 1.0 - beta[i], -beta[i]
+            else:
+                b1[col], b1[col + 1] = beta[i], beta[i] - 1.0
+            w2[col, k], w2[col + 1, k] = sign, -sign
+    rs = em.mlp(em.concat([op.x, op.y]), w1, b1, w2, down.astype(np.float64), suffix="strips")
     # Chain 2: f = T00 + sum a_i r_i + sum b_j s_j + sum c_ij (r_i - relu(r_i - s_j)).
     a, b, c = pwl2d_coefficients(table)
     pairs = [(i, j) for i in range(nx) for j in range(ny) if np.any(c[i, j] != 0)]
@@ -359,48 +393,212 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter) -> list[SSAValue]:
 
 def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
                  integers: dict[SSAValue, np.ndarray] | None = None,
-                 lattice_neurons: int = LATTICE_MAX_NEURONS) -> list[Operation]:
+                 lattice_neurons: int = LATTICE_MAX_NEURONS,
+                 tolerance: float = DEFAULT_TOLERANCE) -> list[Operation]:
     """The replacement ops of library op `op`; the last one produces its value. Intermediate
     results get name hints `<name>_in` (operand concat) and `<name>_strips` (pwl_2d chain 1).
     `integers` (`twdialect.ranges.integer_components`) enables the one-chain lattice form of
-    piecewise_linear_2d on integer operands (at most `lattice_neurons` hinges; 0 disables)."""
-    em = _Emitter()
+    piecewise_linear_2d on integer operands (at most `lattice_neurons` hinges; 0 disables) and
+    lets the float32 check see exact integer arithmetic.
+
+    Of the constructions that compute the op (hinges cancelling above or below), the usual one
+    is kept when its float32 rounding over the operands' value ranges is within tolerance, else
+    the one whose rounding is smallest; if even that exceeds
+    `tolerance * max(1, |output|)` (the output's range), the op is refused, with the range
+    that would fit (`contracts.py`, `twdialect/f32_error.py`)."""
+    integers = integers or {}
+    if (accepted := op.attributes.get(TOLERANCE)) is not None:  # the author's wider contract
+        tolerance = max(tolerance, accepted.value.data)
+    candidates: list[_Emitter] = []
     try:
-        match op:
-            case CompareOp():
-                _compare(op, em)
-            case SelectOp():
-                _select(op, em, ranges)
-            case ClampOp():
-                _clamp(op, em)
-            case PiecewiseLinearOp():
-                _pwl(op, em)
-            case PiecewiseLinear2dOp():
-                form = lattice_form(op, ranges, integers or {}, lattice_neurons)
-                if form is not None:
-                    _pwl2d_lattice(op, form, em)
-                else:
-                    _pwl2d(op, em)
-            case _:
-                raise DecomposeError(f"{describe(op)}: not a library op", op)
-    except ContractError as e:
+        for down in _orientations(op):
+            candidates.append(_build(op, ranges, integers, lattice_neurons, down))
+    except (ContractError, DecomposeError) as e:
+        for em in candidates:
+            em.discard()
         raise DecomposeError(str(e), op) from None
+    bounds = [_relative_bound(op, em, ranges, integers) for em in candidates]
+    # The usual orientation wherever it fits (graphs that fit keep their exact form).
+    best = 0 if bounds[0] <= tolerance else int(np.argmin(bounds))
+    for other in candidates[:best] + candidates[best + 1:]:
+        other.discard()  # unused candidates must not leave uses on the operands
+    if bounds[best] > tolerance:
+        candidates[best].discard()
+        raise DecomposeError(_too_wide_message(op, bounds[best], tolerance, ranges, integers,
+                                               lattice_neurons), op)
+    em = candidates[best]
     if op.results[0].name_hint:
         for new, suffix in zip(em.ops[:-1], em.suffixes):
             new.results[0].name_hint = f"{op.results[0].name_hint}_{suffix}"
     return em.ops
 
 
-def decompose_graph(graph: GraphOp, lattice_neurons: int = LATTICE_MAX_NEURONS) -> int:
+def _orientations(op: Operation) -> tuple[bool, ...]:
+    """Which way the hinges may cancel: both ways for the one-input hinge pairs."""
+    return (False, True) if isinstance(op, (CompareOp, ClampOp, PiecewiseLinearOp)) else (False,)
+
+
+def _build(op: Operation, ranges: dict[SSAValue, Box], integers: dict[SSAValue, np.ndarray],
+           lattice_neurons: int, down: bool) -> _Emitter:
+    em = _Emitter()
+    match op:
+        case CompareOp():
+            _compare(op, em, down)
+        case SelectOp():
+            _select(op, em, ranges)
+        case ClampOp():
+            _clamp(op, em, down)
+        case PiecewiseLinearOp():
+            _pwl(op, em, down)
+        case PiecewiseLinear2dOp():
+            form = lattice_form(op, ranges, integers, lattice_neurons)
+            if form is not None:
+                _pwl2d_lattice(op, form, em)
+            else:
+                _pwl2d(op, em, _strips_down(op, ranges))
+        case _:
+            raise DecomposeError(f"{describe(op)}: not a library op", op)
+    return em
+
+
+def _strips_down(op: PiecewiseLinear2dOp, ranges: dict[SSAValue, Box]) -> np.ndarray:
+    """Per strip, whether its hinges should cancel left of it (the operand's range reaches
+    further below the strip than above it)."""
+    out = []
+    for v, grid, axis in ((op.x, to_numpy(op.xs), "xs"), (op.y, to_numpy(op.ys), "ys")):
+        w, beta = _strip_neurons(grid, op, axis)
+        lo, hi = (float(b[0]) for b in ranges[v])
+        above = np.maximum(0.0, hi * w + beta - 1.0)  # z - 1 where both up-hinges fire
+        below = np.maximum(0.0, -(lo * w + beta))  # -z where both down-hinges fire
+        out.append(below < above)
+    return np.concatenate(out)
+
+
+def _operand_box(x: SSAValue, ranges: dict[SSAValue, Box],
+                 integers: dict[SSAValue, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, integer) of an mlp's input: a graph value, or the concat the emitter made."""
+    if x in ranges:
+        lo, hi = ranges[x]
+        return lo, hi, integers.get(x, np.zeros(lo.size, dtype=bool))
+    parts = [_operand_box(v, ranges, integers) for v in x.owner.operands]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+def emitted_error_bound(em: _Emitter, ranges: dict[SSAValue, Box],
+                        integers: dict[SSAValue, np.ndarray]) -> np.ndarray:
+    """Per output component, the float32 rounding bound of the emitted chain(s) over the
+    operands' value ranges (each chain's error carried into the next)."""
+    err = None
+    for i, (x, w1, b1, w2, b2) in enumerate(em.mlps):
+        w1, b1, w2, b2 = (f32(a) for a in (w1, b1, w2, b2))
+        if i == 0:
+            lo, hi, ints = _operand_box(x, ranges, integers)
+        else:
+            ints = np.zeros(lo.size, dtype=bool)
+        lo, hi = np.nan_to_num(lo, neginf=-3e38), np.nan_to_num(hi, posinf=3e38)
+        new = mlp_error_bound(w1, b1, w2, b2, lo, hi, ints, err)
+        lo, hi = mlp_output_box(w1, b1, w2, b2, lo, hi)
+        err = new
+    return err
+
+
+def _relative_bound(op: Operation, em: _Emitter, ranges: dict[SSAValue, Box],
+                    integers: dict[SSAValue, np.ndarray]) -> float:
+    """The largest emitted error bound relative to max(1, |output|) over the output's range."""
+    lo, hi = ranges[op.results[0]]
+    scale = np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+    with np.errstate(all="ignore"):
+        rel = emitted_error_bound(em, ranges, integers) / scale
+    return float(np.nan_to_num(rel, nan=np.inf).max())
+
+
+def _too_wide_message(op: Operation, bound: float, tolerance: float,
+                      ranges: dict[SSAValue, Box], integers: dict[SSAValue, np.ndarray],
+                      lattice_neurons: int) -> str:
+    """Why `op` is refused and the operand range that would fit (found by bisection)."""
+    names = {CompareOp: ("x",), ClampOp: ("x",), PiecewiseLinearOp: ("x",),
+             SelectOp: ("if_true", "if_false"), PiecewiseLinear2dOp: ("x", "y")}[type(op)]
+    values = [getattr(op, n) for n in names]
+    declared = ", ".join(f"{n} in [{ranges[v][0].min():.6g}, {ranges[v][1].max():.6g}]"
+                         for n, v in zip(names, values))
+    head = (f"{describe(op)}: float32 rounding of its hinges can reach {bound:.3g} x max(1, "
+            f"|output|) over {declared} (allowed {tolerance:g})")
+    fits = _fitting_ranges(op, values, tolerance, ranges, integers, lattice_neurons)
+    where = (", ".join(f"{n} in [{lo:.6g}, {hi:.6g}]" for n, (lo, hi) in zip(names, fits))
+             if fits else None)
+    advice = f"; it fits with {where}" if where else ""
+    return (f"{head}{advice}: declare narrower input ranges (or bound the operand with "
+            f"tw.clamp), or accept the error with decompose{{tolerance={_round_up(bound)}}}")
+
+
+def _round_up(x: float) -> str:
+    """`x` rounded up to one significant digit, written as a pass option reads it ("4.0e-04")."""
+    if not (np.isfinite(x) and x > 0):
+        return "1.0e+30"
+    e = np.floor(np.log10(x))
+    return f"{np.ceil(x / 10 ** e - 1e-9) * 10 ** e:.1e}"
+
+
+def _fitting_ranges(op, values, tolerance, ranges, integers, lattice_neurons):
+    """The operands' ranges shrunk toward the op's centre, by the largest factor (bisection,
+    1e-3 resolution) at which the op fits; None when even a point range does not."""
+    centres = [float(np.clip(_centre(op), ranges[v][0].min(), ranges[v][1].max()))
+               for v in values]
+    declared = [(float(ranges[v][0].min()), float(ranges[v][1].max())) for v in values]
+
+    def shrunk(f):
+        return [(c + f * (lo - c), c + f * (hi - c)) for c, (lo, hi) in zip(centres, declared)]
+
+    def fits(f):
+        trial = dict(ranges)
+        for v, (lo, hi) in zip(values, shrunk(f)):
+            w = ranges[v][0].size
+            trial[v] = (np.full(w, lo), np.full(w, hi))
+        ems = []
+        try:
+            for d in _orientations(op):
+                ems.append(_build(op, trial, integers, lattice_neurons, d))
+            return min(_relative_bound(op, em, trial, integers) for em in ems) <= tolerance
+        except (ContractError, DecomposeError):
+            return False
+        finally:
+            for em in ems:
+                em.discard()
+
+    lo_f, hi_f = 0.0, 1.0
+    if not fits(lo_f):
+        return None
+    for _ in range(40):
+        mid = 0.5 * (lo_f + hi_f)
+        lo_f, hi_f = (mid, hi_f) if fits(mid) else (lo_f, mid)
+        if hi_f - lo_f < 1e-3 * max(lo_f, 1e-300):
+            break
+    return shrunk(lo_f)
+
+
+def _centre(op: Operation) -> float:
+    """Where the op's interesting part sits (its threshold, clamp interval, breakpoints)."""
+    match op:
+        case CompareOp():
+            return op.threshold.value.data
+        case ClampOp():
+            return 0.5 * (op.lo.value.data + op.hi.value.data)
+        case PiecewiseLinearOp():
+            bp = to_numpy(op.breakpoints)
+            return 0.5 * (bp[0] + bp[-1])
+    return 0.0
+
+
+def decompose_graph(graph: GraphOp, lattice_neurons: int = LATTICE_MAX_NEURONS,
+                    tolerance: float = DEFAULT_TOLERANCE) -> int:
     """Replace every library op of `graph` in place; returns how many were replaced."""
     library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
     if not library:
         return 0
     ranges = value_ranges(graph, strict=False)
-    has_2d = any(isinstance(op, PiecewiseLinear2dOp) for op in library)
-    integers = integer_components(graph) if has_2d and lattice_neurons > 0 else {}
+    integers = integer_components(graph)
     for op in library:
-        new_ops = decompose_op(op, ranges, integers, lattice_neurons)
+        new_ops = decompose_op(op, ranges, integers, lattice_neurons, tolerance)
         result = new_ops[-1].results[0]
         old = op.results[0]
         inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
@@ -427,10 +625,15 @@ class DecomposePass(ModulePass):
     # Most hinge neurons of the one-chain lattice form of piecewise_linear_2d (0: always use
     # the two-chain form).
     lattice_neurons: int = LATTICE_MAX_NEURONS
+    # The float32 error a decomposition may reach over the declared ranges, relative to
+    # max(1, |output|); a library op whose bound exceeds it is refused.
+    tolerance: float = DEFAULT_TOLERANCE
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.lattice_neurons < 0:
-            raise ValueError("decompose: lattice-neurons must be >= 0, got "
-                             f"{self.lattice_neurons}")
+            raise DecomposeError("decompose: lattice-neurons must be >= 0, got "
+                                 f"{self.lattice_neurons}")
+        if not self.tolerance > 0:
+            raise DecomposeError(f"decompose: tolerance must be > 0, got {self.tolerance}")
         for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            decompose_graph(graph, self.lattice_neurons)
+            decompose_graph(graph, self.lattice_neurons, self.tolerance)

@@ -115,6 +115,10 @@ from twdialect.interp import evaluate_values, find_graph
 SELECT_COND_TOLERANCE = 0.25
 # Largest |bound| of a select branch's value range that `decompose` accepts.
 SELECT_MAX_MAGNITUDE = float(2 ** 20)
+# How far a decomposition's float32 evaluation may stray from the ideal value over the
+# operands' declared ranges, relative to max(1, |output|) (the output's range): `decompose`
+# refuses a library op whose bound (`twdialect.f32_error`) exceeds it (option `tolerance`).
+DEFAULT_TOLERANCE = 1e-4
 # Condition values treated as exactly +/-1 by `contract_mask` (float64 noise only).
 SELECT_EXACT_ATOL = 1e-9
 # The one-chain integer-lattice form of piecewise_linear_2d: at most this many lattice points
