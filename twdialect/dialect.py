@@ -8,7 +8,9 @@ ideal meaning that the `decompose` pass lowers to primitives under a documented 
 Discardable attributes understood everywhere:
   `tw.annotation = "render/texture"`  hierarchical name, free at run time, carried into reports;
   `tw.scope = "loop"`, `tw.iteration = 3 : i64`  membership in a `sequential_scope` iteration;
-  `tw.scope_terminal`  marks an iteration's terminal value.
+  `tw.scope_terminal`  marks an iteration's terminal value;
+  `tw.tolerance = 0.2 : f64`  on a library op: the float32 error its author accepts for it,
+      relative to max(1, |output|), where `decompose`'s default (1e-4) would refuse it.
 The graph verifier checks their types (what the passes and reports read).
 
 Limits (`docs/dialect.md`): a value is at most MAX_WIDTH components wide and a weight attribute
@@ -87,6 +89,7 @@ ANNOTATION = "tw.annotation"
 SCOPE = "tw.scope"
 ITERATION = "tw.iteration"
 SCOPE_TERMINAL = "tw.scope_terminal"
+TOLERANCE = "tw.tolerance"
 
 
 # --------------------------------------------------------------------------------------
@@ -281,13 +284,14 @@ def _check_scalar(op, prop, name: str, positive: bool = False) -> float:
 _INT = "an integer"
 _STR = "a string"
 _UNIT = "a unit attribute (no value)"
+_FLOAT = "a positive finite float"
 DISCARDABLE_KINDS: dict[str, str] = {
-    ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT,
+    ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT, TOLERANCE: _FLOAT,
     "tw.layer": _INT, "tw.sublayer": _STR, "tw.heads": _INT, "tw.dims": _INT,
     "tw.neurons": _INT, "tw.cancel": _STR, "tw.accumulate": _UNIT, "tw.n_layers": _INT,
     "tw.floor": _INT, "tw.geometry": _STR,
 }
-_KIND_TYPES = {_INT: IntegerAttr, _STR: StringAttr, _UNIT: UnitAttr}
+_KIND_TYPES = {_INT: IntegerAttr, _STR: StringAttr, _UNIT: UnitAttr, _FLOAT: FloatAttr}
 
 
 def _check_discardable(op: Operation) -> None:
@@ -296,7 +300,8 @@ def _check_discardable(op: Operation) -> None:
     attrs = op.attributes
     for key, attr in attrs.items():
         kind = DISCARDABLE_KINDS.get(key)
-        if kind is not None and not isinstance(attr, _KIND_TYPES[kind]):
+        if kind is not None and (not isinstance(attr, _KIND_TYPES[kind]) or (
+                kind == _FLOAT and not (np.isfinite(attr.value.data) and attr.value.data > 0))):
             _fail(op, f"attribute {key} must be {kind}, got {attr}")
     if (SCOPE in attrs) != (ITERATION in attrs):
         _fail(op, f"{SCOPE} and {ITERATION} go together (one names the loop, the other the "

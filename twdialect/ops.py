@@ -27,7 +27,14 @@ import numbers
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    f64,
+)
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from twdialect.dense import dense, to_numpy
@@ -40,6 +47,8 @@ from twdialect.dialect import (
     ITERATION,
     SCOPE,
     SCOPE_TERMINAL,
+    TOLERANCE,
+    LIBRARY_OPS,
     AddOp,
     AttnOp,
     ClampOp,
@@ -547,6 +556,19 @@ def clamp(x: Value, lo: float, hi: float) -> Value:
     return _one(ClampOp.create(operands=[x], result_types=[x.type],
                                properties={"lo": float_prop(lo_), "hi": float_prop(hi_)}),
                 "clamp")
+
+
+def accept_error(x: Value, tolerance: float) -> Value:
+    """Let the library op that made `x` (compare, select, clamp, piecewise_linear(_2d)) be
+    decomposed even where float32 rounding over its operands' declared ranges may reach
+    `tolerance * max(1, |x|)` (`decompose` refuses beyond 1e-4 by default): for operands the
+    range analysis cannot prove to be integers but the author knows are. Returns `x`."""
+    check_value("accept_error", x, "x")
+    t = check_number("accept_error", tolerance, "tolerance", positive=True)
+    if not isinstance(x.owner, LIBRARY_OPS):
+        fail("accept_error", f"x must be made by a library op, not {x.owner.name}")
+    x.owner.attributes[TOLERANCE] = FloatAttr(t, f64)
+    return x
 
 
 def _grid(fn: str, points, name: str) -> np.ndarray:

@@ -38,6 +38,9 @@ WIDTH = 3
 MAX_LEN = 16
 PATTERN = r"(\d{1,3})\+(\d{1,3})=?"
 DIGIT_SCALE = 10.0  # the best digit's logit beats the next by this much
+# The float32 error accepted for a compare of integer forms over real-valued ranges
+# (`tw.accept_error`): its operands are integers, whose sums float32 adds exactly.
+INTEGER_FORMS = 16.0
 FLAG_SCALE = 100.0 * DIGIT_SCALE  # above every digit logit
 
 
@@ -118,7 +121,10 @@ class Steps:
         w = np.stack([r[:-1] for r in self.rows], axis=1)
         b = np.array([r[-1] for r in self.rows]) + 0.25
         n = len(self.rows)
-        self.signs = tw.compare(tw.linear(z, w, b), 0.0, 0.5)
+        # The forms are integers (sums of digits read by attention, which the range analysis
+        # cannot prove integral), so float32 adds them exactly even where a real-valued form
+        # of their magnitude would round: accept what decompose would refuse for reals.
+        self.signs = tw.accept_error(tw.compare(tw.linear(z, w, b), 0.0, 0.5), INTEGER_FORMS)
         return tw.linear(self.signs, np.eye(n) * 0.5, np.full(n, 0.5))
 
     def trim(self, form: np.ndarray) -> tuple[np.ndarray, float]:

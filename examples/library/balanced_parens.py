@@ -39,6 +39,7 @@ from examples.balanced_parens import (
     sample,
 )
 from examples.token_program import Anchor, Geometry, TokenProgram, char_table, check_regex
+from examples.library.adder import INTEGER_FORMS
 from twdialect import ops as tw
 
 VOCAB = OPENERS + CLOSERS + "=yesno$"
@@ -100,12 +101,14 @@ def build_graph():
 
         # layer 1 MLP: D^2, and bad_depth = [D < 0] at a bracket, [D != 0] at "="
         ks = np.arange(-MAX_DEPTH, MAX_DEPTH + 1, dtype=np.float64)
-        square = tw.piecewise_linear(depth, ks, ks * ks)
+        # (depth is an integer, though the range analysis cannot prove it: see INTEGER_FORMS)
+        square = tw.accept_error(tw.piecewise_linear(depth, ks, ks * ks), INTEGER_FORMS)
         code = tw.linear(tw.concat(depth, tw.slice(tok, EQ, 1)), [[1.0], [EQ_SHIFT]])
-        bad_depth = tw.piecewise_linear(
+        # (so is code)
+        bad_depth = tw.accept_error(tw.piecewise_linear(
             code, [-1.0, 0.0, MAX_DEPTH, EQ_SHIFT - MAX_DEPTH, EQ_SHIFT - 1.0, EQ_SHIFT,
                    EQ_SHIFT + 1.0],
-            [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+            [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]), INTEGER_FORMS)
 
         # layer 2 attention: the kind of the matching opener. Query [D_i, 1], key
         # [2 G D_j, 2 G D_j - G D_j^2 + 2 G opener_j + j]: the score is
@@ -125,8 +128,10 @@ def build_graph():
                           [[-10.0], [-1.0]], [10.0])
         mismatch_code = tw.add(match, tw.add(tw.multiply_const(bad_depth, 40.0), local))
         # 10 bad, so that any_bad below comes out as 10 or 0 with no linear after the head
-        bad = tw.piecewise_linear(mismatch_code, [-1.0, 0.0, 1.0, 2.0, 8.0, 12.0, 36.0],
-                                  [10.0, 0.0, 10.0, 10.0, 0.0, 0.0, 10.0])
+        # (an integer code, read through attention: see INTEGER_FORMS)
+        bad = tw.accept_error(
+            tw.piecewise_linear(mismatch_code, [-1.0, 0.0, 1.0, 2.0, 8.0, 12.0, 36.0],
+                                [10.0, 0.0, 10.0, 10.0, 0.0, 0.0, 10.0]), INTEGER_FORMS)
 
         # layer 3: any bad position so far (10, else the mean of zeros), then the answer
         any_bad = tw.attend_mean_where(tw.linear(bad, [[0.2]], [-1.0]), bad)

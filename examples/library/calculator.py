@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from examples.calculator import PATTERN, reference, sample
-from examples.library.adder import FLAG_SCALE, Steps, digit_logits
+from examples.library.adder import FLAG_SCALE, INTEGER_FORMS, Steps, digit_logits
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
@@ -210,9 +210,10 @@ def build_graph():
         digits = digit_logits(entries_at_eq, index, n_entries, VOCAB)
         # the other characters: t >= length and t >= length + 1 (the end token between),
         # neg - 1 - t >= 0 (the minus sign)
-        marks = tw.compare(tw.linear(tw.concat(t, length),
+        # (positions and counts are integers: see INTEGER_FORMS)
+        marks = tw.accept_error(tw.compare(tw.linear(tw.concat(t, length),
                                      [[1.0, 1.0, -1.0], [-1.0, -1.0, 0.0], [0.0, 0.0, 1.0]],
-                                     [0.0, -1.0, -1.0]), 0.0, 1.0)
+                                     [0.0, -1.0, -1.0]), 0.0, 1.0), INTEGER_FORMS)
         rest = VOCAB[10:]
         mw = np.zeros((3, len(rest)))
         mb = np.full(len(rest), -FLAG_SCALE)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from examples.fibonacci import MAX_ANSWER, MAX_LEN, PATTERN, TERM_DIGITS, reference, sample
-from examples.library.adder import FLAG_SCALE, Steps, digit_logits
+from examples.library.adder import FLAG_SCALE, INTEGER_FORMS, Steps, digit_logits
 from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
@@ -144,8 +144,9 @@ def build_graph():
         digits = digit_logits(at_sep, index, n_entries, VOCAB)
         # "," at t = count (t >= count and not t >= count + 1); the end token at t = 0 for a
         # 5-digit sum (count - 5 - 10 t >= 0)
-        marks = tw.compare(tw.linear(tw.concat(t, count), [[1.0, 1.0, -10.0], [-1.0, -1.0, 1.0]],
-                                     [0.25, -0.75, -(n + 1.0) + 0.25]), 0.0, 0.5)
+        # (positions and counts are integers: see INTEGER_FORMS)
+        marks = tw.accept_error(tw.compare(tw.linear(tw.concat(t, count), [[1.0, 1.0, -10.0], [-1.0, -1.0, 1.0]],
+                                     [0.25, -0.75, -(n + 1.0) + 0.25]), 0.0, 0.5), INTEGER_FORMS)
         rest = VOCAB[10:]
         mw = np.zeros((3, len(rest)))
         mb = np.full(len(rest), -FLAG_SCALE)
