@@ -323,8 +323,8 @@ class FuseStats:
     skipped_precision: int = 0
     check: FoldCheck | None = None
 
-    def precise(self, new: Operation) -> bool:
-        if self.check.precise(new):
+    def precise(self, new: Operation, replaced: list[Operation]) -> bool:
+        if self.check.precise(new, replaced):
             return True
         self.skipped_precision += 1
         return False
@@ -393,7 +393,7 @@ class FuseLinears(ModulePass):
                 else fold_linear_into_mlp_output
             new = fold(producer, reader)
             if not self._fits(new, op_params(producer) + op_params(reader), stats) \
-                    or not stats.precise(new):
+                    or not stats.precise(new, [producer, reader]):
                 discard(new)
                 return
             replace_op(reader, [new], new.out)
@@ -410,7 +410,7 @@ class FuseLinears(ModulePass):
             new, new_concat = result
             inners = [v.owner for v in producer.ins if isinstance(v.owner, LinearOp) and absorb(v)]
             old = op_params(reader) + sum(op_params(i) for i in inners)
-            if not self._fits(new, old, stats) or not stats.precise(new):
+            if not self._fits(new, old, stats) or not stats.precise(new, inners + [reader]):
                 discard(new, new_concat)
                 return
             replace_op(reader, [new_concat, new], new.out)
@@ -457,7 +457,7 @@ class FuseLinears(ModulePass):
                 return False
             new = fold_linear_into_mlp_output(producer, reader)
             if op_params(new) > op_params(producer) + op_params(reader) + \
-                    self.depth_inflate_params or not stats.precise(new):
+                    self.depth_inflate_params or not stats.precise(new, [producer, reader]):
                 discard(new)
                 return False
             replace_op(reader, [new], new.out)
@@ -487,7 +487,7 @@ class FuseLinears(ModulePass):
             _dims(new) > _dims(reader) + sum(_dims(i) for i in inners)
         if new_slot >= slots[reader] or machine_cost_grows \
                 or op_params(new) > old + self.depth_inflate_params \
-                or not stats.precise(new):
+                or not stats.precise(new, inners + [reader]):
             discard(*reversed(new_ops))
             return False
         replace_op(reader, new_ops, new.out)
@@ -560,7 +560,7 @@ class FuseLinears(ModulePass):
                 new, new_concat = fold_concat_operands(target, lambda v: v is producer.out)
                 new_ops = [new_concat, new]
             if not self._fits(new, op_params(producer) + op_params(target), stats) \
-                    or not stats.precise(new):
+                    or not stats.precise(new, [producer, target]):
                 discard(*reversed(new_ops))
                 continue
             replace_op(target, new_ops, new.out)

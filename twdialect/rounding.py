@@ -32,9 +32,12 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from twdialect.dense import shape_of, to_numpy
-from twdialect.dialect import GraphOp, LinearOp, MlpOp
+from twdialect.dialect import ConcatOp, GraphOp, LinearOp, MlpOp, width_of
 
 TOLERANCE = 1e-6  # how far a fold may move an output, relative to max(1, |output|)
+# How far float32 evaluation of a folded mlp may stray from its exact value, relative to
+# max(1, |output|), unless the ops it replaces strayed as far (`FoldCheck.keeps_float32`).
+F32_TOLERANCE = 1e-5
 EXACT_INTEGERS = 2.0 ** 24  # float32 adds integers exactly below this
 ROUNDING_SUMS = 2.0 ** 27  # above this even multiples of 8 round (see grows_past_exact)
 
@@ -68,6 +71,7 @@ class FoldCheck:
     def __init__(self, graph: GraphOp):
         self.graph = graph
         self._boxes: dict[SSAValue, tuple[np.ndarray, np.ndarray]] | None = None
+        self._integers: dict[SSAValue, np.ndarray] | None = None
 
     def box(self, v: SSAValue) -> tuple[np.ndarray, np.ndarray]:
         from twdialect.ranges import op_box, value_ranges
@@ -137,29 +141,147 @@ class FoldCheck:
             old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
             return bool(old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS)
 
-    def precise(self, op: Operation) -> bool:
+    def integer(self, v: SSAValue) -> np.ndarray:
+        """Which components of `v` are integers whenever the inputs keep their promises."""
+        from twdialect.ranges import integer_components, op_integer
+
+        if self._integers is None:
+            self._integers = integer_components(self.graph)
+        stack = [v]
+        while stack:  # values a pass made: from their operands, iteratively
+            top = stack[-1]
+            if top in self._integers:
+                stack.pop()
+                continue
+            missing = [u for u in top.owner.operands if u not in self._integers]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self._integers[top] = op_integer(top.owner,
+                                             [self._integers[u] for u in top.owner.operands])
+        return self._integers[v]
+
+    def precise(self, op: Operation, replaced: list[Operation] | None = None) -> bool:
         """Whether the rounding recorded for `op` (a candidate, its operand live) keeps its
-        output within TOLERANCE * max(1, |output|), and its sums of products stay below
-        2^24 if they did before (`grows_past_exact`)."""
+        output within TOLERANCE * max(1, |output|) (`deviation`), and, given the ops it
+        `replaced` (in order, the last one producing the value `op` takes over), whether an
+        mlp's float32 evaluation strays no further than theirs did (`keeps_float32`);
+        without them, whether its sums stay below 2^24 if they did before (`grows_past_exact`)."""
         if not isinstance(op, (LinearOp, MlpOp)):
             return True
-        if op in _BEFORE and self.grows_past_exact(op):
-            return False
+        if isinstance(op, MlpOp):
+            if op in _BEFORE and self.grows_past_exact(op):
+                return False
+            if replaced is not None and (self.input_grows_past_exact(op, replaced)
+                                         or not self.keeps_float32(op, replaced)):
+                return False
         dev = self.deviation(op)
         if dev is None or np.all(dev <= TOLERANCE):  # within tolerance at any scale >= 1:
-            return True  # no value ranges needed (the common case)
+            return True  # (the common case)
+        return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, self.out_magnitude(op))))
+
+    def out_magnitude(self, op: Operation) -> np.ndarray:
+        """Largest |output| per component of a candidate linear or mlp over its input box."""
         from twdialect.ranges import op_box
 
         x_lo, x_hi = self.box(op.operands[0])
-        if isinstance(op, LinearOp):
-            with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
+            if isinstance(op, LinearOp):
                 lo, hi = op_box(op, [(x_lo, x_hi)])
-            scale = np.maximum(np.abs(lo), np.abs(hi))
-        else:
-            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
-            scale = _sampled_magnitude(w1, _vec(op, "b1", w1.shape[1]), w2,
-                                       _vec(op, "b2", w2.shape[1]), x_lo, x_hi)
-        return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, scale)))
+            else:  # an interval box overstates an mlp whose units cancel: sample it instead
+                w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+                return _sampled_magnitude(w1, _vec(op, "b1", w1.shape[1]), w2,
+                                          _vec(op, "b2", w2.shape[1]), x_lo, x_hi)
+        m = np.maximum(np.abs(lo), np.abs(hi))
+        return np.where(np.isnan(m), np.inf, m)
+
+    def input_grows_past_exact(self, op: MlpOp, replaced: list[Operation]) -> bool:
+        """The input-side twin of `grows_past_exact`: folding a linear into an mlp's first
+        matrix must not push the sums of products from below 2^24 (in the linear and the mlp
+        apart) to 2^27 or more (the fused terms |x_k| |(A W1)_kj| can be huge where x A alone
+        was small and exact). Measured on a fixed sample of the linear's input box."""
+        if len(replaced) != 2 or not isinstance(replaced[0], LinearOp) \
+                or not isinstance(replaced[1], MlpOp) or replaced[1].x is not replaced[0].out:
+            return False
+        lin, old = replaced
+        x = _sample(*self.box(lin.x))
+        a = to_numpy(lin.weight)
+        a_b = _vec(lin, "bias", a.shape[1])
+        w1, b1, _, _ = self._mlp_arrays(old)
+        nw1, nb1, _, _ = self._mlp_arrays(op)
+        with np.errstate(over="ignore", invalid="ignore"):
+            before = max((np.abs(x) @ np.abs(a) + np.abs(a_b)).max(initial=0.0),
+                         (np.abs(x @ a + a_b) @ np.abs(w1) + np.abs(b1)).max(initial=0.0))
+            after = (np.abs(x) @ np.abs(nw1) + np.abs(nb1)).max(initial=0.0)
+            return bool(before < EXACT_INTEGERS and after >= ROUNDING_SUMS)
+
+    def keeps_float32(self, op: MlpOp, replaced: list[Operation]) -> bool:
+        """Whether float32 evaluation of the candidate mlp strays from its exact value by no
+        more than the ops it replaces did, plus F32_TOLERANCE * max(1, |output|), over the
+        value ranges (`twdialect.f32_error`). Folding a gain or a wide input into a
+        construction whose hinges cancel exactly (a compare on a range up to 1e6) can leave
+        sums float32 cannot add; the separate ops computed them exactly."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.float32_clean(op):
+                return True
+            if any(self.float32_clean(o) for o in replaced if isinstance(o, MlpOp)):
+                return False  # it would spoil an mlp float32 evaluates within tolerance
+            bound = self.own_error(op)
+            allowed = F32_TOLERANCE * np.maximum(1.0, self.out_magnitude(op))
+            return bool(np.all(bound <= self.chain_error(replaced) + allowed))
+
+    def own_error(self, op: MlpOp) -> np.ndarray:
+        """The float32 rounding of `op` itself over its input box (exact inputs)."""
+        from twdialect.f32_error import mlp_error_bound
+
+        return mlp_error_bound(*self._mlp_arrays(op), *self._input(op))
+
+    def float32_clean(self, op: MlpOp) -> bool:
+        """Whether float32 evaluation of `op` stays within F32_TOLERANCE * max(1, |output|)."""
+        allowed = F32_TOLERANCE * np.maximum(1.0, self.out_magnitude(op))
+        return bool(np.all(self.own_error(op) <= allowed))
+
+    def _mlp_arrays(self, op: MlpOp):
+        w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+        return w1, _vec(op, "b1", w1.shape[1]), w2, _vec(op, "b2", w2.shape[1])
+
+    def _input(self, op: Operation, v: SSAValue | None = None):
+        v = op.operands[0] if v is None else v
+        lo, hi = (_finite(a) for a in self.box(v))
+        return lo, hi, self.integer(v)
+
+    def chain_error(self, ops: list[Operation]) -> np.ndarray:
+        """The float32 error bound of the last of `ops`, each op's rounding carried into the
+        ops of the list that read it (values from outside the list are taken as exact)."""
+        from twdialect.f32_error import linear_error_bound, mlp_error_bound
+
+        err: dict[SSAValue, np.ndarray] = {}
+
+        def incoming(v: SSAValue) -> np.ndarray:
+            if v in err:
+                return err[v]
+            if isinstance(v.owner, ConcatOp) and any(u in err for u in v.owner.operands):
+                return np.concatenate([incoming(u) for u in v.owner.operands])
+            return np.zeros(width_of(v))
+
+        for o in ops:
+            if isinstance(o, MlpOp):
+                e = mlp_error_bound(*self._mlp_arrays(o), *self._input(o), incoming(o.x))
+            elif isinstance(o, LinearOp):
+                w = to_numpy(o.weight)
+                e = linear_error_bound(w, _vec(o, "bias", w.shape[1]), *self._input(o),
+                                       incoming(o.x))
+            else:
+                e = np.full(width_of(o.results[0]),
+                            max((float(incoming(u).max(initial=0.0)) for u in o.operands),
+                                default=0.0))
+            err[o.results[0]] = e
+        return err[ops[-1].results[0]]
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=3e38, neginf=-3e38)
 
 
 def _sample(lo: np.ndarray, hi: np.ndarray, n: int = 64) -> np.ndarray:
