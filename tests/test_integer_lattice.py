@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from passes.optimize import DEFAULT_PIPELINE
+
+from twdialect.errors import TwError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import UnitAttr
@@ -41,7 +45,7 @@ def test_integer_input_round_trips_and_is_checked_by_the_oracle():
 
 
 def test_integer_input_needs_an_integer_in_its_range():
-    with pytest.raises(TwVerifyException, match="holds no integer"):
+    with pytest.raises(TwError, match="holds no integer"):
         with tw.Graph():
             tw.output("y", tw.input("x", 1, (0.2, 0.8), integer=True))
 
@@ -127,7 +131,10 @@ def test_lattice_form_is_one_chain_and_exact_on_the_lattice(seed, x0, nx, y0, ny
     module = table_graph(xr, yr, xs, ys, table)
     feed = lattice_feed(xr, yr)
     ideal = evaluate(module, feed)["z"]
-    run_pipeline(module, "decompose")
+    # (up to 12 x 12 lattice rows of random reals: the float32 bound of the long hinge sum
+    # may pass 1e-4 where the measured error below does not; the float32 check is tested in
+    # test_f32_error.py)
+    run_pipeline(module, "decompose{tolerance=1.0e30}")
     assert len(mlps(module)) == 1
     after = evaluate(module, feed)["z"]
     assert np.abs(after - ideal).max() <= 1e-5 * (1 + np.abs(ideal).max())
@@ -168,7 +175,7 @@ def test_lattice_needs_f32_exact_integers():
     big = float(2 ** 24 - 4)
     module = table_graph((big, big + 3), (0, 2), [big, big + 3.0], [0.0, 2.0],
                          np.arange(4.0).reshape(2, 2, 1))
-    assert len(mlps(run_pipeline(module, "decompose"))) == 2
+    assert len(mlps(run_pipeline(module, "decompose{tolerance=1.0e30}"))) == 2  # (float64)
 
 
 def test_lattice_too_many_points_keeps_two_chains():
@@ -237,7 +244,10 @@ def test_random_integer_trees_compile_to_one_layer_and_match_everywhere(seed, de
     ideal = evaluate(module, feed)["r"]
     run_pipeline(module, "select-tree-to-pwl2d{max-breakpoints=256}")
     assert not [op for op in find_graph(module).block.ops if op.name == "tw.select"]
-    ct = compile(module, d=64, d_head=16, pipeline="default")
-    assert len(mlps(run_pipeline(module, "decompose"))) == 1  # these all fit the budget
+    # (random real tables: the float32 bound of a long hinge sum may pass 1e-4 where the
+    # measured error checked below does not)
+    pipeline = DEFAULT_PIPELINE.replace("decompose", "decompose{tolerance=1.0e-3}", 1)
+    ct = compile(module, d=64, d_head=16, pipeline=pipeline)
+    assert len(mlps(run_pipeline(module, "decompose{tolerance=1.0e-3}"))) == 1  # fit the budget
     assert ct.stats.n_layers == 1
     np.testing.assert_allclose(ct.run(feed)["r"], ideal, atol=1e-4 * (1 + np.abs(ideal).max()))

@@ -7,6 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from passes import parse_pipeline, run_pipeline
+from passes.decompose import DecomposeError
 from passes.optimize import DEFAULT_PIPELINE, has_library_ops, pipeline_stages
 from twdialect import evaluate, print_module
 from twdialect.analysis import critical_path, first_use_before_def
@@ -58,7 +59,11 @@ def test_library_graphs_match_plain_decomposition(seed, n_ops):
     # optimized graph with the merely decomposed one, not with the ideal oracle.
     module = random_graph(seed, n_ops, library=True)
     plain = module.clone()
-    run_pipeline(plain, "decompose")
+    try:
+        run_pipeline(plain, "decompose")
+    except DecomposeError as e:  # float32 could not keep a library op's contract: refused
+        assert "float32 rounding" in str(e) and e.op is not None
+        return
     inputs = sample_inputs(module, N_POS, seed)
     run_pipeline(module, "optimize")
     assert not has_library_ops(module)
