@@ -38,6 +38,7 @@ TOLERANCE = 1e-6  # how far a fold may move an output, relative to max(1, |outpu
 # How far float32 evaluation of a folded mlp may stray from its exact value, relative to
 # max(1, |output|), unless the ops it replaces strayed as far (`FoldCheck.keeps_float32`).
 F32_TOLERANCE = 1e-5
+SAMPLE_POSITIONS = 16  # positions of sampled inputs `FoldCheck.sampled_magnitude` runs
 EXACT_INTEGERS = 2.0 ** 24  # float32 adds integers exactly below this
 ROUNDING_SUMS = 2.0 ** 27  # above this even multiples of 8 round (see grows_past_exact)
 
@@ -72,6 +73,7 @@ class FoldCheck:
         self.graph = graph
         self._boxes: dict[SSAValue, tuple[np.ndarray, np.ndarray]] | None = None
         self._integers: dict[SSAValue, np.ndarray] | None = None
+        self._samples: dict[SSAValue, np.ndarray] | None = None
 
     def box(self, v: SSAValue) -> tuple[np.ndarray, np.ndarray]:
         from twdialect.ranges import op_box, value_ranges
@@ -98,24 +100,34 @@ class FoldCheck:
         return np.where(np.isnan(m), np.inf, m)
 
     def deviation(self, op: Operation) -> np.ndarray | None:
-        """Per output component, how far the rounded biases move `op` (None: nothing was
-        recorded, the op rounds no product). A rounded matrix entry moves an output in
-        proportion to the input, as float32 evaluation of the op itself does wherever it
-        runs; a rounded bias moves it by a constant, everywhere, and that is what breaks a
-        fold whose large terms cancel (the compare above)."""
+        """Per output component, how far storing the fold's float64 products as float32 moves
+        `op`'s exact (oracle) value over its input box (None: nothing was recorded): each
+        rounded bias by its residual, each rounded matrix entry by its residual times the
+        largest |input| it multiplies. Where large terms cancel (1.2e6 x - 1.08e7 against a
+        compare, or x A B with A B = 0 in exact arithmetic) this is far above the output,
+        and the fold would change the oracle's answer."""
         sides = _RESIDUALS.get(op)
         if not sides:
             return None
         dev = 0.0
+        x_mag = None
+        if any(np.any(dw) for dw, _ in sides.values()):
+            lo, hi = self.box(op.operands[0])
+            x_mag = np.nan_to_num(np.maximum(np.abs(lo), np.abs(hi)), nan=np.inf)
+        if "in" in sides:
+            dw, db = sides["in"]
+            dev = db + (x_mag @ dw if x_mag is not None and np.any(dw) else 0.0)
         if isinstance(op, MlpOp):
-            w2 = to_numpy(op.w2)
-            if "in" in sides:
-                dev = dev + sides["in"][1] @ np.abs(w2)
+            w1, b1, w2, _ = self._mlp_arrays(op)
+            dev = np.asarray(dev) @ np.abs(w2) if np.ndim(dev) else np.zeros(w2.shape[1])
             if "out" in sides:
-                dev = dev + sides["out"][1]
-        elif "in" in sides:
-            dev = sides["in"][1]
-        return np.asarray(dev, np.float64)
+                dw2, db2 = sides["out"]
+                dev = dev + db2
+                if x_mag is not None and np.any(dw2):
+                    hidden = x_mag @ np.abs(w1) + np.abs(b1)
+                    dev = dev + hidden @ dw2
+        with np.errstate(invalid="ignore"):
+            return np.nan_to_num(np.asarray(dev, np.float64), nan=np.inf)
 
     def grows_past_exact(self, op: Operation) -> bool:
         """Whether a fold into an mlp's output side pushes its sums of products from below
@@ -179,7 +191,57 @@ class FoldCheck:
         dev = self.deviation(op)
         if dev is None or np.all(dev <= TOLERANCE):  # within tolerance at any scale >= 1:
             return True  # (the common case)
-        return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, self.out_magnitude(op))))
+        scale = self.out_magnitude(op)
+        if replaced:  # what the replaced ops really computed, correlations included
+            scale = np.minimum(scale, self.sampled_magnitude(replaced[-1].results[0]))
+        return bool(np.all(dev <= TOLERANCE * np.maximum(1.0, scale)))
+
+    def sampled_magnitude(self, v: SSAValue) -> np.ndarray:
+        """Largest |v| per component over a fixed sample of the graph's inputs, run through the
+        oracle: unlike an interval box it sees x A B = 0 when A B = 0 (a fold whose rounded
+        product breaks that cancellation moves the output by far more than its size)."""
+        from twdialect.interp import evaluate_op, evaluate_values
+        from twdialect.random_graphs import sample_inputs
+
+        if self._samples is None:
+            try:
+                self._samples = dict(evaluate_values(
+                    self.graph, sample_inputs(self.graph, SAMPLE_POSITIONS),
+                    self.graph.sym_name.data, n_positions=SAMPLE_POSITIONS))
+            except (ValueError, ArithmeticError):  # (a graph the oracle cannot run yet)
+                self._samples = {}
+        values = self._sample_of(v)
+        if values is None:
+            return np.full(width_of(v), np.inf)
+        with np.errstate(invalid="ignore"):
+            return np.nan_to_num(np.abs(values).max(axis=0), nan=np.inf)
+
+    def _sample_of(self, v: SSAValue) -> np.ndarray | None:
+        """`v` on the sampled inputs (values a pass made: from their operands, by the oracle's
+        op rules); None where the oracle cannot tell."""
+        from twdialect.interp import evaluate_op
+
+        stack = [v]
+        while stack:
+            top = stack[-1]
+            if top in self._samples:
+                stack.pop()
+                continue
+            owner = top.owner
+            if not isinstance(owner, Operation) or not owner.operands:
+                return None
+            missing = [u for u in owner.operands if u not in self._samples]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            try:
+                with np.errstate(all="ignore"):
+                    self._samples[top] = evaluate_op(
+                        owner, [self._samples[u] for u in owner.operands], SAMPLE_POSITIONS, {})
+            except Exception:  # noqa: BLE001 - an op the oracle needs more context for
+                return None
+        return self._samples[v]
 
     def out_magnitude(self, op: Operation) -> np.ndarray:
         """Largest |output| per component of a candidate linear or mlp over its input box."""
