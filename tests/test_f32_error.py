@@ -177,3 +177,18 @@ def test_ulp_and_grid_helpers():
     assert ulp(1.0) == 2.0 ** -23 and ulp(1.5) == 2.0 ** -23 and ulp(2.0 ** 24) == 2.0
     assert ulp(0.0) == 0.0 and ulp(1e-45) == 2.0 ** -149
     assert lowbit(0.75) == 0.25 and lowbit(12.0) == 4.0 and lowbit(0.0) == float("inf")
+
+
+def test_dynamic_extract_refuses_an_index_declared_far_outside_its_table():
+    """An index declared in +-1e4 read 7.8e-3 instead of 0 outside the table before."""
+    for r, fits in ((4.0, True), (1e4, False), (100.0, False)):
+        def build():
+            with tw.Graph():
+                t = tw.input("t", 10, (-3.0, 3.0))
+                i = tw.input("i", 1, (-r, r) if r > 4 else (0.0, r), integer=True)
+                tw.dynamic_extract(t, i, 5)
+        if fits:
+            build()
+        else:
+            with pytest.raises(Exception, match="dynamic_extract: float32 rounding can reach"):
+                build()

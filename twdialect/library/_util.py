@@ -162,38 +162,79 @@ def ones_literal() -> SSAValue:
     return tw.literal([1.0])
 
 
-def inferred_max_abs(op: str, values) -> float:
-    """max |component| over `values`, from the value-range analysis (`twdialect.ranges`) of
-    the graph being built: what gating ops use when the caller passes no bound.
-
-    Boxes are cached on the open graph, so repeated calls cost O(new ops)."""
+def value_box(op: str, v: SSAValue) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of `v` from the value-range analysis (`twdialect.ranges`) of the graph being
+    built. Boxes are cached on the open graph, so repeated calls cost O(new ops)."""
     from twdialect.ranges import RangeError, op_box
 
     graph = tw._current()
     cache: dict = graph.__dict__.setdefault("_library_boxes", {})
+    stack = [v]
+    while stack:  # post-order over the value's not yet boxed ancestors
+        u = stack[-1]
+        if u in cache:
+            stack.pop()
+            continue
+        missing = [o for o in u.owner.operands if o not in cache]
+        if missing:
+            stack.extend(missing)
+            continue
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                lo, hi = op_box(u.owner, [cache[o] for o in u.owner.operands])
+        except RangeError as e:
+            fail(op, f"cannot bound an operand ({e}); pass max_abs")
+        cache[u] = (np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))
+        stack.pop()
+    return cache[v]
+
+
+def inferred_max_abs(op: str, values) -> float:
+    """max |component| over `values`, from the value-range analysis (`value_box`): what
+    gating ops use when the caller passes no bound."""
     bound = 0.0
     for v in values:
-        stack = [v]
-        while stack:  # post-order over the value's not yet boxed ancestors
-            u = stack[-1]
-            if u in cache:
-                stack.pop()
-                continue
-            missing = [o for o in u.owner.operands if o not in cache]
-            if missing:
-                stack.extend(missing)
-                continue
-            try:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    lo, hi = op_box(u.owner, [cache[o] for o in u.owner.operands])
-            except RangeError as e:
-                fail(op, f"cannot bound an operand ({e}); pass max_abs")
-            cache[u] = (np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))
-            stack.pop()
-        lo, hi = cache[v]
+        lo, hi = value_box(op, v)
         bound = max(bound, float(np.max(np.abs(lo))), float(np.max(np.abs(hi))))
     if not np.isfinite(bound) or bound > 1e7:
         fail(op, f"the value-range analysis bounds the gated values by {bound:g}, too loose "
              "for exact gating in fp32; pass a tighter max_abs")
     return bound if bound > 0 else 1.0
 
+
+def check_float32(op: str, chain: MlpChain, boxes_first: list, boxes_rest: list,
+                  scale: float, operand: str, tolerance: float = 1e-4,
+                  integer_first: bool = False, nominal_first: list | None = None) -> None:
+    """Refuse (at the call) a chain whose float32 rounding over its operands' value ranges
+    (`twdialect.f32_error.mlp_error_bound`) can exceed `tolerance * max(1, scale)`: the
+    first boxes belong to `operand`, the one whose declared range is to blame (integers
+    when `integer_first`). With `nominal_first` (the range the op's documented contract
+    assumes for it), only a range that at least doubles the nominal bound is refused."""
+    if not chain.w1:
+        return
+    err = _chain_error(op, chain, boxes_first + boxes_rest, boxes_first, integer_first, operand)
+    allowed = tolerance * max(1.0, scale)
+    if nominal_first is not None:
+        allowed = max(allowed, 2.0 * _chain_error(op, chain, nominal_first + boxes_rest,
+                                                  nominal_first, integer_first, operand))
+    if not err <= allowed:
+        first = boxes_first[0]
+        fail(op, f"float32 rounding can reach {err:.3g} (allowed {allowed:.3g}) with {operand} "
+             f"in [{float(np.min(first[0])):.6g}, {float(np.max(first[1])):.6g}]: declare a "
+             f"narrower range for {operand} (or bound it with tw.clamp)")
+
+
+def _chain_error(op, chain, boxes, boxes_first, integer_first, operand) -> float:
+    from twdialect.f32_error import mlp_error_bound
+
+    lo = np.concatenate([np.asarray(b[0], np.float64).reshape(-1) for b in boxes])
+    hi = np.concatenate([np.asarray(b[1], np.float64).reshape(-1) for b in boxes])
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        fail(op, f"{operand} has an unbounded value range; bound it with tw.clamp")
+    f32 = (lambda a: np.asarray(a, np.float32).astype(np.float64))
+    w1, w2 = f32(np.stack(chain.w1, axis=1)), f32(np.stack(chain.w2, axis=0))
+    with np.errstate(all="ignore"):
+        n_first = sum(np.asarray(b[0]).size for b in boxes_first)
+        ints = np.arange(lo.size) < n_first if integer_first else None
+        return float(np.max(mlp_error_bound(w1, f32(chain.b1), w2, f32(chain.out_bias), lo, hi,
+                                            ints)))

@@ -11,14 +11,17 @@ from xdsl.ir import SSAValue
 
 from twdialect import ops as tw
 from twdialect.dialect import width_of
+from twdialect.dialect import InputOp
 from twdialect.library._util import (
     MlpChain,
     check_bound,
+    check_float32,
     check_int,
     check_value,
     fail,
     inferred_max_abs,
     library_op,
+    value_box,
 )
 
 Value = SSAValue
@@ -164,9 +167,14 @@ def dynamic_extract(table: Value, index: Value, n_entries: int,
     outside [0, n_entries).
 
     Contract: exact when index is within 1/4 of an integer and |entries| <= max_abs, up to
-    fp32 rounding of gate terms of size 4 max_abs (2 n_entries + 3), i.e. about
-    1e-7 * 4 max_abs (2 n_entries + 3) absolute (bit-exact for integer entries and integer
-    max_abs). One `tw.mlp` of telescoping gates sum_k [index >= k] (v_k - v_{k-1}).
+    fp32 rounding of gate terms of size 4 max_abs (2 |index| + 3) summed over the
+    n_entries + 1 gates: about 1e-7 * 4 max_abs (2 n_entries + 3) absolute while index stays
+    within the table (bit-exact for integer entries and integer max_abs). An index whose
+    declared range reaches far outside the table makes the gates larger: the op is refused
+    at the call when that bound (`twdialect.f32_error`) exceeds both 1e-4 * max(1, max_abs)
+    and twice its value for an index in [-1, n_entries], where
+    the index is a declared input (a computed index is not checked: the range analysis bounds
+    indices read through attention far too loosely to judge them). One `tw.mlp` of telescoping gates sum_k [index >= k] (v_k - v_{k-1}).
     Without `max_abs` the bound comes from the value-range analysis of the table.
     Cost: 1 MLP sublayer, (n_entries + 1) * (w + 1) neurons.
     """
@@ -184,4 +192,9 @@ def dynamic_extract(table: Value, index: Value, n_entries: int,
     chain = MlpChain(1 + tw_w, w)
     cols = [[1 + k * w + j for j in range(w)] for k in range(n)]
     add_index_gates(chain, chain.unit_in(0), cols, w, bound)
+    if isinstance(index.owner, InputOp):  # a declared range: hold the op to it
+        check_float32("dynamic_extract", chain, [value_box("dynamic_extract", index)],
+                      [(np.full(tw_w, -bound), np.full(tw_w, bound))], bound, "index",
+                      integer_first=index.owner.integer is not None,
+                      nominal_first=[(np.array([-1.0]), np.array([float(n)]))])
     return chain.emit(tw.concat(index, table))
