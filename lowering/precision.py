@@ -11,7 +11,9 @@ pushed it across zero. Softmax leakage of attention (exp(-gap) of the
 other positions) is not modelled: the gaps the library uses make it far smaller than this.
 
 `estimate_errors(sched)` returns ({op: bound}, per-group bounds); `max_relative_output_error`
-is the largest bound over the outputs, relative to max(1, |output|). It is an estimate for
+is the largest bound over the outputs, relative to max(1, |output|); `output_errors` gives
+each output's bound, and `check_margins` holds them to the margins the outputs declare
+(`tw.margin`: half an argmax gap, 0.5 for rounding to integers), which `compile` runs. It is an estimate for
 reports and tests (the measured error must stay under it), not a proof: the first-order bound
 ignores products of errors.
 """
@@ -23,7 +25,8 @@ import numpy as np
 from lowering.schedule import GroupRanges, Schedule
 from lowering.tasks import Refs
 from twdialect.dense import to_numpy
-from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp
+from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
+from twdialect.errors import TwError
 
 EPS = 2.0 ** -24  # unit roundoff of float32
 
@@ -123,3 +126,51 @@ def max_relative_output_error(sched: Schedule) -> float:
         for g in sched.tg.refs[v].groups():
             worst = max(worst, err[g] / max(1.0, mag[g]))
     return worst
+
+
+class PrecisionError(TwError):
+    """An output whose static float32 error estimate exceeds the margin its consumer declared."""
+
+
+def output_errors(sched: Schedule) -> dict[str, tuple[float, float]]:
+    """Per graph output: (estimated absolute float32 error, largest |output| from the value
+    ranges), the error the largest over the output's components (`estimate_errors`)."""
+    mag = GroupRanges(sched.tg)
+    _, err = estimate_errors(sched, mag)
+    out = {}
+    for name, v in sched.tg.outputs:
+        groups = sched.tg.refs[v].groups()
+        out[name] = (max((err[g] for g in groups), default=0.0),
+                     max((float(np.max(mag[g])) for g in groups), default=0.0))
+    return out
+
+
+def output_margins(graph) -> dict[str, float]:
+    """The `tw.margin` each output of `graph` declares (outputs without one are left out)."""
+    return {op.output_name.data: op.attributes[MARGIN].value.data
+            for op in graph.block.ops if isinstance(op, OutputOp) and MARGIN in op.attributes}
+
+
+def check_margins(sched: Schedule, on_margin: str = "error") -> dict[str, tuple[float, float]]:
+    """Compare every output's error estimate with its declared margin: "error" raises a
+    PrecisionError naming the outputs that exceed theirs, "warn" issues a warning, "ignore"
+    does neither. Returns {output: (estimate, margin)} for the outputs with a margin."""
+    if on_margin not in ("error", "warn", "ignore"):
+        raise PrecisionError(f"on_margin must be 'error', 'warn' or 'ignore', got {on_margin!r}")
+    margins = output_margins(sched.tg.graph)
+    if not margins or on_margin == "ignore":
+        return {}
+    estimates = output_errors(sched)
+    report = {name: (estimates[name][0], m) for name, m in margins.items() if name in estimates}
+    over = {name: em for name, em in report.items() if em[0] > em[1]}
+    if over:
+        what = ", ".join(f"\"{n}\" may be off by {e:.3g} (margin {m:g})"
+                         for n, (e, m) in sorted(over.items()))
+        message = (f"float32 error estimate exceeds the declared margin: {what}; narrow the "
+                   "inputs' declared ranges, widen the margin, or compile with on_margin='warn'")
+        if on_margin == "error":
+            raise PrecisionError(message)
+        import warnings
+
+        warnings.warn(message, stacklevel=3)
+    return report

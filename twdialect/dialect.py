@@ -10,7 +10,10 @@ Discardable attributes understood everywhere:
   `tw.scope = "loop"`, `tw.iteration = 3 : i64`  membership in a `sequential_scope` iteration;
   `tw.scope_terminal`  marks an iteration's terminal value;
   `tw.tolerance = 0.2 : f64`  on a library op: the float32 error its author accepts for it,
-      relative to max(1, |output|), where `decompose`'s default (1e-4) would refuse it.
+      relative to max(1, |output|), where `decompose`'s default (1e-4) would refuse it;
+  `tw.margin = 0.5 : f64`  on a `tw.output`: the absolute error its consumer tolerates (half
+      an argmax gap, 0.5 for rounding to integers); compile refuses (or warns) when the static
+      float32 error estimate of the output exceeds it (`lowering/precision.py`).
 The graph verifier checks their types (what the passes and reports read).
 
 Limits (`docs/dialect.md`): a value is at most MAX_WIDTH components wide and a weight attribute
@@ -90,6 +93,7 @@ SCOPE = "tw.scope"
 ITERATION = "tw.iteration"
 SCOPE_TERMINAL = "tw.scope_terminal"
 TOLERANCE = "tw.tolerance"
+MARGIN = "tw.margin"
 
 
 # --------------------------------------------------------------------------------------
@@ -287,6 +291,7 @@ _UNIT = "a unit attribute (no value)"
 _FLOAT = "a positive finite float"
 DISCARDABLE_KINDS: dict[str, str] = {
     ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT, TOLERANCE: _FLOAT,
+    MARGIN: _FLOAT,
     "tw.layer": _INT, "tw.sublayer": _STR, "tw.heads": _INT, "tw.dims": _INT,
     "tw.neurons": _INT, "tw.cancel": _STR, "tw.accumulate": _UNIT, "tw.n_layers": _INT,
     "tw.floor": _INT, "tw.geometry": _STR,

@@ -48,6 +48,7 @@ from twdialect.dialect import (
     SCOPE,
     SCOPE_TERMINAL,
     TOLERANCE,
+    MARGIN,
     LIBRARY_OPS,
     AddOp,
     AttnOp,
@@ -236,8 +237,15 @@ def check_width(fn: str, x, name: str = "width") -> int:
 
 
 def check_name(fn: str, x, name: str = "name") -> str:
+    """A non-empty str that UTF-8 can encode: a lone surrogate ('\\udc80', left by decoding
+    bytes with errors='surrogateescape') would build, then crash the printer."""
     if not isinstance(x, str) or not x:
         fail(fn, f"{name} must be a non-empty string, got {x!r}")
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError as e:
+        fail(fn, f"{name} {x!r} holds U+{ord(x[e.start]):04X}, a lone surrogate, which is not "
+                 "a character (decode the name's bytes with errors='replace')")
     return x
 
 
@@ -412,13 +420,21 @@ def pos_encoding(width: int, max_len: int = 1024) -> Value:
                                      properties={"max_len": int_prop(m)}), "pos_encoding")
 
 
-def output(name: str, value: Value) -> None:
+def output(name: str, value: Value, margin: float | None = None) -> None:
+    """A named graph output. `margin`: the absolute error its consumer tolerates (half the
+    smallest argmax gap of logits, 0.5 for a value rounded to an integer); compiling refuses
+    (or warns, `compile(on_margin=...)`) when the output's static float32 error estimate
+    exceeds it."""
     check_name("output", name)
     check_value("output", value, "value")
+    attrs = {}
+    if margin is not None:
+        attrs[MARGIN] = FloatAttr(check_number("output", margin, "margin", positive=True), f64)
     graph = _current("output")
     if name in graph._output_names:
         fail("output", f"name: the graph already has an output \"{name}\"")
-    _emit(OutputOp.create(operands=[value], properties={"name": StringAttr(name)}), "output")
+    _emit(OutputOp.create(operands=[value], properties={"name": StringAttr(name)},
+                          attributes=attrs), "output")
     graph._output_names.add(name)
 
 
