@@ -53,7 +53,8 @@ BAD_NUMBER = [None, "1", True, NAN, INF, -INF, [1.0, 2.0], 1 + 1j, lambda v: v.x
 BAD_POSITIVE = BAD_NUMBER + [0.0, -1.0]
 BAD_OPTIONAL_POSITIVE = [b for b in BAD_POSITIVE if b is not None]
 BAD_COUNT = [None, "3", True, 2.5, NAN, INF, -1, 0, 10**30, [2]]
-BAD_NAME = [None, 3, "", b"x", ["a"]]
+# A lone surrogate built, then crashed the printer (UTF-8 cannot encode it).
+BAD_NAME = [None, 3, "", b"x", ["a"], "\udc80", "a\ud800b"]
 BAD_PAIR = [None, 3, "ab", (1.0,), (1.0, 2.0, 3.0), (2.0, 1.0), (NAN, 1.0), (0.0, INF), ("a", "b")]
 BAD_ARRAY = [None, "abc", [[1.0, 2.0], [3.0]], [[NAN, 1.0]], [[INF, 1.0]], np.ones((2, 2), complex),
              [True, False], np.array([object()]), [], [[1e39, 1.0]], lambda v: v.x2]
@@ -326,9 +327,12 @@ def test_integer_input_range_without_integers():
             tw.input("x", 1, (0.2, 0.8), integer=True)
 
 
-@pytest.mark.parametrize("name", [None, 3, ""])
-def test_annotate_name(name):
-    with pytest.raises(TwError, match="tw.annotate: name must be a non-empty string"):
+@pytest.mark.parametrize("name, message", [(None, "must be a non-empty string"),
+                                           (3, "must be a non-empty string"),
+                                           ("", "must be a non-empty string"),
+                                           ("\udc80", "holds U\\+DC80, a lone surrogate")])
+def test_annotate_name(name, message):
+    with pytest.raises(TwError, match=f"tw.annotate: name .*{message}"):
         with tw.annotate(name):
             pass
 
