@@ -74,6 +74,35 @@ HOSTILE = {
                       "nesting too deep", None),
     "deep_attribute": ('builtin.module attributes {a = ' + "[" * 3000 + "]" * 3000 + '} {}\n',
                        "nesting too deep", None),
+    # Each of the following escaped as an internal exception (found by fuzzing).
+    "huge_integer_type": (_graph('    %y = tw.relu %x {tw.iteration = 0 : i18446744073709551616}'
+                                 ' : !tw.vec<1>\n'),
+                          "integer type 'i18446744073709551616' is too wide (at most 16777215",
+                          "4:41"),  # was a MemoryError
+    "long_integer_type": (_graph('    %y = tw.relu %x {a = 0 : i' + "9" * 5000 + '} : '
+                                 '!tw.vec<1>\n'), "(5001 characters) is too wide", "4:30"),
+    "dense_wide_integers": (_graph('    %y = tw.linear %x weight dense<1> : tensor<1x1xi128> : '
+                                   '!tw.vec<1> -> !tw.vec<1>\n'),
+                            "element type xDSL cannot store", "4:35"),  # NotImplementedError
+    "dense_f80": (_graph('    %y = tw.linear %x weight dense<1.0> : tensor<1x1xf80> : '
+                         '!tw.vec<1> -> !tw.vec<1>\n'),
+                  "element type xDSL cannot store", "4:35"),  # NotImplementedError, no message
+    "dense_i0": (_graph('    %y = tw.linear %x weight dense<1> : tensor<1x1xi0> : '
+                        '!tw.vec<1> -> !tw.vec<1>\n'),
+                 "out of range for type i0", "4:35"),  # a bare ValueError
+    "complex_not_a_pair": (_graph('    %y = tw.linear %x weight dense<[[1.0]]> : '
+                                  'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
+                           "holds (real, imaginary) pairs such as (1.0, 0.0), got a single",
+                           "4:38"),  # an AssertionError with no message
+    "surrogate_in_string": (_graph('    %y = tw.input "y\udcff" <-1.0, 1.0> : !tw.vec<1>\n'),
+                            "holds U+DCFF, a lone surrogate", "4:21"),  # UnicodeEncodeError
+    "extra_brace": (_graph("") + "}\n", "unexpected '}' after the end of the module (an extra "
+                    "'}'", "7:1"),  # "Could not parse entire input!"
+    "text_after_module": (_graph("") + "]\n", "unexpected ']' after the end of the module "
+                          "(remove it", "7:1"),
+    "no_op_first": ("] " + _graph(""), "expected an operation such as builtin.module, got "
+                    "']'", "1:1"),
+    "empty": ("  // nothing\n", "no operations in the input", None),
 }
 
 
@@ -87,6 +116,40 @@ def test_hostile_text_is_one_clear_parse_error(name: str) -> None:
     if where is not None:
         loc = info.value.span.get_location()
         assert f"{loc.line}:{loc.col}" == where, info.value.msg
+
+
+def test_text_after_an_explicit_module_is_refused() -> None:
+    """Without the implicit module xDSL parsed the first op and ignored the rest of the text."""
+    from xdsl.parser import Parser
+
+    text = _graph("") + "tw.graph @late {\n}\n"
+    with pytest.raises(ParseError) as info:
+        Parser(twdialect.make_context(), text).parse_module(allow_implicit_module=False)
+    assert "unexpected 'tw.graph' after the end of the module (remove it: the input is one " \
+           "builtin.module)" in info.value.msg
+    assert Parser(twdialect.make_context(), _graph("")).parse_module(False) is not None
+
+
+@pytest.mark.parametrize("text, kind", [(None, "NoneType"), (b"builtin.module {}", "bytes"),
+                                        (5, "int"), (["builtin.module {}"], "list")])
+def test_parse_module_names_a_text_that_is_not_a_str(text, kind: str) -> None:
+    """None and bytes crashed inside the lexer (TypeError); bytes of one op even parsed."""
+    with pytest.raises(twdialect.ArgumentError, match=f"parse_module: text must be a str of tw "
+                                                      f"IR, got {kind}"):
+        parse_module(text)
+
+
+@pytest.mark.parametrize("module, generic, message", [
+    (5, False, "module must be an xDSL operation such as a ModuleOp, got int"),
+    ("builtin.module {}", False, "got str"),
+    (None, False, "got NoneType"),
+    ("ok", "yes", "generic must be True or False, got 'yes'"),
+])
+def test_print_module_names_a_bad_argument(module, generic, message: str) -> None:
+    if module == "ok":
+        module = parse_module(_graph(""))
+    with pytest.raises(twdialect.ArgumentError, match=message):
+        print_module(module, generic=generic)
 
 
 def test_strings_keep_every_escape() -> None:

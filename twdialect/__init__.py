@@ -3,12 +3,15 @@
 import functools as _functools
 import math as _math
 
+import numpy as _np
+
 import xdsl.parser.attribute_parser as _attribute_parser
 from xdsl.dialects.builtin import Float32Type as _Float32Type
 from xdsl.dialects.builtin import Float64Type as _Float64Type
 from xdsl.printer import Printer as _Printer
 
 from twdialect.dialect import TW, GraphOp, VecType, width_of
+from twdialect.errors import TwError
 from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph, generate
 from twdialect.parsing import install as _install_parsing_fixes
 
@@ -80,24 +83,45 @@ def make_context(allow_unregistered: bool = False):
     return ctx
 
 
+class ArgumentError(TwError):
+    """A public tw function got an argument of the wrong kind (None or bytes for IR text, a
+    number for a module); the message names the function and the argument."""
+
+
 def parse_module(text: str):
-    """Parse tw text into a verified ModuleOp."""
+    """Parse tw text into a verified ModuleOp.
+
+    Bad text is an xDSL ParseError (located, one clear message: see twdialect/parsing.py) or a
+    verifier error; an argument that is not a str is an ArgumentError."""
     from xdsl.parser import Parser
 
+    if not isinstance(text, str):
+        hint = " (decode bytes first: data.decode('utf-8'))" if isinstance(
+            text, (bytes, bytearray, memoryview)) else ""
+        raise ArgumentError(f"parse_module: text must be a str of tw IR, got "
+                            f"{type(text).__name__}{hint}")
     module = Parser(make_context(), text).parse_module()
     module.verify()
     return module
 
 
 def print_module(module, generic: bool = False) -> str:
+    """The text of `module` (any xDSL operation: a ModuleOp, a tw.graph...), which
+    `parse_module` reads back; `generic` prints xDSL's generic op form."""
     import io
 
+    from xdsl.ir import Operation
     from xdsl.printer import Printer
 
+    if not isinstance(module, Operation):
+        raise ArgumentError(f"print_module: module must be an xDSL operation such as a "
+                            f"ModuleOp, got {type(module).__name__}")
+    if not isinstance(generic, (bool, _np.bool_)):
+        raise ArgumentError(f"print_module: generic must be True or False, got {generic!r}")
     s = io.StringIO()
     Printer(s, print_generic_format=generic).print_op(module)
     return s.getvalue() + "\n"
 
 
-__all__ = ["TW", "GraphOp", "VecType", "width_of", "EvaluationError", "evaluate",
+__all__ = ["ArgumentError", "TW", "GraphOp", "VecType", "width_of", "EvaluationError", "evaluate",
            "evaluate_values", "find_graph", "generate", "make_context", "parse_module", "print_module"]

@@ -14,8 +14,16 @@ Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes
   A literal whose bytes are valid UTF-8 is now a string (as xDSL's own docstring says it is).
 * **Clear messages** where xDSL's are cryptic: `Expected suffix identifier after {first_char}`
   (an unformatted placeholder), `in block definition` (the whole message when a region is not
-  closed or holds something that is not an op), `Unexpected character`, the pass pipeline's
-  `Unknown token` and `Incompatible types: given (0,), expected <class 'bool'>` (which option?).
+  closed or holds something that is not an op), `Unexpected character`, `Could not parse
+  entire input!` (now: the input is empty, does not start with an op, or has text such as an
+  extra `}` after the end of the module, naming it), the pass pipeline's `Unknown token` and
+  `Incompatible types: given (0,), expected <class 'bool'>` (which option?).
+* **ParseErrors, not internal exceptions**, for text xDSL accepts but cannot represent: an
+  integer type wider than MLIR's MAX_INTEGER_WIDTH bits (`0 : i18446744073709551616` computed
+  2**(width-1) until a MemoryError), a dense literal of an element type xDSL cannot pack (i128,
+  f80: a NotImplementedError) or with a value outside its integer type, a plain number where a
+  complex element type wants a pair (an AssertionError with no message), and a lone surrogate
+  in a string literal of a Python str (a UnicodeEncodeError).
 * **Bounded work.** Nesting deep enough to exhaust Python's stack is a located ParseError, not a
   RecursionError; a decimal integer literal has at most MAX_INTEGER_DIGITS digits (Python
   refuses to convert longer ones with an unrelated message); a `dense<...>` literal's type holds
@@ -43,6 +51,9 @@ from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind, StringLiteral
 # The longest decimal integer literal accepted; Python itself refuses to convert more than
 # 4300 digits (sys.int_info.default_max_str_digits) and no tw literal needs more than a few.
 MAX_INTEGER_DIGITS = 1000
+# The widest integer type, MLIR's own bound (IntegerType::kMaxWidth). xDSL has none, and an
+# integer attribute of type i18446744073709551616 computed 2**(width-1) until a MemoryError.
+MAX_INTEGER_WIDTH = (1 << 24) - 1
 # The most numbers a dense literal's type may hold; the same bound as the tw verifier's
 # MAX_DENSE_ELEMENTS (a weight attribute holds at most that many).
 MAX_DENSE_ELEMENTS = 1 << 26
@@ -52,6 +63,9 @@ MAX_DENSE_ELEMENTS = 1 << 26
 _STRING_BODY = r'(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+'
 _STRING_LITERAL = re.compile('"' + _STRING_BODY + '"')
 _STRING_PREFIX = re.compile('"' + _STRING_BODY)
+
+# A lone surrogate (U+D800..U+DFFF) is not a character: a Python str may hold one, UTF-8 cannot.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SIGIL_EXAMPLES = {"%": "%x or %0", "^": "^bb0", "#": "#name", "!": "!tw.vec<2>"}
 
@@ -63,6 +77,13 @@ def _describe_char(c: str | None) -> str:
     if c.isprintable() and not c.isspace():
         return f"'{c}'"
     return f"U+{ord(c):04X}" + (" (a space)" if c == " " else "")
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    """Source text for a message, quoted; a very long token (10^4 digits) is abbreviated."""
+    if len(text) <= limit:
+        return f"'{text}'"
+    return f"'{text[:limit // 2]}...{text[-8:]}' ({len(text)} characters)"
 
 
 # -- lexer ---------------------------------------------------------------------------------
@@ -90,6 +111,12 @@ def _lex_string_literal(self: MLIRLexer, start_pos: int):
     match = _STRING_LITERAL.match(self.input.content, start_pos)
     if match is None:
         raise _string_literal_error(self, start_pos)
+    surrogate = _SURROGATE.search(self.input.content, start_pos, match.end())
+    if surrogate is not None:  # xDSL's byte conversion would raise a UnicodeEncodeError
+        raise ParseError(Span(surrogate.start(), surrogate.end(), self.input),
+                         f"string literal holds {_describe_char(surrogate.group())}, a lone "
+                         "surrogate, which is not a character (the text is not valid Unicode; "
+                         "decode it with errors='replace')")
     self.pos = match.end()
     literal = StringLiteral(start_pos, self.pos, self.input)
     if "\\" in literal.text:
@@ -171,6 +198,77 @@ def _wrap_parse_module(original):
     return parse_module
 
 
+def _wrap_parse_integer_or_float_type(original):
+    def parse_optional_integer_or_float_type(self: AttrParser):
+        """xDSL's `i32` / `f32` / `index` parser, with integer widths bounded as in MLIR."""
+        token = self._current_token
+        match = (self._builtin_integer_type_regex.match(token.text)
+                 if token.kind is MLIRTokenKind.BARE_IDENT else None)
+        # Compare digit counts first: Python will not convert a 5000-digit string to an int.
+        digits = match.group(1).lstrip("0") if match else ""
+        too_many_digits = len(digits) > len(str(MAX_INTEGER_WIDTH))
+        if too_many_digits or (digits and int(digits) > MAX_INTEGER_WIDTH):
+            self.raise_error(f"integer type {_quote(token.text)} is too wide (at most "
+                             f"{MAX_INTEGER_WIDTH} bits)", token.span)
+        return original(self)
+    return parse_optional_integer_or_float_type
+
+
+def _wrap_parse_top_level(original):
+    """xDSL's `parse_module` ends with "Could not parse entire input!" wherever its top-level
+    loop stops, saying neither what it found nor why; the wrapper counts the top-level ops
+    parsed so far (through `parse_optional_operation`, at nesting depth 0) to say which."""
+
+    def parse_module(self: Parser, allow_implicit_module: bool = True):
+        self._tw_top_level_ops = 0
+        self._tw_op_depth = 0
+        try:
+            module = original(self, allow_implicit_module)
+        except ParseError as e:
+            if e.msg != "Could not parse entire input!":
+                raise
+            _raise_top_level_error(self, allow_implicit_module)
+        if self._current_token.kind is not MLIRTokenKind.EOF:
+            # Without the implicit module xDSL ignores whatever follows the first op.
+            _raise_top_level_error(self, allow_implicit_module)
+        return module
+    return parse_module
+
+
+def _wrap_parse_optional_operation(original):
+    def parse_optional_operation(self: Parser):
+        depth = getattr(self, "_tw_op_depth", 0)
+        self._tw_op_depth = depth + 1
+        try:
+            op = original(self)
+        finally:
+            self._tw_op_depth = depth
+        if op is not None and depth == 0:
+            self._tw_top_level_ops = getattr(self, "_tw_top_level_ops", 0) + 1
+        return op
+    return parse_optional_operation
+
+
+def _raise_top_level_error(parser: Parser, implicit_module: bool):
+    """Say what stopped the top level: nothing at all, something that is not an operation, or
+    text after the end of the module (an extra '}' is the usual case)."""
+    token = parser._current_token
+    found = "the end of the input" if token.kind is MLIRTokenKind.EOF else _quote(token.text)
+    if not getattr(parser, "_tw_top_level_ops", 0):
+        if token.kind is MLIRTokenKind.EOF:
+            parser.raise_error("no operations in the input (it is empty or holds only "
+                               "comments)", token.span)
+        parser.raise_error(f"expected an operation such as builtin.module, got {found}",
+                           token.span)
+    if token.text == "}":
+        hint = "an extra '}': the module is already closed"
+    elif implicit_module:
+        hint = "remove it: only operations may stand at the top level"
+    else:
+        hint = "remove it: the input is one builtin.module"
+    parser.raise_error(f"unexpected {found} after the end of the module ({hint})", token.span)
+
+
 def _dense_limit() -> int:
     try:  # the verifier's own bound, where the dialect defines one
         from twdialect.dialect import MAX_DENSE_ELEMENTS as limit
@@ -209,7 +307,27 @@ def _wrap_parse_dense_elements(original):
         except OverflowError:
             self.raise_error("dense literal holds a number too large for its element type "
                              "(f32 holds magnitudes up to about 3.4e38)", start, self.pos)
+        except NotImplementedError:
+            # xDSL packs integers of at most 64 bits and floats of 16, 32 or 64 bits; for
+            # i128 or f80 its packing fails with a bare (sometimes empty) NotImplementedError.
+            self.raise_error("dense literal of an element type xDSL cannot store (integers up "
+                             "to 64 bits, f16/f32/f64 floats; tw weights are f32)", start,
+                             self.pos)
+        except ValueError as e:  # a value outside its integer type, e.g. 1 : i0
+            self.raise_error(f"dense literal: {e}", start, self.pos)
     return parse_dense_int_or_fp_elements_attr
+
+
+def _wrap_to_complex(original):
+    def to_complex(self, parser: AttrParser, type):
+        """xDSL asserts (an AssertionError with no message) when a complex-typed dense literal
+        holds a plain number instead of a (real, imaginary) pair."""
+        if not isinstance(self.value, tuple):
+            parser.raise_error(f"a dense literal of element type {type} holds (real, "
+                               f"imaginary) pairs such as (1.0, 0.0), got a single number "
+                               "(tw weights are f32 anyway)", at_position=self.span)
+        return original(self, parser, type)
+    return to_complex
 
 
 # -- pass pipelines ------------------------------------------------------------------------
@@ -297,7 +415,13 @@ def install() -> None:
     MLIRLexer._lex_prefixed_ident = _wrap_lex_prefixed_ident(MLIRLexer._lex_prefixed_ident)
     MLIRLexer._lex_number = _wrap_lex_number(MLIRLexer._lex_number)
     Parser._parse_block = _wrap_parse_block(Parser._parse_block)
-    Parser.parse_module = _wrap_parse_module(Parser.parse_module)
+    Parser.parse_module = _wrap_parse_module(_wrap_parse_top_level(Parser.parse_module))
+    Parser.parse_optional_operation = _wrap_parse_optional_operation(
+        Parser.parse_optional_operation)
+    AttrParser._parse_optional_integer_or_float_type = _wrap_parse_integer_or_float_type(
+        AttrParser._parse_optional_integer_or_float_type)
+    AttrParser._TensorLiteralElement.to_complex = _wrap_to_complex(
+        AttrParser._TensorLiteralElement.to_complex)
     AttrParser._parse_dense_literal_type = _wrap_parse_dense_literal_type(
         AttrParser._parse_dense_literal_type)
     AttrParser.parse_dense_int_or_fp_elements_attr = _wrap_parse_dense_elements(
