@@ -85,6 +85,13 @@ piecewise_linear_2d(x, y, xs, ys, T) -> triangulated interpolation, inputs clamp
     reach 2^24 is not used); non-integer operands break
     the declared promise (the oracle refuses non-integer values of an `integer` input).
 
+Float32 over the declared ranges (all ops): the contracts above hold for the arithmetic; on
+the float32 machine each construction also rounds at the spacing of its hinges' magnitudes.
+`decompose` bounds that rounding over the operands' value ranges (`twdialect.f32_error`) and
+keeps it within DEFAULT_TOLERANCE * max(1, |output|) (option `tolerance`; an op's own
+`tw.tolerance` widens it): it picks the construction cancelling on the narrower side, or
+refuses the op by name with the ranges that would fit (docs/decompose.md).
+
 Primitives (`tw.linear`, `tw.mlp`, ...) and views are untouched by `decompose`.
 """
 
