@@ -269,23 +269,12 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
 
 # -- passes --------------------------------------------------------------------------------
 
-# The upstream xDSL passes that make sense on tw IR (checked on the bundled programs: they
-# verify, print and parse back). The other upstream passes rewrite other dialects: on tw IR
-# they do nothing, fail, or (test-add-timers-to-top-level-funcs, convert-pdl-to-pdl-interp)
-# write IR that tw cannot read back.
-UPSTREAM_PASSES = ("canonicalize", "cse", "dce")
-
-
 def allowed_passes() -> dict:
-    """Pass name -> factory: tw's own passes and UPSTREAM_PASSES (nothing imported yet)."""
-    from xdsl.transforms import get_all_passes as upstream
+    """Pass name -> factory: tw's own passes and `passes.UPSTREAM_PASSES` (nothing imported
+    yet); the one list every pipeline entry point shares."""
+    from passes import get_all_passes
 
-    from passes import get_tw_passes
-
-    available = upstream()
-    allowed = {name: available[name] for name in UPSTREAM_PASSES}
-    allowed.update(get_tw_passes())
-    return allowed
+    return get_all_passes()
 
 
 def check_pipeline_names(spec: str) -> None:
