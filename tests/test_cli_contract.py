@@ -35,6 +35,7 @@ FILES = {
     "good.txt": GOOD,
     "bad_op.mlir": GOOD.replace("tw.relu %x", "tw.relu %x %x"),
     "unterminated.mlir": GOOD.replace('"x" <-1.0', '"x <-1.0' + " pad" * 2500),
+    "extra_brace.mlir": GOOD + "}\n",
     "integer.mlir": GOOD.replace("<-1.0, 1.0>", "<0.0, 9.0> integer"),
     "no_inputs.mlir": GOOD.replace('%x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>',
                                    "%x = tw.pos_encoding max_len 8 : !tw.vec<2>"),
@@ -201,6 +202,16 @@ TW_OPT_ERRORS = {
     "upstream_pass_not_exposed": (["good.mlir", "-p", "test-add-timers-to-top-level-funcs"],
                                   "Unrecognized passes"),
     "other_target": (["good.mlir", "-t", "llvm"], "invalid choice: 'llvm' (choose from mlir)"),
+    # An empty target reached xDSL's spec parser: "internal error: ArgSpecParseError".
+    "empty_target": (["good.mlir", "-p", "cse", "-t", ""], "bad --target '': tw-opt writes "
+                                                           "only 'mlir' text"),
+    "target_options": (["good.mlir", "-t", "mlir{x=1}"], "print options are flags such as "
+                                                         "--print-op-generic"),
+    "target_list": (["good.mlir", "-t", "mlir,cse"], "bad --target 'mlir,cse'"),
+    "extra_brace": (["extra_brace.mlir"], "extra_brace.mlir:8:1: unexpected '}' after the end of "
+                                          "the module (an extra '}'"),
+    "no_implicit_module_trailer": (["extra_brace.mlir", "--no-implicit-module"],
+                                   "extra_brace.mlir:8:1: unexpected '}' after the end"),
 }
 
 
@@ -210,16 +221,26 @@ def test_tw_opt_says_what_to_do(name: str, capsys, workdir: Path) -> None:
     _assert_one_error_line("tw-opt", *_call("tw_opt", argv, capsys, workdir), message)
 
 
+def test_tw_opt_reads_stdin_as_dash(capsys, workdir: Path, monkeypatch) -> None:
+    """'-' is stdin, as for tw-stats (tw-opt tried to open a file named '-')."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(GOOD.encode())))
+    code, out, err = _call("tw_opt", ["-", "-p", "cse"], capsys, workdir)
+    assert code == 0 and out.strip() == GOOD.strip(), err
+
+
 def test_tw_opt_reads_txt_with_frontend(capsys, workdir: Path) -> None:
     code, out, err = _call("tw_opt", ["good.txt", "--frontend", "mlir"], capsys, workdir)
     assert code == 0 and out.strip() == GOOD.strip(), err
 
 
 def test_tw_opt_exposes_only_passes_that_keep_tw_ir() -> None:
-    from passes import TW_PASSES
-    from tools.cli import UPSTREAM_PASSES, allowed_passes
+    from passes import TW_PASSES, UPSTREAM_PASSES, get_all_passes
+    from tools.cli import allowed_passes
 
     assert set(allowed_passes()) == set(TW_PASSES) | set(UPSTREAM_PASSES)
+    assert set(get_all_passes()) == set(allowed_passes())  # the Python entry points too
 
 
 @pytest.mark.parametrize("pass_name", ["cse", "dce", "canonicalize"])

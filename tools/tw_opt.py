@@ -2,11 +2,13 @@
 
     tw-opt graph.mlir -p decompose,cse,fuse-linears{max-params=0} -o out.mlir
     tw-opt errors.mlir --split-input-file --verify-diagnostics
+    cat graph.mlir | tw-opt - -p cse          # '-' (or no file) reads stdin
 
 Knows the builtin and `tw` dialects, tw's own passes (`passes.get_tw_passes()`, imported only
 when a pipeline names them) and the upstream xDSL passes that make sense on tw IR
-(`tools.cli.UPSTREAM_PASSES`: cse, dce, canonicalize; the other 130 upstream passes target other
-dialects and at best do nothing here, some write IR tw-opt cannot read back). After each pass
+(`passes.UPSTREAM_PASSES`: cse, dce, canonicalize; the other 130 upstream passes target other
+dialects and at best do nothing here, some write IR tw-opt cannot read back; the Python
+pipeline entry points take the same list). After each pass
 the IR is verified and checked to hold only ops tw-opt can parse, so the output always reads
 back in.
 
@@ -71,6 +73,12 @@ def _record_failing_op() -> Iterator[None]:
         Operation.emit_error = original  # type: ignore[method-assign]
 
 
+def _last_line(e: BaseException) -> str:
+    """xDSL's spec errors span several lines (spec, caret, reason): keep the reason."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
 class TwOptMain(xDSLOptMain):
     """xDSLOptMain restricted to builtin + tw, with tw passes and one-line errors."""
 
@@ -80,7 +88,20 @@ class TwOptMain(xDSLOptMain):
                  args: Sequence[str] | None = None):
         self.op_spans: dict[Operation, Span] = {}
         self.line_offset = 0
-        super().__init__(description=description, args=args)
+        try:
+            super().__init__(description=description, args=args)
+        except ArgSpecParseError:
+            # xDSL parses --target as a spec before the pipeline: `-t ''` raised its
+            # ArgSpecParseError (a BaseException) from here, past every `except Exception`.
+            self._refuse_target()
+        if self.args.target != "mlir":
+            # xDSL overrides the mlir target's options with the print flags and ignores text
+            # after its name (`-t mlir,cse`): only the plain name means what it says.
+            self._refuse_target()
+
+    def _refuse_target(self):
+        raise ToolError(f"bad --target {self.args.target!r}: tw-opt writes only 'mlir' text "
+                        "(the default; print options are flags such as --print-op-generic)")
 
     # -- registration ------------------------------------------------------------------
 
@@ -112,8 +133,7 @@ class TwOptMain(xDSLOptMain):
         try:
             super().setup_pipeline()
         except ArgSpecParseError as e:
-            detail = str(e).splitlines()[-1].strip() if str(e).splitlines() else ""
-            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {detail}") from None
+            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {_last_line(e)}") from None
         except Exception as e:  # noqa: BLE001 - xDSL raises bare ValueErrors for spec problems
             message = one_line(e)
             if message.startswith("Unrecognized passes"):
@@ -132,6 +152,8 @@ class TwOptMain(xDSLOptMain):
     # -- input and output -----------------------------------------------------------------
 
     def get_input_stream(self):
+        if self.args.input_file == "-":  # stdin, as for tw-stats and most Unix tools
+            self.args.input_file = None
         stream, extension = super().get_input_stream()
         if extension in MLIR_EXTENSIONS and not self.args.frontend:
             extension = "mlir"
