@@ -12,34 +12,84 @@ import contextlib
 import gc
 import time
 
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
 from lowering.machine import GeometryError, Machine
 from lowering.tasks import LoweringError
+from twdialect import ArgumentError
+from twdialect.dialect import GraphOp
 
 
 def prepare(module, pipeline: str | None = None):
-    """A lowered-ready copy of `module`: the pipeline applied, library ops decomposed."""
+    """A lowered-ready copy of `module` (a ModuleOp, or one tw.graph): the pipeline applied,
+    library ops decomposed. A lone GraphOp is copied into a module of its own first (the
+    passes rewrite the graphs of a module: on a bare graph `decompose` did nothing)."""
     from passes import run_pipeline
     from twdialect.dialect import LIBRARY_OPS
 
+    check_module("prepare", module)
+    pipeline = check_pipeline("prepare", pipeline)
     has_library = any(isinstance(op, LIBRARY_OPS) for op in module.walk())
     if not pipeline and not has_library:
         return module  # the lowering only reads the graph: no copy needed
-    module = module.clone()
+    if isinstance(module, GraphOp):
+        module = ModuleOp([module.clone()])
+    else:
+        module = module.clone()
     if pipeline:
-        if pipeline == "default":
-            from passes.optimize import DEFAULT_PIPELINE
-
-            pipeline = DEFAULT_PIPELINE
         run_pipeline(module, pipeline)
     if any(isinstance(op, LIBRARY_OPS) for op in module.walk()):
         run_pipeline(module, "decompose")
     return module
 
 
+def check_module(fn: str, module) -> None:
+    """`module` is what the lowering reads: a ModuleOp or one tw.graph (a GraphOp)."""
+    if not isinstance(module, (ModuleOp, GraphOp)):
+        raise ArgumentError(f"{fn}: module must be a ModuleOp or a tw GraphOp (from "
+                            f"parse_module or tw.Graph), got {type(module).__name__}")
+
+
+def check_pipeline(fn: str, pipeline) -> str | None:
+    """`pipeline` as a spec to run (None for none; "default" is DEFAULT_PIPELINE), checked
+    before any work: a bad spec is a PipelineError naming the pass or option."""
+    from passes import PipelineError, parse_pipeline
+
+    if pipeline is None:
+        return None
+    if not isinstance(pipeline, str):
+        raise PipelineError(f"{fn}: pipeline must be a string such as \"default\" or "
+                            f"\"canonicalize,cse\", or None, got {type(pipeline).__name__}")
+    if not pipeline.strip():
+        return None
+    if pipeline.strip() == "default":
+        from passes.optimize import DEFAULT_PIPELINE
+
+        pipeline = DEFAULT_PIPELINE
+    parse_pipeline(pipeline)
+    return pipeline
+
+
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
             pipeline: str | None = None, graph: str = "main", verbose: bool = False):
-    """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module)."""
-    machine = Machine(d=d, d_head=d_head, d_hidden=4 * d if d_hidden is None else d_hidden)
+    """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
+
+    `module` is a ModuleOp or one GraphOp (then `graph` is not consulted, as in
+    `twdialect.evaluate`). Every argument is checked before any work, each failure a TwError
+    naming it: the module's kind, the graph name (one the module holds), the pipeline's syntax
+    and passes, and the geometry (`Machine`: whole numbers; `d_hidden=None` is 4 * d)."""
+    from twdialect.interp import find_graph
+
+    check_module("compile", module)
+    if not isinstance(graph, str):
+        raise ArgumentError(f"compile: graph must be the name of a tw.graph (a str), got "
+                            f"{type(graph).__name__}")
+    if not isinstance(verbose, (bool, np.bool_)):
+        raise ArgumentError(f"compile: verbose must be True or False, got {verbose!r}")
+    pipeline = check_pipeline("compile", pipeline)
+    machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+    find_graph(module, graph)  # a graph the module lacks is named before the passes run
     with _gc_paused():
         return _compile(module, machine, pipeline, graph, verbose)
 
@@ -68,7 +118,7 @@ def _compile(module, machine, pipeline, graph, verbose):
     seconds = {}
     t0 = time.perf_counter()
     prepared = prepare(module, pipeline)
-    g = find_graph(prepared, graph)
+    g = find_graph(prepared, module.sym_name.data if isinstance(module, GraphOp) else graph)
     t1 = time.perf_counter()
     seconds["passes"] = t1 - t0
     tg = TaskGraph(g)
