@@ -410,16 +410,18 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
     if (accepted := op.attributes.get(TOLERANCE)) is not None:  # the author's wider contract
         tolerance = max(tolerance, accepted.value.data)
     candidates: list[_Emitter] = []
+    bounds: list[float] = []
     try:
-        for down in _orientations(op):
+        for down in _orientations(op):  # the usual one first: graphs that fit keep their form
             candidates.append(_build(op, ranges, integers, lattice_neurons, down))
+            bounds.append(_relative_bound(op, candidates[-1], ranges, integers))
+            if bounds[-1] <= tolerance:
+                break
     except (ContractError, DecomposeError) as e:
         for em in candidates:
             em.discard()
         raise DecomposeError(str(e), op) from None
-    bounds = [_relative_bound(op, em, ranges, integers) for em in candidates]
-    # The usual orientation wherever it fits (graphs that fit keep their exact form).
-    best = 0 if bounds[0] <= tolerance else int(np.argmin(bounds))
+    best = len(bounds) - 1 if bounds[-1] <= tolerance else int(np.argmin(bounds))
     for other in candidates[:best] + candidates[best + 1:]:
         other.discard()  # unused candidates must not leave uses on the operands
     if bounds[best] > tolerance:
@@ -497,7 +499,8 @@ def emitted_error_bound(em: _Emitter, ranges: dict[SSAValue, Box],
             ints = np.zeros(lo.size, dtype=bool)
         lo, hi = np.nan_to_num(lo, neginf=-3e38), np.nan_to_num(hi, posinf=3e38)
         new = mlp_error_bound(w1, b1, w2, b2, lo, hi, ints, err)
-        lo, hi = mlp_output_box(w1, b1, w2, b2, lo, hi)
+        if i + 1 < len(em.mlps):  # the next chain's input box
+            lo, hi = mlp_output_box(w1, b1, w2, b2, lo, hi)
         err = new
     return err
 

@@ -63,8 +63,8 @@ class _Neuron:
     """One hidden unit's pre-activation z = x @ w + b over the box: magnitudes and grids."""
 
     def __init__(self, w: np.ndarray, b: float, lo: np.ndarray, hi: np.ndarray,
-                 integer: np.ndarray):
-        nz = np.nonzero(w)[0]
+                 integer: np.ndarray, nz: np.ndarray | None = None):
+        nz = np.nonzero(w)[0] if nz is None else nz
         mag = np.maximum(np.abs(lo[nz]), np.abs(hi[nz])) * np.abs(w[nz])
         self.p_lo = float(np.sum(np.minimum(lo[nz] * w[nz], hi[nz] * w[nz])))
         self.p_hi = float(np.sum(np.maximum(lo[nz] * w[nz], hi[nz] * w[nz])))
@@ -110,11 +110,19 @@ class _Neuron:
         return ulp(self.z_pos) / 2
 
 
-def _families(w1: np.ndarray) -> list[list[int]]:
+def _column_nonzeros(w: np.ndarray) -> list[np.ndarray]:
+    """The row indices of each column's non-zero entries, in one pass over the matrix
+    (elementwise ops are wide and sparse: a column at a time would be quadratic)."""
+    cols, rows = np.nonzero(w.T)
+    return np.split(rows, np.searchsorted(cols, np.arange(1, w.shape[1])))
+
+
+def _families(w1: np.ndarray, nzs: list[np.ndarray] | None = None) -> list[list[int]]:
     """Neurons grouped by identical weight columns (they share one dot product)."""
+    nzs = _column_nonzeros(w1) if nzs is None else nzs
     groups: dict[bytes, list[int]] = {}
-    for j in range(w1.shape[1]):
-        groups.setdefault(np.ascontiguousarray(w1[:, j]).tobytes(), []).append(j)
+    for j, nz in enumerate(nzs):
+        groups.setdefault(nz.tobytes() + w1[nz, j].tobytes(), []).append(j)
     return list(groups.values())
 
 
@@ -140,12 +148,14 @@ def mlp_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
     b2 = np.zeros(n_out) if b2 is None else np.asarray(b2, np.float64).reshape(-1)
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     integer = np.zeros(n_in, bool) if integer is None else np.asarray(integer, bool)
-    neurons = [_Neuron(w1[:, j], b1[j], lo, hi, integer) for j in range(n_hidden)]
-    families = _families(w1)
+    nzs = _column_nonzeros(w1)
+    neurons = [_Neuron(w1[:, j], b1[j], lo, hi, integer, nzs[j]) for j in range(n_hidden)]
+    families = _families(w1, nzs)
     family_of = np.empty(n_hidden, dtype=np.int64)
     for f, members in enumerate(families):
         family_of[members] = f
     samples = [_family_samples(neurons, m) for m in families]
+    readers = _column_nonzeros(w2)  # per output: the hidden units it reads
 
     err = np.zeros(n_out)
     if e_in is not None:  # incoming errors, through |W1| then |W2|
@@ -155,7 +165,7 @@ def mlp_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
     for members, ps in zip(families, samples):
         err += _dot_rounding(neurons, members, ps, w2)
     for k in range(n_out):
-        err[k] += _sum_rounding(neurons, families, family_of, samples, w2[:, k], b2[k])
+        err[k] += _sum_rounding(neurons, family_of, samples, w2[:, k], readers[k], b2[k])
     return err
 
 
@@ -191,10 +201,11 @@ def _dot_rounding(neurons: list[_Neuron], members: list[int], ps: np.ndarray,
     return worst
 
 
-def _sum_rounding(neurons: list[_Neuron], families: list[list[int]], family_of: np.ndarray,
-                  samples: list[np.ndarray], c: np.ndarray, bias: float) -> float:
-    """Rounding of one output's sum over the hidden units (in order), then its bias."""
-    terms = [j for j in np.nonzero(c)[0].tolist() if neurons[j].z_pos > 0]
+def _sum_rounding(neurons: list[_Neuron], family_of: np.ndarray, samples: list[np.ndarray],
+                  c: np.ndarray, read: np.ndarray, bias: float) -> float:
+    """Rounding of one output's sum over the hidden units it reads (in order), then its
+    bias."""
+    terms = [j for j in read.tolist() if neurons[j].z_pos > 0]
     if not terms:
         return 0.0
     values = {f: np.zeros(samples[f].size) for f in {int(family_of[j]) for j in terms}}
@@ -238,17 +249,23 @@ def mlp_output_box(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
     b2 = np.zeros(n_out) if b2 is None else np.asarray(b2, np.float64).reshape(-1)
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     integer = np.zeros(lo.size, bool)
-    neurons = [_Neuron(w1[:, j], b1[j], lo, hi, integer) for j in range(n_hidden)]
+    nzs = _column_nonzeros(w1)
+    neurons = [_Neuron(w1[:, j], b1[j], lo, hi, integer, nzs[j]) for j in range(n_hidden)]
     h_hi = np.array([n.z_pos for n in neurons])
     h_lo = np.array([max(0.0, n.p_lo + n.b) for n in neurons])
     out_lo = b2 + np.minimum(h_lo[:, None] * w2, h_hi[:, None] * w2).sum(axis=0)
     out_hi = b2 + np.maximum(h_lo[:, None] * w2, h_hi[:, None] * w2).sum(axis=0)
-    families = _families(w1)
+    families = _families(w1, nzs)
+    family_of = np.empty(n_hidden, dtype=np.int64)
+    for f, members in enumerate(families):
+        family_of[members] = f
+    readers = _column_nonzeros(w2)
     for k in range(n_out):
-        used = [f for f in families if np.any(w2[f, k] != 0)]
-        if len(used) == 1:
-            ps = _family_samples(neurons, used[0])
-            vals = b2[k] + sum(w2[j, k] * np.maximum(ps + neurons[j].b, 0.0) for j in used[0])
+        used = np.unique(family_of[readers[k]])
+        if used.size == 1:
+            members = families[int(used[0])]
+            ps = _family_samples(neurons, members)
+            vals = b2[k] + sum(w2[j, k] * np.maximum(ps + neurons[j].b, 0.0) for j in members)
             out_lo[k], out_hi[k] = float(np.min(vals)), float(np.max(vals))
     return out_lo, out_hi
 
