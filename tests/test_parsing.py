@@ -152,6 +152,19 @@ def test_print_module_names_a_bad_argument(module, generic, message: str) -> Non
         print_module(module, generic=generic)
 
 
+def test_print_module_names_a_string_utf8_cannot_encode() -> None:
+    """A string attribute set outside the builder's name checks crashed the printer with a
+    UnicodeEncodeError."""
+    from xdsl.dialects.builtin import StringAttr
+
+    module = parse_module(_graph(""))
+    graph = next(op for op in module.walk() if op.name == "tw.graph")
+    graph.properties["sym_name"] = StringAttr("g\udc80")
+    with pytest.raises(twdialect.ArgumentError, match="holds a string with U\\+DC80, a lone "
+                                                      "surrogate"):
+        print_module(module)
+
+
 def test_strings_keep_every_escape() -> None:
     """The linear regex accepts what xDSL's did: \\" \\\\ \\n \\t and two hex digits."""
     module = parse_module(_graph('    %y = tw.input "a\\"b\\\\c\\nd\\te\\41" <-1.0, 1.0> : '

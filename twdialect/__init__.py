@@ -119,7 +119,14 @@ def print_module(module, generic: bool = False) -> str:
     if not isinstance(generic, (bool, _np.bool_)):
         raise ArgumentError(f"print_module: generic must be True or False, got {generic!r}")
     s = io.StringIO()
-    Printer(s, print_generic_format=generic).print_op(module)
+    try:
+        Printer(s, print_generic_format=generic).print_op(module)
+    except UnicodeEncodeError as e:  # a str attribute built outside tw.ops' name checks
+        bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+        code = f"U+{ord(bad[0]):04X}, " if bad else ""
+        raise ArgumentError(f"print_module: the module holds a string with {code}a lone "
+                            "surrogate, which UTF-8 cannot encode (build names from valid "
+                            "text)") from None
     return s.getvalue() + "\n"
 
 
