@@ -300,8 +300,18 @@ class FoldCheck:
         return mlp_error_bound(*self._mlp_arrays(op), *self._input(op))
 
     def float32_clean(self, op: MlpOp) -> bool:
-        """Whether float32 evaluation of `op` stays within F32_TOLERANCE * max(1, |output|)."""
+        """Whether float32 evaluation of `op` stays within F32_TOLERANCE * max(1, |output|)
+        (first by the classic dot-product bound, cheap and coarse; then `own_error`)."""
         allowed = F32_TOLERANCE * np.maximum(1.0, self.out_magnitude(op))
+        w1, b1, w2, b2 = self._mlp_arrays(op)
+        lo, hi, _ = self._input(op)
+        with np.errstate(all="ignore"):
+            x = np.maximum(np.abs(lo), np.abs(hi))
+            hidden = x @ np.abs(w1) + np.abs(b1)
+            coarse = 2.0 ** -24 * ((w1.shape[0] + 2) * hidden @ np.abs(w2)
+                                   + (w2.shape[0] + 2) * (hidden @ np.abs(w2) + np.abs(b2)))
+        if np.all(coarse <= allowed):
+            return True
         return bool(np.all(self.own_error(op) <= allowed))
 
     def _mlp_arrays(self, op: MlpOp):
