@@ -72,8 +72,13 @@ def check_pipeline(fn: str, pipeline) -> str | None:
 
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
-            pipeline: str | None = None, graph: str = "main", verbose: bool = False):
+            pipeline: str | None = None, graph: str = "main", verbose: bool = False,
+            on_margin: str = "error"):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
+
+    An output that declares a margin (`tw.output(..., margin=...)`) is held to it: where its
+    static float32 error estimate exceeds the margin, `on_margin="error"` raises a
+    PrecisionError naming it, "warn" warns, "ignore" skips the check.
 
     `module` is a ModuleOp or one GraphOp (then `graph` is not consulted, as in
     `twdialect.evaluate`). Every argument is checked before any work, each failure a TwError
@@ -87,11 +92,14 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
                             f"{type(graph).__name__}")
     if not isinstance(verbose, (bool, np.bool_)):
         raise ArgumentError(f"compile: verbose must be True or False, got {verbose!r}")
+    if on_margin not in ("error", "warn", "ignore"):
+        raise ArgumentError(f"compile: on_margin must be 'error', 'warn' or 'ignore', got "
+                            f"{on_margin!r}")
     pipeline = check_pipeline("compile", pipeline)
     machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
     find_graph(module, graph)  # a graph the module lacks is named before the passes run
     with _gc_paused():
-        return _compile(module, machine, pipeline, graph, verbose)
+        return _compile(module, machine, pipeline, graph, verbose, on_margin)
 
 
 @contextlib.contextmanager
@@ -107,8 +115,9 @@ def _gc_paused():
             gc.enable()
 
 
-def _compile(module, machine, pipeline, graph, verbose):
+def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
     from lowering.materialize import materialize
+    from lowering.precision import check_margins
     from lowering.model import CompiledTransformer
     from lowering.schedule import schedule
     from lowering.stats import make_stats
@@ -123,6 +132,7 @@ def _compile(module, machine, pipeline, graph, verbose):
     seconds["passes"] = t1 - t0
     tg = TaskGraph(g)
     sched = schedule(tg, machine)
+    check_margins(sched, on_margin)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1
     weights, sources, outputs = materialize(sched)

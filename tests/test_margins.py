@@ -37,7 +37,7 @@ def test_estimates_bound_the_measured_error_per_output():
 
 
 def test_a_margin_below_the_estimate_is_refused_by_name():
-    ct = compile(_graph(1e-9), d=32, d_head=8)
+    ct = compile(_graph(1e-9), d=32, d_head=8, on_margin="ignore")
     with pytest.raises(PrecisionError, match='"y" may be off by .* \\(margin 1e-09\\)') as info:
         check_margins(ct.schedule)
     assert '"z"' not in str(info.value) and isinstance(info.value, TwError)
@@ -69,3 +69,16 @@ def test_margins_are_checked_where_they_are_declared():
     out.attributes["tw.margin"] = FloatAttr(float("inf"), f64)
     with pytest.raises(TwVerifyException, match="tw.margin must be a positive finite float"):
         module.verify()
+
+
+def test_compile_holds_outputs_to_their_margins():
+    with pytest.raises(PrecisionError, match='"y" may be off by'):
+        compile(_graph(1e-9), d=32, d_head=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ct = compile(_graph(1e-9), d=32, d_head=8, on_margin="warn")
+    assert any('"y"' in str(w.message) for w in caught) and ct.stats.n_layers >= 1
+    compile(_graph(1e-9), d=32, d_head=8, on_margin="ignore")
+    compile(_graph(0.5), d=32, d_head=8)
+    with pytest.raises(TwError, match="on_margin must be"):
+        compile(_graph(0.5), d=32, d_head=8, on_margin="no")
