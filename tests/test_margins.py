@@ -82,3 +82,27 @@ def test_compile_holds_outputs_to_their_margins():
     compile(_graph(0.5), d=32, d_head=8)
     with pytest.raises(TwError, match="on_margin must be"):
         compile(_graph(0.5), d=32, d_head=8, on_margin="no")
+
+
+def test_tw_stats_prints_each_outputs_estimate_and_refuses_a_missed_margin(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.mlir"
+    path.write_text('tw.graph @main {\n'
+                    '  %0 = tw.input "x" <-1000.0, 1000.0> : !tw.vec<1>\n'
+                    '  %1 = tw.linear %0 weight dense<0.3> : tensor<1x1xf32> : '
+                    '!tw.vec<1> -> !tw.vec<1>\n'
+                    '  tw.output "y" %1 {tw.margin = 1.0e-9 : f64} : !tw.vec<1>\n'
+                    '  tw.output "z" %0 : !tw.vec<1>\n}\n')
+    tool = shutil.which("tw-stats") or sys.exit("tw-stats not installed")
+    report = subprocess.run([tool, str(path), "--d", "32", "--d-head", "8", "--error-estimate"],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0
+    assert 'error estimate: "y" within' in report.stdout and "EXCEEDS it" in report.stdout
+    assert 'error estimate: "z" within' in report.stdout
+    refused = subprocess.run([tool, str(path), "--d", "32", "--d-head", "8"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and '"y" may be off by' in refused.stderr

@@ -71,6 +71,21 @@ def _probe_line(ct, prepared, args) -> str:
     return f"probe: {report}{capped}"
 
 
+def _error_lines(sched) -> list[str]:
+    """One line per output: its static float32 error estimate, its magnitude, its margin."""
+    from lowering.precision import output_errors, output_margins
+
+    margins = output_margins(sched.tg.graph)
+    lines = []
+    for name, (err, mag) in output_errors(sched).items():
+        line = f"error estimate: \"{name}\" within {err:.3g} (|{name}| <= {mag:.3g})"
+        if name in margins:
+            verdict = "ok" if err <= margins[name] else "EXCEEDS it"
+            line += f"; margin {margins[name]:g}: {verdict}"
+        lines.append(line)
+    return lines
+
+
 def run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     _check_geometry(args)
@@ -80,14 +95,14 @@ def run(argv: Sequence[str] | None) -> int:
 
     from lowering import compile  # noqa: A004
 
+    # (with --error-estimate the margins are reported below instead of refused)
     ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
-                 pipeline=args.pipeline, graph=args.graph)
+                 pipeline=args.pipeline, graph=args.graph,
+                 on_margin="ignore" if args.error_estimate else "error")
     print(ct.stats.to_json() if args.json else ct.stats.report())
     if args.error_estimate:
-        from lowering.precision import max_relative_output_error
-
-        print(f"error estimate: outputs within {max_relative_output_error(ct.schedule):.3g} "
-              "of max(1, |output|)")
+        for line in _error_lines(ct.schedule):
+            print(line)
     if args.probe:
         print(_probe_line(ct, ct.schedule.tg.graph, args))
     return 0
