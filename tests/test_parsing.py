@@ -94,6 +94,10 @@ HOSTILE = {
                                   'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
                            "holds (real, imaginary) pairs such as (1.0, 0.0), got a single",
                            "4:38"),  # an AssertionError with no message
+    "hex_leftover_bytes": (_graph('    %y = tw.linear %x weight dense<"0x0000803F00"> : '
+                                  'tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>\n'),
+                           "hex dense literal holds 5 bytes, not a whole number of f32 elements",
+                           "4:35"),  # verifying it printed it: "Buffer length 5 not product..."
     "surrogate_in_string": (_graph('    %y = tw.input "y\udcff" <-1.0, 1.0> : !tw.vec<1>\n'),
                             "holds U+DCFF, a lone surrogate", "4:21"),  # UnicodeEncodeError
     "extra_brace": (_graph("") + "}\n", "unexpected '}' after the end of the module (an extra "

@@ -22,8 +22,9 @@ Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes
   integer type wider than MLIR's MAX_INTEGER_WIDTH bits (`0 : i18446744073709551616` computed
   2**(width-1) until a MemoryError), a dense literal of an element type xDSL cannot pack (i128,
   f80: a NotImplementedError) or with a value outside its integer type, a plain number where a
-  complex element type wants a pair (an AssertionError with no message), and a lone surrogate
-  in a string literal of a Python str (a UnicodeEncodeError).
+  complex element type wants a pair (an AssertionError with no message), a hex literal with
+  bytes left over after its last element (any message printing it failed), and a lone
+  surrogate in a string literal of a Python str (a UnicodeEncodeError).
 * **Bounded work.** Nesting deep enough to exhaust Python's stack is a located ParseError, not a
   RecursionError; a decimal integer literal has at most MAX_INTEGER_DIGITS digits (Python
   refuses to convert longer ones with an unrelated message); a `dense<...>` literal's type holds
@@ -303,7 +304,7 @@ def _wrap_parse_dense_elements(original):
         if type is not None:  # typed from outside: check before the contents are expanded
             _check_dense_type(self, type, start)
         try:
-            return original(self, type)
+            attr = original(self, type)
         except OverflowError:
             self.raise_error("dense literal holds a number too large for its element type "
                              "(f32 holds magnitudes up to about 3.4e38)", start, self.pos)
@@ -315,7 +316,21 @@ def _wrap_parse_dense_elements(original):
                              self.pos)
         except ValueError as e:  # a value outside its integer type, e.g. 1 : i0
             self.raise_error(f"dense literal: {e}", start, self.pos)
+        _check_whole_elements(self, attr, start)
+        return attr
     return parse_dense_int_or_fp_elements_attr
+
+
+def _check_whole_elements(parser: AttrParser, attr, start: int) -> None:
+    """xDSL counts a hex literal's elements as bytes // element size, so two stray bytes
+    (742 bytes for 185 f32s) passed, and printing the attribute (which every verifier error
+    message does) then failed with "Buffer length 742 not product of f32 element size"."""
+    size = getattr(attr.get_element_type(), "compile_time_size", None)
+    n_bytes = len(attr.data.data)
+    if isinstance(size, int) and size > 0 and n_bytes != len(attr) * size:
+        parser.raise_error(f"hex dense literal holds {n_bytes} bytes, not a whole number of "
+                           f"{attr.get_element_type()} elements of {size} bytes (its type needs "
+                           f"{len(attr) * size})", start, parser.pos)
 
 
 def _wrap_to_complex(original):
