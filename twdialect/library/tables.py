@@ -172,7 +172,7 @@ def dynamic_extract(table: Value, index: Value, n_entries: int,
     within the table (bit-exact for integer entries and integer max_abs). An index whose
     declared range reaches far outside the table makes the gates larger: the op is refused
     at the call when that bound (`twdialect.f32_error`) exceeds both 1e-4 * max(1, max_abs)
-    and twice its value for an index in [-1, n_entries], where
+    and twice its value for an index within a table's length of the table, where
     the index is a declared input (a computed index is not checked: the range analysis bounds
     indices read through attention far too loosely to judge them). One `tw.mlp` of telescoping gates sum_k [index >= k] (v_k - v_{k-1}).
     Without `max_abs` the bound comes from the value-range analysis of the table.
@@ -196,5 +196,5 @@ def dynamic_extract(table: Value, index: Value, n_entries: int,
         check_float32("dynamic_extract", chain, [value_box("dynamic_extract", index)],
                       [(np.full(tw_w, -bound), np.full(tw_w, bound))], bound, "index",
                       integer_first=index.owner.integer is not None,
-                      nominal_first=[(np.array([-1.0]), np.array([float(n)]))])
+                      nominal_first=[(np.array([-1.0 - n]), np.array([2.0 * n]))])
     return chain.emit(tw.concat(index, table))
