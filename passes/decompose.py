@@ -38,8 +38,9 @@ from twdialect.contracts import (
     f32,
     unit_grid_round,
 )
-from twdialect.dense import dense, to_numpy
+from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
+    MAX_DENSE_ELEMENTS,
     SCOPE_TERMINAL,
     TOLERANCE,
     LIBRARY_OPS,
@@ -440,8 +441,29 @@ def _orientations(op: Operation) -> tuple[bool, ...]:
     return (False, True) if isinstance(op, (CompareOp, ClampOp, PiecewiseLinearOp)) else (False,)
 
 
+def _largest_weight(op: Operation) -> int:
+    """Entries of the largest weight matrix the op's decomposition builds (an upper bound)."""
+    n = width_of(op.results[0])
+    match op:
+        case CompareOp() | ClampOp():
+            return 2 * n * n
+        case SelectOp():
+            return (width_of(op.cond) + 2 * n) * 3 * n
+        case PiecewiseLinearOp():
+            return (shape_of(op.breakpoints)[0] + 1) * max(n, 1)
+        case PiecewiseLinear2dOp():
+            n1, n2 = shape_of(op.xs)[0], shape_of(op.ys)[0]
+            strips = n1 + n2 - 2
+            return max(strips * (strips + n1 * n2), (strips + n1 * n2) * n)
+    return 0
+
+
 def _build(op: Operation, ranges: dict[SSAValue, Box], integers: dict[SSAValue, np.ndarray],
            lattice_neurons: int, down: bool) -> _Emitter:
+    if (size := _largest_weight(op)) > MAX_DENSE_ELEMENTS:
+        raise DecomposeError(f"{describe(op)}: its decomposition needs a weight of {size} "
+                             f"entries, above the limit of {MAX_DENSE_ELEMENTS} "
+                             "(split the op into narrower ones)", op)
     em = _Emitter()
     match op:
         case CompareOp():

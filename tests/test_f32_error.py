@@ -192,3 +192,12 @@ def test_dynamic_extract_refuses_an_index_declared_far_outside_its_table():
         else:
             with pytest.raises(Exception, match="dynamic_extract: float32 rounding can reach"):
                 build()
+
+
+def test_a_decomposition_too_large_to_hold_is_refused_before_it_is_built():
+    with tw.Graph() as g:
+        c = tw.input("c", 1, (-1.0, 1.0))
+        a, b = tw.input("a", 4096, (-1.0, 1.0)), tw.input("b", 4096, (-1.0, 1.0))
+        tw.output("y", tw.select(c, a, b))
+    with pytest.raises(DecomposeError, match="'tw.select'.* needs a weight of 100675584 entries"):
+        run_pipeline(g.module, "decompose")
