@@ -406,3 +406,33 @@ def test_folds_keep_the_oracle_at_large_ranges(seed, scale):
     for name in before:
         scale_out = np.maximum(1.0, np.abs(before[name]).max())
         assert np.abs(after[name] - before[name]).max() <= 1e-6 * scale_out
+
+
+def _near_cancellation():
+    """0.1 a - 0.03 a - 0.07 a is 1.9e-9 a with the weights' float32 values: folded with the
+    0.7 after it, the product's rounding (7e-10 per entry, times |a| <= 1e6) would be as large
+    as the answer itself."""
+    with tw.Graph() as g:
+        a = tw.input("a", 1, (-1e6, 1e6))
+        h = tw.linear(tw.concat(a, a, a), [[0.1], [-0.03], [-0.07]])
+        tw.output("y", tw.linear(h, [[0.7]]))
+    return g.module, {"a": np.array([[1e6], [-777777.0], [123.0]])}
+
+
+def test_a_fold_that_breaks_a_cancellation_is_skipped():
+    module, xs = _near_cancellation()
+    want = evaluate(module, xs)["y"]
+    run_pipeline(module, "fuse-linears")
+    np.testing.assert_array_equal(evaluate(module, xs)["y"], want)
+
+
+def test_the_cancellation_check_can_fail(monkeypatch):
+    """Sized by the interval box alone (1.4e5 here), the fold passes and moves y by 40%."""
+    import twdialect.rounding
+
+    monkeypatch.setattr(twdialect.rounding.FoldCheck, "sampled_magnitude",
+                        lambda self, v: np.full(1, np.inf))
+    module, xs = _near_cancellation()
+    want = evaluate(module, xs)["y"]
+    run_pipeline(module, "fuse-linears")
+    assert np.abs(evaluate(module, xs)["y"] - want).max() > 1e-4
