@@ -92,7 +92,7 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
                             f"{type(graph).__name__}")
     if not isinstance(verbose, (bool, np.bool_)):
         raise ArgumentError(f"compile: verbose must be True or False, got {verbose!r}")
-    if on_margin not in ("error", "warn", "ignore"):
+    if not isinstance(on_margin, str) or on_margin not in ("error", "warn", "ignore"):
         raise ArgumentError(f"compile: on_margin must be 'error', 'warn' or 'ignore', got "
                             f"{on_margin!r}")
     pipeline = check_pipeline("compile", pipeline)

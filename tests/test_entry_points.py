@@ -47,6 +47,8 @@ def _clamp_graph(name: str = "main"):
     (dict(pipeline="bogus"), "PipelineError", "Unrecognized passes: ['bogus']"),
     (dict(pipeline="loop-invariant-code-motion"), "PipelineError", "Unrecognized passes"),
     (dict(verbose="yes"), "ArgumentError", "compile: verbose must be True or False"),
+    (dict(on_margin="loud"), "ArgumentError", "compile: on_margin must be 'error', 'warn' or"),
+    (dict(on_margin=np.ones(2)), "ArgumentError", "compile: on_margin must be"),
 ])
 def test_compile_names_a_bad_argument(change: dict, error: str, message: str) -> None:
     args = dict(module=_clamp_graph().module, **GEOMETRY)
