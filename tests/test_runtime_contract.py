@@ -373,3 +373,22 @@ def test_generate_steps_must_be_a_count(mixed, steps):
     msg = _refusal(lambda: generate(module, _good(), steps, lambda o: {}))
     assert msg == _refusal(lambda: ct.generate(_good(), steps, lambda o: {}))
     assert msg.startswith("generate: steps must be a non-negative integer")
+
+
+def test_generate_refuses_an_absurd_step_count_at_once():
+    from twdialect import ops as tw
+    from twdialect.inputs import MAX_STEPS
+
+    with tw.Graph() as g:
+        tw.output("y", tw.input("x", 1, (0.0, 1.0)))
+    with pytest.raises(EvaluationError, match=f"steps must be at most {MAX_STEPS}"):
+        generate(g.module, {"x": [[0.5]]}, 2 ** 63, lambda out: {"x": [[0.5]]})
+
+
+def test_graph_names_must_be_strings():
+    from twdialect import ops as tw
+
+    with tw.Graph() as g:
+        tw.output("y", tw.input("x", 1, (0.0, 1.0)))
+    with pytest.raises(EvaluationError, match="graph must be the name of a tw.graph"):
+        evaluate(g.module, {"x": [[0.5]]}, graph=np.ones(2))

@@ -164,10 +164,18 @@ def check_feedback(contract, returned, position: int, on_out_of_range: str = "er
         raise EvaluationError(f"{where}: {e}") from None
 
 
+# The most steps one `generate` call takes: each step re-runs the model (a KV-cache step or an
+# oracle pass), so a count beyond this is a mistake, not a long request to wait for.
+MAX_STEPS = 1 << 16
+
+
 def check_steps(steps) -> int:
-    """`generate`'s step count: a non-negative integer."""
+    """`generate`'s step count: a non-negative integer, at most MAX_STEPS."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
         raise EvaluationError(f"generate: steps must be a non-negative integer, got {steps!r}")
+    if steps > MAX_STEPS:
+        raise EvaluationError(f"generate: steps must be at most {MAX_STEPS}, got {steps} (call "
+                              "generate again with the outputs to go further)")
     return int(steps)
 
 

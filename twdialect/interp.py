@@ -52,6 +52,12 @@ from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
 def find_graph(module: ModuleOp | GraphOp, graph: str = "main") -> GraphOp:
     if isinstance(module, GraphOp):
         return module
+    if not isinstance(graph, str):
+        raise EvaluationError(f"graph must be the name of a tw.graph (a str), got "
+                              f"{type(graph).__name__}")
+    if not isinstance(module, ModuleOp):
+        raise EvaluationError(f"module must be a builtin ModuleOp or a tw.graph, got "
+                              f"{type(module).__name__}")
     graphs = [op for op in module.body.block.ops if isinstance(op, GraphOp)]
     for g in graphs:
         if g.sym_name.data == graph:

@@ -100,8 +100,7 @@ class Graph:
     """Collects ops into a `tw.graph @name`; on exit the graph joins `module` (new if None)."""
 
     def __init__(self, name: str = "main", module: ModuleOp | None = None, verify: bool = True):
-        if not isinstance(name, str) or not name:
-            fail("Graph", f"name must be a non-empty string, got {name!r}")
+        check_name("Graph", name)
         if module is not None and not isinstance(module, ModuleOp):
             fail("Graph", f"module must be a builtin ModuleOp or None, got {type(module).__name__}")
         if not isinstance(verify, (bool, np.bool_)):
