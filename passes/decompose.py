@@ -144,17 +144,17 @@ def _pow2_ceil(x: np.ndarray) -> np.ndarray:
 
 
 def select_offsets(a: Box, b: Box) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(o_a, K_a, o_b, K_b) per component: offsets on a common f32-exact grid below each
-    branch's range and power-of-two gains with K (2 - tolerance) >= hi - o."""
-    (alo, ahi), (blo, bhi) = a, b
-    mag = np.maximum.reduce([np.abs(alo), np.abs(ahi), np.abs(blo), np.abs(bhi),
-                             ahi - alo, bhi - blo, np.ones_like(alo)])
-    step = np.exp2(np.floor(np.log2(mag)) - 20)
-    o_a = np.floor(alo / step) * step
-    o_b = np.floor(blo / step) * step
-    k_a = np.maximum(_pow2_ceil(np.maximum((ahi - o_a) / (2 - SELECT_COND_TOLERANCE), step)), step)
-    k_b = np.maximum(_pow2_ceil(np.maximum((bhi - o_b) / (2 - SELECT_COND_TOLERANCE), step)), step)
-    return o_a, k_a, o_b, k_b
+    """(o_a, K_a, o_b, K_b) per component: offsets below each branch's range, on a grid of
+    its own magnitude (so o, o + K and o / 2 are exact in f32), and power-of-two gains with
+    K (2 - tolerance) >= hi - o."""
+    out = []
+    for lo, hi in (a, b):
+        mag = np.maximum.reduce([np.abs(lo), np.abs(hi), hi - lo, np.ones_like(lo)])
+        step = np.exp2(np.floor(np.log2(mag)) - 20)
+        o = np.floor(lo / step) * step
+        k = np.maximum(_pow2_ceil(np.maximum((hi - o) / (2 - SELECT_COND_TOLERANCE), step)), step)
+        out += [o, k]
+    return out[0], out[1], out[2], out[3]
 
 
 def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue:
@@ -175,18 +175,23 @@ def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue
         boxes.append((lo, hi))
     o_a, k_a, o_b, k_b = select_offsets(boxes[0], boxes[1])
     # The cancellations below rely on these being exact f32 weights (select_offsets' grid).
-    for arr in (o_a, o_b, o_a + k_a, o_b + k_b, (o_a - o_b) / 2):
+    for arr in (o_a, o_b, o_a + k_a, o_b + k_b, o_a / 2, o_b / 2):
         if not np.array_equal(f32(arr), arr):
             raise DecomposeError(f"{describe(op)}: internal error: select offsets are not "
                                  "exact in f32", op)
 
     # Input columns: c at [0, c_w), a at [c_w, c_w + n), b at [c_w + n, c_w + 2n).
-    diff = (o_a - o_b) / 2
-    if c_w == 1:
-        gated = [[k for k in range(n)]] if np.any(diff != 0) else []
-    else:
-        gated = [[k] for k in range(n) if diff[k] != 0]
-    hidden = 2 * n + len(gated)
+    # Gates g_a = relu(c + 1) (2 when c = +1, else 0) carry o_a / 2 and g_b = relu(1 - c)
+    # carry o_b / 2, so the selected branch is rebuilt from its own offset only: the other
+    # branch's range never enters the sum (its offset could be far larger than the answer).
+    gates = []  # (condition row, +1 for g_a / -1 for g_b, {component: coefficient})
+    for sign, offset in ((1.0, o_a), (-1.0, o_b)):
+        if c_w == 1:
+            if np.any(offset != 0):
+                gates.append((0, sign, {k: offset[k] / 2 for k in range(n) if offset[k] != 0}))
+        else:
+            gates += [(k, sign, {k: offset[k] / 2}) for k in range(n) if offset[k] != 0]
+    hidden = 2 * n + len(gates)
     w1 = np.zeros((c_w + 2 * n, hidden))
     b1 = np.zeros(hidden)
     w2 = np.zeros((hidden, n))
@@ -199,14 +204,14 @@ def _select(op: SelectOp, em: _Emitter, ranges: dict[SSAValue, Box]) -> SSAValue
         w1[c_row, 2 * k + 1] = -k_b[k]
         b1[2 * k + 1] = -(o_b[k] + k_b[k])
         w2[2 * k, k] = w2[2 * k + 1, k] = 1.0
-    for g, comps in enumerate(gated):  # g = relu(c + 1): 0 when c = -1, 2 when c = +1
+    for g, (row, sign, coefficients) in enumerate(gates):
         col = 2 * n + g
-        w1[0 if c_w == 1 else comps[0], col] = 1.0
+        w1[row, col] = sign
         b1[col] = 1.0
-        for k in comps:
-            w2[col, k] = diff[k]
+        for k, coefficient in coefficients.items():
+            w2[col, k] = coefficient
     x = em.concat([op.cond, op.if_true, op.if_false])
-    return em.mlp(x, w1, b1, w2, o_b)
+    return em.mlp(x, w1, b1, w2, np.zeros(n))
 
 
 def _clamp(op: ClampOp, em: _Emitter, down: bool = False) -> SSAValue:

@@ -236,7 +236,7 @@ def decomposition_cost_of(cond_width, n):
 
 
 def test_select_condition_within_tolerance_suppresses_losing_branch():
-    """c within the tolerance of -1: the result is b up to |c + 1| (K + |o_a - o_b|/2) and the
+    """c within the tolerance of -1: the result is b up to |c + 1| (K + |o_b|/2) and the
     a branch contributes nothing, however large a is inside its range."""
     module = _select_graph(1, a_range=(-3.0, 5.0), b_range=(-3.0, 5.0))
     delta = SELECT_COND_TOLERANCE * 0.999

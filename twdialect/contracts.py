@@ -24,20 +24,24 @@ select(c, a, b) -> a where c > 0 else b; c is +/-1, 1 wide (broadcast) or one pe
     Decomposition (one MLP chain over concat(c, a, b)), per component k, with offsets o_a <= lo_a,
     o_b <= lo_b below the value ranges (`twdialect.ranges`) and gains K_a, K_b:
         h_a = relu(a - o_a + K_a (c - 1)),  h_b = relu(b - o_b - K_b (c + 1)),
-        g   = relu(c + 1),  out = h_a + h_b + o_b + g (o_a - o_b)/2.
-    2 neurons per component plus the offset neurons g: one in all when c is 1 wide, one per
-    component whose offsets differ when c is N wide (none where o_a == o_b).
+        g_a = relu(c + 1),  g_b = relu(1 - c),  out = h_a + h_b + g_a o_a / 2 + g_b o_b / 2.
+    2 neurons per component plus the gates: g_a where some o_a != 0 and g_b where some o_b != 0,
+    one each when c is 1 wide, one per such component when c is N wide (at most 2N). Each
+    branch is rebuilt from its own offset only, so the other branch's range never enters the
+    sum (with a shared constant o_b + g (o_a - o_b) / 2 a far wider b made the selected a round
+    at b's scale).
     K is the smallest power of two with K (2 - SELECT_COND_TOLERANCE) >= hi - o, so for c within
     SELECT_COND_TOLERANCE of -1 (resp. +1) the losing neuron h_a (resp. h_b) is exactly 0; with c
     exactly +/-1 the losing branch may even exceed its range by up to K * SELECT_COND_TOLERANCE.
-    o is lo rounded down to a grid step s = 2^(floor(log2 m) - 20) shared by both branches (m the
-    component's largest magnitude), so o, o + K and (o_a - o_b)/2 are exact in f32.
+    o is lo rounded down to a grid step s = 2^(floor(log2 m) - 20) of the branch's own largest
+    magnitude m, so o, o + K and o / 2 are exact in f32.
     Exact region: c in {-1, +1} (the oracle values of compare outside its ramp zone). For c
     within SELECT_COND_TOLERANCE of +/-1 the losing branch still contributes exactly 0 and the
-    result is off by at most |c -+ 1| (K + |o_a - o_b| / 2). Otherwise (c near 0) the output
-    mixes both branches. Error in the exact region: rounding at the scale of |o| + K (about
-    2^-52 (|o| + K) in float64, 2^-23 (|o| + K) on an fp32 machine). Ranges must be finite with
-    magnitude <= SELECT_MAX_MAGNITUDE (else `decompose` refuses, naming the op).
+    result is off by at most |c -+ 1| (K + |o| / 2) of the winning branch. Otherwise (c near 0)
+    the output mixes both branches. Error in the exact region: rounding at the scale of the
+    selected branch's |o| + K (about 2^-52 (|o| + K) in float64, 2^-23 (|o| + K) on an fp32
+    machine). Ranges must be finite with magnitude <= SELECT_MAX_MAGNITUDE (else `decompose`
+    refuses, naming the op).
 
 clamp(x, lo, hi) -> min(max(x, lo), hi)
     Decomposition: lo + relu(x - lo) - relu(x - hi); one MLP chain, 2 neurons per component.
@@ -204,7 +208,7 @@ def decomposition_cost(op: Operation) -> DecompositionCost:
             return DecompositionCost(1, 2 * width_of(op.out))
         case SelectOp():
             n = width_of(op.out)
-            return DecompositionCost(1, 2 * n + (1 if width_of(op.cond) == 1 else n))
+            return DecompositionCost(1, 2 * n + (2 if width_of(op.cond) == 1 else 2 * n))
         case PiecewiseLinearOp():
             return DecompositionCost(1, shape_of(op.breakpoints)[0] + 1)
         case PiecewiseLinear2dOp():
