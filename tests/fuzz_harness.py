@@ -574,40 +574,34 @@ MUTATIONS = ("delete", "duplicate", "swap", "number", "number", "number", "width
              "splice", "truncate", "dense")
 
 
+# One home per mutation: name -> (text, rng, seed corpus) -> text.
+MUTATORS = {
+    "delete": lambda t, r, s: mutate_tokens(t, r, "delete"),
+    "duplicate": lambda t, r, s: mutate_tokens(t, r, "duplicate"),
+    "swap": lambda t, r, s: mutate_tokens(t, r, "swap"),
+    "number": lambda t, r, s: mutate_number(t, r),
+    "width": lambda t, r, s: mutate_width(t, r),
+    "type": lambda t, r, s: mutate_type(t, r),
+    "bracket": lambda t, r, s: mutate_bracket(t, r),
+    "insert": lambda t, r, s: mutate_insert_text(t, r),
+    "op_name": lambda t, r, s: mutate_op_name(t, r),
+    "drop": lambda t, r, s: mutate_drop_attribute(t, r),
+    "lines": lambda t, r, s: mutate_lines(t, r),
+    "ssa": lambda t, r, s: mutate_ssa(t, r),
+    "nest": mutate_nest,
+    "splice": mutate_splice,
+    "truncate": lambda t, r, s: mutate_truncate(t, r),
+    "dense": lambda t, r, s: mutate_dense(t, r),
+}
+
+
 def mutate(text: str, rng: np.random.Generator, seeds: list[str]) -> tuple[str, list[str]]:
     """Apply 1-4 random mutations; returns the text and the mutation names."""
     applied = []
     for _ in range(int(rng.integers(1, 5))):
         kind = _pick(rng, MUTATIONS)
         applied.append(kind)
-        if kind in ("delete", "duplicate", "swap"):
-            text = mutate_tokens(text, rng, kind)
-        elif kind == "number":
-            text = mutate_number(text, rng)
-        elif kind == "width":
-            text = mutate_width(text, rng)
-        elif kind == "type":
-            text = mutate_type(text, rng)
-        elif kind == "bracket":
-            text = mutate_bracket(text, rng)
-        elif kind == "insert":
-            text = mutate_insert_text(text, rng)
-        elif kind == "op_name":
-            text = mutate_op_name(text, rng)
-        elif kind == "drop":
-            text = mutate_drop_attribute(text, rng)
-        elif kind == "lines":
-            text = mutate_lines(text, rng)
-        elif kind == "ssa":
-            text = mutate_ssa(text, rng)
-        elif kind == "nest":
-            text = mutate_nest(text, rng, seeds)
-        elif kind == "splice":
-            text = mutate_splice(text, rng, seeds)
-        elif kind == "truncate":
-            text = mutate_truncate(text, rng)
-        else:
-            text = mutate_dense(text, rng)
+        text = MUTATORS[kind](text, rng, seeds)
     return text, applied
 
 

@@ -18,18 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-BIN_DIR = os.path.dirname(sys.executable)
-
-GOOD = """\
-builtin.module {
-  tw.graph @main {
-    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
-    %r = tw.relu %x : !tw.vec<2>
-    tw.output "y" %r : !tw.vec<2>
-  }
-}
-"""
+from cli_checks import BIN_DIR, GOOD, REPO  # noqa: E402
 
 # Each file's offending op is on line 4, column 5 unless the case says otherwise.
 BAD_FILES = {

@@ -17,18 +17,7 @@ import pytest
 
 from twdialect import print_module
 
-REPO = Path(__file__).resolve().parent.parent
-BIN_DIR = os.path.dirname(sys.executable)
-
-GOOD = """\
-builtin.module {
-  tw.graph @main {
-    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
-    %r = tw.relu %x : !tw.vec<2>
-    tw.output "y" %r : !tw.vec<2>
-  }
-}
-"""
+from cli_checks import BIN_DIR, GOOD  # noqa: E402
 
 FILES = {
     "good.mlir": GOOD,

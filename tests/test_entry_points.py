@@ -20,6 +20,8 @@ from twdialect import ops as tw
 from twdialect.dialect import LIBRARY_OPS
 from twdialect.errors import TwError
 
+from cli_checks import GOOD  # noqa: E402
+
 GEOMETRY = dict(d=64, d_head=8)
 
 
@@ -105,15 +107,6 @@ def test_only_the_allow_listed_upstream_passes_are_exposed() -> None:
     assert len(upstream()) > 100  # what was reachable before
 
 
-GOOD = """\
-builtin.module {
-  tw.graph @main {
-    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
-    %r = tw.relu %x : !tw.vec<2>
-    tw.output "y" %r : !tw.vec<2>
-  }
-}
-"""
 
 # Upstream passes that rewrite other dialects; the last two write IR tw cannot read back.
 NOT_EXPOSED = ["loop-invariant-code-motion", "test-add-timers-to-top-level-funcs",
