@@ -35,6 +35,25 @@ def _float32(op: MlpOp, x: np.ndarray) -> np.ndarray:
     return torch.addmm(b2, h, w2).double().numpy()
 
 
+def _fused(op: MlpOp, x: np.ndarray) -> np.ndarray:
+    """The same as a GPU kernel does it: the bias starts the accumulator and every x w + acc
+    step is a fused multiply-add, rounded once at its sum (emulated in float64, exact for
+    these few-term products)."""
+    w1, b1, w2, b2 = _arrays(op)
+    b1 = np.zeros(w1.shape[1]) if b1 is None else b1
+    b2 = np.zeros(w2.shape[1]) if b2 is None else b2
+    f32 = (lambda a: np.asarray(a, np.float32).astype(np.float64))
+    x = f32(x)
+    h = np.tile(b1, (x.shape[0], 1))  # the bias is the accumulator's start (C = bias + A B)
+    for i in range(w1.shape[0]):
+        h = f32(x[:, i:i + 1] * w1[i] + h)
+    h = np.maximum(h, 0.0)
+    y = np.tile(b2, (x.shape[0], 1))
+    for j in range(w2.shape[0]):
+        y = f32(h[:, j:j + 1] * w2[j] + y)
+    return y
+
+
 def _exact(op: MlpOp, x: np.ndarray) -> np.ndarray:
     w1, b1, w2, b2 = _arrays(op)
     b1 = np.zeros(w1.shape[1]) if b1 is None else b1
@@ -70,18 +89,20 @@ BUILDERS = {
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 @pytest.mark.parametrize("r", [10.0, 1e3, 1e4])
 def test_bound_holds_against_float32_evaluation(name, r):
-    """Measured |float32 - exact| never exceeds the bound, and the bound is not loose by more
-    than a small factor where the error is visible at all."""
+    """Measured |float32 - exact| (torch here, and a fused multiply-add evaluation as GPUs do)
+    never exceeds the bound, and the bound is not loose by more than a small factor where the
+    error is visible at all."""
     with tw.Graph() as g:
         tw.output("y", BUILDERS[name](tw.input("x", 1, (-r, r))))
     run_pipeline(g.module, "decompose{tolerance=1.0e30}")
     op = _mlp(g.module)
     x = _adversarial(op, -r, r, np.random.default_rng(0))
-    measured = np.abs(_float32(op, x) - _exact(op, x)).max()
+    exact = _exact(op, x)
+    measured = max(np.abs(_float32(op, x) - exact).max(), np.abs(_fused(op, x) - exact).max())
     bound = mlp_error_bound(*_arrays(op), np.array([-r]), np.array([r]))[0]
     assert measured <= bound
     if measured > 1e-6:
-        assert bound <= 8 * measured
+        assert bound <= 16 * measured
 
 
 def test_integer_operands_are_exact():

@@ -12,7 +12,8 @@ Evaluation model (what torch does for an `nn.Linear`): each pre-activation is a 
 the input row with one weight column, accumulated in float32, then the bias is added; the
 output is the same for the hidden layer. An addition rounds by at most half an ulp of its
 *result*; a product x w is exact when w is a power of two (or x is an integer and the product
-fits 24 bits).
+fits 24 bits). Kernels may fuse a product with the addition that follows (FMA: one rounding
+of x w + b at the sum), so no rule here relies on a product being rounded on its own.
 
 The bound, per output k:
 * bias adds: sum_j |W2[j, k]| ulp(Z_j)/2, Z_j the largest positive pre-activation of neuron j
@@ -103,9 +104,10 @@ class _Neuron:
     def bias_error(self) -> float:
         if self.exact or self.b == 0.0:
             return 0.0
-        if self.b < 0 and self.z_pos < 2.0 ** MANTISSA * lowbit(self.b):
+        if self.dot_exact and self.b < 0 and self.z_pos < 2.0 ** MANTISSA * lowbit(self.b):
             # Firing means p > -b > 0, so z = p + b is smaller than p and a multiple of
-            # min(ulp(p), grid(b)) below 2^24 of them: exact (compare(x, 0.37, ramp=0.01)).
+            # min(ulp(p), grid(b)) below 2^24 of them: exact. Only for an exact product p:
+            # a fused multiply-add (GPU kernels, AVX-512 BLAS) rounds x w + b once, at z.
             return 0.0
         return ulp(self.z_pos) / 2
 
@@ -203,8 +205,9 @@ def _dot_rounding(neurons: list[_Neuron], members: list[int], ps: np.ndarray,
 
 def _sum_rounding(neurons: list[_Neuron], family_of: np.ndarray, samples: list[np.ndarray],
                   c: np.ndarray, read: np.ndarray, bias: float) -> float:
-    """Rounding of one output's sum over the hidden units it reads (in order), then its
-    bias."""
+    """Rounding of one output's sum over the hidden units it reads (in order), with its bias
+    added last (CPU kernels) or starting the accumulator (GPU kernels: C = bias + A B): the
+    larger of the two."""
     terms = [j for j in read.tolist() if neurons[j].z_pos > 0]
     if not terms:
         return 0.0
@@ -212,13 +215,14 @@ def _sum_rounding(neurons: list[_Neuron], family_of: np.ndarray, samples: list[n
     peak = dict.fromkeys(values, 0.0)
     grids = []
     err, total, biggest = 0.0, 0.0, 0.0
+    products, bias_first = 0.0, 0.0
     for n, j in enumerate(terms):
         f = int(family_of[j])
         cj, nj = float(c[j]), neurons[j]
         product_exact = _odd_part(cj) == 1.0 or (
             nj.grid > 0 and _odd_part(cj) * nj.z_pos / nj.grid < 2.0 ** MANTISSA)
         if not product_exact:
-            err += ulp(abs(cj) * nj.z_pos) / 2  # the product W2[j, k] h_j rounds
+            products += ulp(abs(cj) * nj.z_pos) / 2  # the product W2[j, k] h_j rounds
         grids.append(lowbit(cj) * nj.grid if product_exact else 0.0)
         values[f] += cj * np.maximum(samples[f] + nj.b, 0.0)
         new_peak = float(np.abs(values[f]).max())
@@ -227,6 +231,11 @@ def _sum_rounding(neurons: list[_Neuron], family_of: np.ndarray, samples: list[n
         biggest = max(biggest, total)
         if n > 0:
             err += ulp(total) / 2
+        if bias != 0.0:  # the same partial sum, started from the bias
+            with_bias = (float(np.abs(values[f] + bias).max()) if len(values) == 1
+                         else total + abs(bias))
+            bias_first += ulp(with_bias) / 2
+            biggest = max(biggest, with_bias)
     if bias != 0.0:
         grids.append(lowbit(bias))
         err += ulp(total + abs(bias)) / 2
@@ -234,7 +243,7 @@ def _sum_rounding(neurons: list[_Neuron], family_of: np.ndarray, samples: list[n
     grid = min(grids)
     if grid > 0 and biggest < 2.0 ** MANTISSA * grid:
         return 0.0  # every partial sum is an exact float32 on the common grid
-    return err
+    return products + max(err, bias_first)
 
 
 def mlp_output_box(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
