@@ -21,9 +21,10 @@ decomposed compare does. Beyond the grid the table is constant, so a tree with a
 needs the value range of that leaf's variable (`twdialect.ranges`, sound boxes propagated from
 the declared `tw.input` ranges); without a finite range it is left alone.
 
-Conditions: inner selects and compares must have no uses outside the tree (they disappear);
-the grid has at most `max-breakpoints` lines per axis; the replacement must not sit in a later
-critical-path slot than the root did. Leaves that become dead are erased.
+Conditions: inner selects and compares must have no uses outside the tree (they disappear)
+and must not be x or y (a compare of an inner select, a compare read as a branch: the table
+reads x and y); the grid has at most `max-breakpoints` lines per axis; the replacement must
+not sit in a later critical-path slot than the root did. Leaves that become dead are erased.
 
 Cost. A candidate root costs its walk, which stops at the first rejection it can see (a third
 variable, too many compare lines, an inner value read outside the tree), so the inner selects
@@ -205,6 +206,12 @@ def _match(root: SelectOp, max_bp: int) -> _Tree:
     if any(user not in members for user in users):
         raise _Reject("an intermediate select/compare has a use outside the tree")
     _add_leaves(tree, list(leaf_values))
+    # The table reads the variables, and every member is erased: a variable defined by a member
+    # (a compare of an inner select, a compare used as a branch) would be read after erasure.
+    # Such a tree is not a function of two free scalars anyway; its inner selects are tried as
+    # roots of their own trees.
+    if any(v.owner in members for v in tree.variables):
+        raise _Reject("a scalar variable is defined inside the tree")
     return tree
 
 

@@ -352,3 +352,38 @@ def test_bad_max_breakpoints_is_reported():
     module, _ = depth4_tree()
     with pytest.raises(TwError, match="max-breakpoints must be at least 2, got 1"):
         run_pipeline(module, "select-tree-to-pwl2d{max-breakpoints=1}")
+
+
+# --------------------------------------------------------------------------------------
+# Trees whose scalar variable is one of their own inner values
+# --------------------------------------------------------------------------------------
+
+
+def test_compare_of_an_inner_select_keeps_that_select():
+    # Minimized from a fuzz case: the outer compare reads the inner select, which is also both
+    # branches of the root. Rewriting the whole tree would make the table read the inner select
+    # it erases; the root tree must stay (its inner select alone may become a table).
+    th = Thresholds()
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, X_RANGE)
+        tw.input("y", 1, Y_RANGE)
+        inner = tw.select(th.compare("x", x, -0.5), x, tw.literal([1.5]))
+        tw.output("r", tw.select(tw.compare(inner, 1.0), inner, inner))
+    m = check_contract(g.module, th)  # verifies the module: no erased value is read
+    assert count(m, SelectOp) == 1 and count(m, PiecewiseLinearOp) == 1
+
+
+def test_compare_leaf_of_its_own_tree_is_not_a_variable():
+    # A condition that is also a branch: as a leaf it would make the erased compare a variable.
+    # The selects above it put the root late enough that the table would not deepen the graph.
+    th = Thresholds()
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, X_RANGE)
+        tw.input("y", 1, Y_RANGE)
+        c = th.compare("x", x, 0.5)
+        v = tw.select(c, c, tw.literal([-2.0]))
+        for t in (1.0, 2.0, 3.0):
+            v = tw.select(th.compare("x", x, t), v, tw.literal([t]))
+        tw.output("r", v)
+    m = check_contract(g.module, th)
+    assert count(m, CompareOp) >= 1  # the compare read as a value stays
