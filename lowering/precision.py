@@ -8,7 +8,8 @@ absolute row sum per output); a cancel in the same sublayer as the writer that r
 columns adds half an ulp of the dead value, and a one-neuron MLP cancel (a column the ranges
 say is one-signed) leaves behind at most the dead value's own error, should rounding have
 pushed it across zero. Softmax leakage of attention (exp(-gap) of the
-other positions) is not modelled: the gaps the library uses make it far smaller than this.
+other positions) is not modelled: the gaps the library uses make it far smaller than this;
+the rounding of the scores themselves is (it moves every probability).
 
 `estimate_errors(sched)` returns ({op: bound}, per-group bounds); `max_relative_output_error`
 is the largest bound over the outputs, relative to max(1, |output|); `output_errors` gives
@@ -25,6 +26,7 @@ import numpy as np
 from lowering.schedule import GroupRanges, Schedule
 from lowering.tasks import Refs
 from twdialect.dense import to_numpy
+from twdialect.f32_error import mlp_error_bound
 from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
 from twdialect.errors import TwError
 
@@ -91,13 +93,35 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
         elif isinstance(op, MlpOp):
             w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
             b1 = to_numpy(op.b1) if op.b1 is not None else None
+            b2 = to_numpy(op.b2) if op.b2 is not None else None
             e_h = _affine_bound(w1, b1, m_in, e_in)
             hidden = np.abs(w1).T @ m_in + (np.abs(b1) if b1 is not None else 0.0)
-            e = _affine_bound(w2, to_numpy(op.b2) if op.b2 is not None else None, hidden, e_h)
+            e = _affine_bound(w2, b2, hidden, e_h)
+            # The hinge-level bound (`twdialect.f32_error`) over the box |x| <= m_in: it sees
+            # the rounding left behind where large hinges cancel, which the dot-product bound
+            # above, scaled by the output's size, can miss.
+            with np.errstate(all="ignore"):
+                own = float(np.max(mlp_error_bound(w1, b1, w2, b2, -m_in, m_in), initial=0.0))
+                lip = float(np.max(np.abs(w1).sum(axis=0) @ np.abs(w2), initial=0.0))
+            e = max(e, lip * e_in + own) if np.isfinite(own) else e
         elif isinstance(op, AttnOp):
+            wq, wk = to_numpy(op.wq), to_numpy(op.wk)
             wvo = to_numpy(op.wv) @ to_numpy(op.wo)
             v_refs = tg.refs[op.value]
-            e = _affine_bound(wvo, None, _in_magnitude(mag, v_refs), _in_error(err, v_refs))
+            m_v = _in_magnitude(mag, v_refs)
+            e = _affine_bound(wvo, None, m_v, _in_error(err, v_refs))
+            # Rounded scores move the softmax: a logit off by d changes every probability by
+            # a factor within exp(+-2d), so the output (a mean of value rows) moves by up to
+            # (exp(2d) - 1) * 2 max|v|. d: the dot products' rounding plus the query's and
+            # key's own errors carried through their matrices.
+            q_refs, k_refs = tg.refs[op.query], tg.refs[op.key]
+            m_q, m_k = _in_magnitude(mag, q_refs) @ np.abs(wq), _in_magnitude(mag, k_refs) @ np.abs(wk)
+            with np.errstate(all="ignore"):
+                d = (EPS * (wq.shape[0] + wk.shape[0] + wq.shape[1] + 2) * float(m_q @ m_k)
+                     + _in_error(err, q_refs) * float(np.abs(wq).sum(axis=0) @ m_k)
+                     + _in_error(err, k_refs) * float(m_q @ np.abs(wk).sum(axis=0)))
+                v_max = float(np.max(m_v @ np.abs(wvo), initial=0.0))
+                e += float(np.expm1(min(2.0 * d, 700.0))) * 2.0 * v_max
         else:  # relu: exact on its input
             e = e_in + EPS * float(m_in.max() if len(m_in) else 0.0)
         g = t.out_group
