@@ -94,6 +94,19 @@ HOSTILE = {
                                   'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
                            "holds (real, imaginary) pairs such as (1.0, 0.0), got a single",
                            "4:38"),  # an AssertionError with no message
+    "complex_unclosed": (_graph('    %y = tw.linear %x weight dense<[[(1.0,2.0:]]> : '
+                                'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
+                         "(real, imaginary) such as (1.0, 0.0): expected ')' after its "
+                         "imaginary part, got ':'", "4:46"),  # AssertionError: Unexpected token
+    "complex_no_comma": (_graph('    %y = tw.linear %x weight dense<[[(1.0 2.0)]]> : '
+                                'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
+                         "expected ',' after its real part, got '2.0'", "4:43"),
+    "complex_no_part": (_graph('    %y = tw.linear %x weight dense<[[(1.0,)]]> : '
+                               'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
+                        "expected its imaginary part, a number, got ')'", "4:43"),
+    "complex_mixed_parts": (_graph('    %y = tw.linear %x weight dense<[[(1,2.0)]]> : '
+                                   'tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>\n'),
+                            "parts must both be floats or both integers, got (1, 2.0)", "4:38"),
     "hex_leftover_bytes": (_graph('    %y = tw.linear %x weight dense<"0x0000803F00"> : '
                                   'tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>\n'),
                            "hex dense literal holds 5 bytes, not a whole number of f32 elements",
@@ -132,6 +145,33 @@ def test_text_after_an_explicit_module_is_refused() -> None:
     assert "unexpected 'tw.graph' after the end of the module (remove it: the input is one " \
            "builtin.module)" in info.value.msg
     assert Parser(twdialect.make_context(), _graph("")).parse_module(False) is not None
+
+
+def test_a_token_of_the_wrong_kind_is_a_located_parse_error() -> None:
+    """xDSL's parser consumes tokens it has (it believes) checked with an `assert`; any caller
+    that had not checked (the complex element above was one) got an internal AssertionError."""
+    from xdsl.parser import Parser
+    from xdsl.utils.mlir_lexer import MLIRTokenKind
+
+    parser = Parser(twdialect.make_context(), "builtin.module : x")
+    parser._consume_token(MLIRTokenKind.BARE_IDENT)  # the right kind is consumed as before
+    for kind, expected in [(MLIRTokenKind.R_PAREN, "')'"), (MLIRTokenKind.INTEGER_LIT,
+                                                            "an integer")]:
+        with pytest.raises(ParseError) as info:
+            parser._consume_token(kind)
+        assert info.value.msg == f"expected {expected}, got ':'"
+        loc = info.value.span.get_location()
+        assert (loc.line, loc.col) == (1, 16)
+
+
+def test_complex_elements_still_parse() -> None:
+    """The checked complex parser reads what xDSL read: (float, float), (int, int), signs."""
+    from xdsl.parser import Parser
+
+    for text, value in [("(1.5, -2.0)", (1.5, -2.0)), ("(-1, 2)", (-1, 2))]:
+        parser = Parser(twdialect.make_context(), text)
+        parsed, span = parser._parse_optional_complex()
+        assert parsed == value and (span.start, span.end) == (0, len(text))
 
 
 @pytest.mark.parametrize("text, kind", [(None, "NoneType"), (b"builtin.module {}", "bytes"),

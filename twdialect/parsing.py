@@ -25,6 +25,11 @@ Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes
   complex element type wants a pair (an AssertionError with no message), a hex literal with
   bytes left over after its last element (any message printing it failed), and a lone
   surrogate in a string literal of a Python str (a UnicodeEncodeError).
+* **Token checks that are not asserts.** xDSL consumes a token of a kind it believes it has
+  already checked with an `assert`; where that belief is wrong (a complex element
+  `(1.0, 2.0:` with no closing ')') the user got "AssertionError: Unexpected token Token(...)".
+  A complex element's parts and punctuation are now checked with located messages, and any
+  other such mismatch is a ParseError naming the token expected and the one found.
 * **Bounded work.** Nesting deep enough to exhaust Python's stack is a located ParseError, not a
   RecursionError; a decimal integer literal has at most MAX_INTEGER_DIGITS digits (Python
   refuses to convert longer ones with an unrelated message); a `dense<...>` literal's type holds
@@ -44,6 +49,7 @@ from typing import Union, get_args, get_origin, get_type_hints
 
 from xdsl.parser import Parser
 from xdsl.parser.attribute_parser import AttrParser
+from xdsl.parser.generic_parser import GenericParser
 from xdsl.utils import arg_spec
 from xdsl.utils.exceptions import ArgSpecParseError, ParseError
 from xdsl.utils.lexer import Input, Span, Token
@@ -85,6 +91,29 @@ def _quote(text: str, limit: int = 40) -> str:
     if len(text) <= limit:
         return f"'{text}'"
     return f"'{text[:limit // 2]}...{text[-8:]}' ({len(text)} characters)"
+
+
+def _describe_token(token: Token) -> str:
+    """A token found where another was expected, as the source shows it."""
+    if token.kind is MLIRTokenKind.EOF:
+        return "the end of the input"
+    return _quote(token.text)
+
+
+# Token kinds without a fixed spelling, in words (punctuation kinds are their own spelling).
+_KIND_WORDS = {"BARE_IDENT": "a name", "AT_IDENT": "a symbol name such as @main",
+               "HASH_IDENT": "an attribute alias such as #name",
+               "PERCENT_IDENT": "a value name such as %x", "CARET_IDENT": "a block label",
+               "EXCLAMATION_IDENT": "a type such as !tw.vec<2>", "FLOAT_LIT": "a float",
+               "INTEGER_LIT": "an integer", "STRING_LIT": "a string literal",
+               "BYTES_LIT": "a bytes literal", "EOF": "the end of the input"}
+
+
+def _describe_kind(kind) -> str:
+    """A token kind expected by the parser, in words: "')'", "an integer"."""
+    if isinstance(kind.value, str):
+        return f"'{kind.value}'"
+    return _KIND_WORDS.get(kind.name, kind.name.lower().replace("_", " "))
 
 
 # -- lexer ---------------------------------------------------------------------------------
@@ -170,6 +199,20 @@ def _wrap_lex_number(original):
 
 
 # -- parser --------------------------------------------------------------------------------
+
+
+def _consume_token(self: GenericParser, expected_kind=None):
+    """xDSL's `_consume_token`, with its `assert` on the token's kind a ParseError at the token.
+
+    Callers are meant to have checked the kind already; one that did not (a complex element
+    missing its ')') surfaced as an internal AssertionError, and under `python -O` the wrong
+    token would have been consumed silently. Text xDSL accepted is consumed exactly as before."""
+    consumed = self._current_token
+    if expected_kind is not None and consumed.kind != expected_kind:
+        raise ParseError(consumed.span, f"expected {_describe_kind(expected_kind)}, got "
+                         f"{_describe_token(consumed)}")
+    self._parser_state.current_token = self.lexer.lex()
+    return consumed
 
 
 def _wrap_parse_block(original):
@@ -345,6 +388,43 @@ def _wrap_to_complex(original):
     return to_complex
 
 
+_COMPLEX_FORM = "a complex element is (real, imaginary) such as (1.0, 0.0)"
+
+
+def _expect_complex_punctuation(parser: AttrParser, kind: MLIRTokenKind, after: str) -> Token:
+    token = parser._current_token
+    if token.kind is not kind:
+        parser.raise_error(f"{_COMPLEX_FORM}: expected '{kind.value}' after its {after}, got "
+                           f"{_describe_token(token)}", token.span)
+    return parser._consume_token()
+
+
+def _parse_complex_part(parser: AttrParser, which: str):
+    part = parser._parse_optional_bool_int_or_float()
+    if part is None:
+        parser.raise_error(f"{_COMPLEX_FORM}: expected its {which} part, a number, got "
+                           f"{_describe_token(parser._current_token)}",
+                           parser._current_token.span)
+    return part
+
+
+def _parse_optional_complex(self: AttrParser):
+    """xDSL's `(real, imaginary)` dense element, checked step by step: xDSL asserted (an
+    internal AssertionError) when anything but ')' followed the imaginary part, and said only
+    "either an int or float must be present" for a missing part. Same result otherwise."""
+    if self._current_token.kind is not MLIRTokenKind.L_PAREN:
+        return None
+    start = self._consume_token().span.start
+    real, _ = _parse_complex_part(self, "real")
+    _expect_complex_punctuation(self, MLIRTokenKind.COMMA, "real part")
+    imag, imag_span = _parse_complex_part(self, "imaginary")
+    if type(real) is not type(imag):
+        self.raise_error(f"{_COMPLEX_FORM}: its parts must both be floats or both integers, "
+                         f"got ({real}, {imag})", start, imag_span.end)
+    end = _expect_complex_punctuation(self, MLIRTokenKind.R_PAREN, "imaginary part").span.end
+    return (real, imag), Span(start, end, self.lexer.input)
+
+
 # -- pass pipelines ------------------------------------------------------------------------
 
 
@@ -429,12 +509,14 @@ def install() -> None:
     MLIRLexer.lex = _wrap_lex(MLIRLexer.lex)
     MLIRLexer._lex_prefixed_ident = _wrap_lex_prefixed_ident(MLIRLexer._lex_prefixed_ident)
     MLIRLexer._lex_number = _wrap_lex_number(MLIRLexer._lex_number)
+    GenericParser._consume_token = _consume_token
     Parser._parse_block = _wrap_parse_block(Parser._parse_block)
     Parser.parse_module = _wrap_parse_module(_wrap_parse_top_level(Parser.parse_module))
     Parser.parse_optional_operation = _wrap_parse_optional_operation(
         Parser.parse_optional_operation)
     AttrParser._parse_optional_integer_or_float_type = _wrap_parse_integer_or_float_type(
         AttrParser._parse_optional_integer_or_float_type)
+    AttrParser._parse_optional_complex = _parse_optional_complex
     AttrParser._TensorLiteralElement.to_complex = _wrap_to_complex(
         AttrParser._TensorLiteralElement.to_complex)
     AttrParser._parse_dense_literal_type = _wrap_parse_dense_literal_type(

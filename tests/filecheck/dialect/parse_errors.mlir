@@ -128,6 +128,17 @@ builtin.module {
 
 // -----
 
+// A complex element not closed by ')' (xDSL asserted: an internal AssertionError).
+builtin.module {
+  tw.graph @unclosed_complex {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: parse_errors.mlir:[[# @LINE + 1]]:46: a complex element is (real, imaginary) such as (1.0, 0.0): expected ')' after its imaginary part, got ':'
+    %y = tw.linear %x weight dense<[[(1.0,2.0:]]> : tensor<1x1xcomplex<f32>> : !tw.vec<1> -> !tw.vec<1>
+  }
+}
+
+// -----
+
 // A region left open at the end of the chunk.
 builtin.module {
   tw.graph @unclosed {
