@@ -320,3 +320,22 @@ def test_lower_to_transformer_geometry_errors(options, message):
     module = _build(_output_is_an_input)
     with pytest.raises(TwError, match=message):
         run_pipeline(module, f"lower-to-transformer{{{options}}}")
+
+
+def test_a_verifier_error_does_not_print_the_module(monkeypatch):
+    """xDSL prints the whole module into a failing verifier's message: with a legal 2^26-entry
+    weight beside the error that took 13 s; tw's errors are raised as they are."""
+    from xdsl.printer import Printer
+
+    from twdialect import parse_module
+    from twdialect.dialect import TwVerifyException
+
+    def no_printing(*args, **kwargs):
+        raise AssertionError("the module was printed")
+
+    text = ('tw.graph @main {\n  %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>\n'
+            '  %y = tw.linear %x weight dense<1.0> : tensor<3x1xf32> : !tw.vec<2> -> !tw.vec<1>\n'
+            '  tw.output "y" %y : !tw.vec<1>\n}\n')
+    monkeypatch.setattr(Printer, "print_op", no_printing)
+    with pytest.raises(TwVerifyException, match="'tw.linear'"):
+        parse_module(text)

@@ -72,6 +72,31 @@ def _print_floats_that_reparse() -> None:
 _print_floats_that_reparse()
 
 
+def _tw_errors_skip_the_module_dump() -> None:
+    """xDSL's `Operation.emit_error` prints the whole enclosing module into a failing
+    verifier's message. tw's verifier errors already name and locate their op (one line), and
+    a module holding a legal 2^26-element weight took 13 s and gigabytes to print for a
+    mismatch elsewhere: a TwError is raised as it is."""
+    from xdsl.ir import Operation
+
+    original = Operation.emit_error
+    if getattr(original, "_tw_no_dump", False):
+        return
+
+    def emit_error(self, message: str, underlying_error: Exception):
+        if isinstance(underlying_error, TwError):
+            if getattr(underlying_error, "op", None) is None:
+                underlying_error.op = self
+            raise underlying_error
+        return original(self, message, underlying_error)
+
+    emit_error._tw_no_dump = True
+    Operation.emit_error = emit_error
+
+
+_tw_errors_skip_the_module_dump()
+
+
 def make_context(allow_unregistered: bool = False):
     """An xDSL context with builtin and tw loaded (what parsing tw text needs)."""
     from xdsl.context import Context
