@@ -1338,6 +1338,17 @@ def run_campaign(cases: list[tuple[str, int]], seed: int = 0, findings: str | Pa
         else:
             retire(w)
 
+    def lost(w: Worker, outcome: str, detail: str) -> None:
+        """The worker's case ended without a result (it died or wedged): record it, replace
+        the worker."""
+        if w.current is not None:
+            cat, idx = w.current
+            results.append(Result(cat, idx, seed, outcome, detail, "worker",
+                                  _payload_or_empty(cat, seed, idx)))
+        retire(w)
+        if todo:
+            start_worker()
+
     for _ in range(max(1, min(workers, n_cases))):
         start_worker()
     try:
@@ -1347,15 +1358,8 @@ def run_campaign(cases: list[tuple[str, int]], seed: int = 0, findings: str | Pa
                 chunk = os.read(w.proc.stdout.fileno(), 1 << 16)
                 if not chunk:  # the worker died
                     w.proc.wait()
-                    if w.current is not None:
-                        cat, idx = w.current
-                        results.append(Result(cat, idx, seed, "masked_crash",
-                                              f"worker died with exit status {w.proc.returncode} "
-                                              "(a native crash or the memory cap)", "worker",
-                                              _payload_or_empty(cat, seed, idx)))
-                    retire(w)
-                    if todo:
-                        start_worker()
+                    lost(w, "masked_crash", f"worker died with exit status {w.proc.returncode} "
+                         "(a native crash or the memory cap)")
                     continue
                 w.buffer += chunk
                 while b"\n" in w.buffer:
@@ -1371,16 +1375,10 @@ def run_campaign(cases: list[tuple[str, int]], seed: int = 0, findings: str | Pa
                             print(f"# {len(results)} cases", file=sys.stderr, flush=True)
                         feed(w)
             for w in list(pool):  # a case wedged where the alarm cannot reach it
-                if w.current is not None:
-                    cat, idx = w.current
-                    if time.monotonic() - w.started > 2 * limits[cat] + 30:
-                        results.append(Result(cat, idx, seed, "hang",
-                                              f"no result within {2 * limits[cat] + 30:.0f} s "
-                                              "(the alarm did not fire)", "worker",
-                                              _payload_or_empty(cat, seed, idx)))
-                        retire(w)
-                        if todo:
-                            start_worker()
+                if w.current is not None and \
+                        time.monotonic() - w.started > 2 * limits[w.current[0]] + 30:
+                    lost(w, "hang", f"no result within {2 * limits[w.current[0]] + 30:.0f} s "
+                         "(the alarm did not fire)")
     finally:
         for w in list(pool):
             retire(w)
