@@ -8,12 +8,13 @@ and of the f32 weights (the weights are stored as f32; every constant whose roun
 break a cancellation is chosen to be exactly representable in f32, see each contract).
 
 compare(x, t, ramp) -> +1 if x >= t else -1 (elementwise)
-    Decomposition: z = x*w + beta with w = f32(1/ramp), beta = -t*w rounded to a grid on which
+    Decomposition: z = x*w + beta with w the smallest power of two >= 1/ramp (so x*w is exact in
+    f32 and the encoded ramp 1/w lies in (ramp/2, ramp]), beta = -t*w rounded to a grid on which
     beta and beta + 1 are both exact in f32;
     out = -1 + 2*(relu(z + 1) - relu(z)). One MLP chain, 2 neurons per component.
     Exact region: x >= t' or x <= t' - ramp', where t' = -beta/w and ramp' = 1/w are the
     threshold and ramp the f32 weights actually encode (|t' - t| <= 2^-24 (|t| + 2 ramp),
-    |ramp' - ramp| <= 2^-24 ramp). Since the oracle flips at t, the ideal and decomposed values
+    ramp/2 < ramp' <= ramp). Since the oracle flips at t, the ideal and decomposed values
     agree exactly for x >= max(t, t') or x <= min(t, t' - ramp') ("outside the ramp zone").
     Inside (t' - ramp', t') the output is the linear ramp -1 + 2 (z + 1), in [-1, 1].
     At the edges the error is at most 2*|rounding of z| (about 2^-52 |z| in float64); beta + 1
@@ -168,7 +169,7 @@ def unit_grid_round(x: np.ndarray) -> np.ndarray:
 class CompareParams:
     """The f32 weights of compare's ramp and the threshold/ramp they encode."""
 
-    w: float  # f32(1 / ramp)
+    w: float  # the smallest power of two >= 1 / ramp
     beta: float  # -t * w rounded so that beta and beta + 1 are exact in f32
     threshold: float  # t' = -beta / w
     ramp: float  # ramp' = 1 / w
@@ -176,8 +177,12 @@ class CompareParams:
 
 def compare_params(op: CompareOp) -> CompareParams:
     t, ramp = op.threshold.value.data, op.ramp.value.data
-    w = float(f32(1.0 / ramp))
-    if not (np.isfinite(w) and w > 0):
+    # A power of two, so x w is exact in float32 and the hinges z + 1, z round only where
+    # they are summed (a fused multiply-add would otherwise round x w + b at large z): the
+    # encoded ramp 1/w lies in (ramp/2, ramp], a narrower ramp zone inside the requested one.
+    with np.errstate(all="ignore"):
+        w = float(np.exp2(np.ceil(np.log2(1.0 / ramp)))) if ramp > 0 else np.inf
+    if not (np.isfinite(w) and w > 0 and w < 2.0 ** 127):
         raise ContractError(f"{describe(op)}: ramp {ramp} is too small for f32 weights "
                             "(1/ramp overflows)", op)
     beta = float(unit_grid_round(np.asarray(-t * w)))
