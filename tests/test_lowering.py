@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from lowering.precision import output_errors
 from passes.decompose import DecomposeError
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -92,9 +93,14 @@ def test_library_ops_compile_through_decompose():
         feeds = sample_inputs(module, 8, seed)
         mask = contract_mask(module, feeds)
         got, want = ct.run(feeds), evaluate(module, feeds)
+        # 1e-4 of the output, or its static float32 bound where an op's documented contract
+        # scales with its operands' ranges (select's offsets, attention's scores); kernels
+        # with fused multiply-adds round differently from this CPU
+        bounds = output_errors(ct.schedule)
         for k in want:
             scale = max(1.0, float(np.abs(want[k]).max()))
-            np.testing.assert_allclose(got[k][mask], want[k][mask], atol=1e-4 * scale)
+            np.testing.assert_allclose(got[k][mask], want[k][mask],
+                                       atol=max(1e-4 * scale, bounds[k][0]))
         checked += int(mask.sum())
     assert checked > 100
 

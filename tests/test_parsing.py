@@ -50,6 +50,9 @@ def test_unterminated_string_does_not_hang() -> None:
 
 # text -> (message fragment, line:col of the error)
 HOSTILE = {
+    "hex_float_too_wide": (_graph('    %c = "tw.clamp"(%x) <{lo = 0xFFF18446744073709551616 : f64, '
+                                  'hi = 1.0 : f64}> : (!tw.vec<1>) -> !tw.vec<1>\n'),
+                           "hexadecimal float literal has more bits than its type holds", "4:32"),
     "unterminated": (_graph('    %y = tw.input "y <-1.0, 1.0> : !tw.vec<1>\n'),
                      "unterminated string literal", "4:19"),
     "bad_escape": (_graph('    %y = tw.input "y\\q" <-1.0, 1.0> : !tw.vec<1>\n'),

@@ -425,6 +425,19 @@ def _parse_optional_complex(self: AttrParser):
     return (real, imag), Span(start, end, self.lexer.input)
 
 
+def _wrap_parse_int_or_float_attr(original):
+    def parse_optional_builtin_int_or_float_attr(self: AttrParser):
+        """xDSL's number attribute parser, with a hexadecimal float literal wider than its
+        type (`0xFFF18446744073709551616 : f64`) a ParseError, not an OverflowError."""
+        start = self._current_token.span.start
+        try:
+            return original(self)
+        except OverflowError:
+            self.raise_error("hexadecimal float literal has more bits than its type holds "
+                             "(f64 takes 16 hex digits, f32 8)", start, self.pos)
+    return parse_optional_builtin_int_or_float_attr
+
+
 # -- pass pipelines ------------------------------------------------------------------------
 
 
@@ -523,6 +536,8 @@ def install() -> None:
         AttrParser._parse_dense_literal_type)
     AttrParser.parse_dense_int_or_fp_elements_attr = _wrap_parse_dense_elements(
         AttrParser.parse_dense_int_or_fp_elements_attr)
+    AttrParser.parse_optional_builtin_int_or_float_attr = _wrap_parse_int_or_float_attr(
+        AttrParser.parse_optional_builtin_int_or_float_attr)
     arg_spec.ArgSpecConvertible.from_spec = _wrap_from_spec(
         arg_spec.ArgSpecConvertible.from_spec.__func__)
     arg_spec.PipelineLexer._generator = _wrap_pipeline_lexer(arg_spec.PipelineLexer._generator)
