@@ -221,7 +221,8 @@ def mismatch(want: dict, got: dict, mask: np.ndarray,
         same = (w == g) | (np.isnan(w) & np.isnan(g))
         finite = np.isfinite(w)
         scale = max(1.0, float(np.max(np.abs(w[finite])))) if finite.any() else 1.0
-        allowed = max(TOLERANCE * scale, (documented or {}).get(name, 0.0))
+        bound = (documented or {}).get(name, 0.0)
+        allowed = max(TOLERANCE * scale, bound if np.isfinite(bound) else 0.0)
         with np.errstate(all="ignore"):
             close = np.abs(g - w) <= allowed
         bad = ~(same | close)

@@ -99,8 +99,9 @@ def test_library_ops_compile_through_decompose():
         bounds = output_errors(ct.schedule)
         for k in want:
             scale = max(1.0, float(np.abs(want[k]).max()))
+            bound = bounds[k][0] if np.isfinite(bounds[k][0]) else 0.0  # (no bound: 1e-4)
             np.testing.assert_allclose(got[k][mask], want[k][mask],
-                                       atol=max(1e-4 * scale, bounds[k][0]))
+                                       atol=max(1e-4 * scale, bound))
         checked += int(mask.sum())
     assert checked > 100
 
