@@ -339,3 +339,21 @@ def test_a_verifier_error_does_not_print_the_module(monkeypatch):
     monkeypatch.setattr(Printer, "print_op", no_printing)
     with pytest.raises(TwVerifyException, match="'tw.linear'"):
         parse_module(text)
+
+
+def test_values_beyond_float32_are_refused_at_compile_time():
+    """The oracle (float64) holds 3.5e38 and 3e38 * 1e38; the float32 model would hold inf."""
+    from lowering import LoweringError, compile
+    from twdialect import ops as tw
+
+    with tw.Graph() as g:
+        tw.output("y", tw.input("x", 1, (-1.0, 3.5e38)))
+    with pytest.raises(LoweringError, match="reaches 3.5e\\+38, beyond float32"):
+        compile(g.module, d=16, d_head=4)
+    with tw.Graph() as h:
+        tw.output("y", tw.linear(tw.input("x", 1, (-3e38, 3e38)), [[1e38]]))
+    with pytest.raises(LoweringError, match="'tw.linear'.* can reach 3e\\+76"):
+        compile(h.module, d=16, d_head=4)
+    with tw.Graph() as ok:
+        tw.output("y", tw.linear(tw.input("x", 1, (-1e20, 1e20)), [[2.0]]))
+    compile(ok.module, d=16, d_head=4)
