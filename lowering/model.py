@@ -1,24 +1,37 @@
-"""The compiled artifact: a standard transformer as a `torch.nn.Module`.
+"""The compiled artifact: a standard transformer as a `torch.nn.Module`, batched.
 
 Each layer is `x = x + Attn(x)` (causal softmax, scale 1, output bias) then
 `x = x + W2 relu(W1 x + b1) + b2`, with per-layer head counts and hidden widths trimmed to
-what the schedule uses. `run` evaluates a whole sequence; `generate` steps autoregressively
-with a KV cache and matches `run` on the same sequence to fp32 round-off.
+what the schedule uses. The residual stream is (batch, positions, d).
+
+Weights are stored *trimmed dense*: a sublayer keeps only the residual columns it reads (a
+gather), the fused QKV / W1 block over them, and the columns it writes (an index_add). A
+compiled layer reads a few dozen of d columns, so this reads 20-200x fewer bytes than the
+stock layout, needs no sparse formats (no per-call conversion, `torch.compile(fullgraph=True)`
+traces it) and `dense_weights()` still gives the standard matrices. Heads keep only the q/k
+and v dimensions some head uses (a self-attention head's q has one entry).
+
+`run` / `run_batch` evaluate whole sequences; `generate` / `generate_batch` step with the
+static KV cache of `lowering/decode.py` and match `run` on the same sequences to fp32
+round-off. Attention uses `scaled_dot_product_attention(scale=1)`; where a row comes out
+non-finite, the rows are recomputed with the exact rule of `weighted_values` (a masked
+position's inf or nan must not reach earlier positions, as in the oracle).
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from lowering.machine import Machine
 from lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
 from twdialect.inputs import (
     CheckedInputs,
+    EvaluationError,
     InputContract,
     InputSpec,
     check_feedback,
@@ -27,80 +40,143 @@ from twdialect.inputs import (
 )
 
 
-SPARSE_BELOW = 0.02  # store a projection sparse when under 2% of its entries are non-zero
-SPARSE_MIN_SIZE = 1 << 16
+def _index(values) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(values, np.int64))
 
 
-class Projection(nn.Module):
-    """x @ w + b, laid out like nn.Linear (`weight` is (out, in)).
-
-    Big, nearly empty matrices (most of a compiled layer) are kept as sparse (COO) tensors so a
-    10^5-op graph compiles in little memory; `dense_weight()` always gives the real matrix."""
-
-    def __init__(self, w: Matrix, b: np.ndarray | None):
-        super().__init__()
-        n_in, n_out = w.shape
-        size = n_in * n_out
-        self.sparse = size >= SPARSE_MIN_SIZE and w.nnz < SPARSE_BELOW * size
-        if self.sparse:
-            idx = torch.from_numpy(np.stack([w.cols, w.rows]))
-            with warnings.catch_warnings():  # some torch versions warn even when asked not to check
-                warnings.simplefilter("ignore", UserWarning)
-                t = torch.sparse_coo_tensor(idx, torch.from_numpy(w.vals), (n_out, n_in),
-                                            check_invariants=False)
-            self.register_buffer("weight", t.coalesce())
-        else:
-            self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w.dense().T)),
-                                       requires_grad=False)
-        self.bias = (nn.Parameter(torch.from_numpy(np.ascontiguousarray(b)), requires_grad=False)
-                     if b is not None else None)
-
-    def dense_weight(self) -> torch.Tensor:
-        return self.weight.to_dense() if self.sparse else self.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.sparse:
-            y = torch.sparse.mm(self.weight, x.T).T
-            return y + self.bias if self.bias is not None else y
-        return nn.functional.linear(x, self.weight, self.bias)
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32))
 
 
-def _linear(w: Matrix, b: np.ndarray | None) -> Projection:
-    """A projection computing x @ w + b."""
-    return Projection(w, b)
+def _used(*index_arrays) -> np.ndarray:
+    parts = [np.asarray(a, np.int64) for a in index_arrays if len(a)]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def _block(m: Matrix, row_of: np.ndarray, col_of: np.ndarray, shape) -> np.ndarray:
+    """The entries of `m` whose row and column survive trimming, as a dense (rows, cols) block;
+    `row_of`/`col_of` map old indices to new ones (-1: dropped, only where the other factor of
+    every product it enters is zero)."""
+    out = np.zeros(shape, np.float32)
+    r, c = row_of[m.rows], col_of[m.cols]
+    keep = (r >= 0) & (c >= 0)
+    out[r[keep], c[keep]] = m.vals[keep]
+    return out
+
+
+# A matrix-vector kernel (one output column) sums each dot product in strided SIMD lanes;
+# a decomposed staircase's hinges telescope only when summed in order, as the matrix kernels
+# do: floor_int on [-20, 20] rounds 1.2e-4 off through a one-column product, 6e-8 through two.
+# So every summing projection keeps at least two output columns (zeros, sliced off).
+MIN_OUT = 2
+
+
+def _padded(block: np.ndarray) -> np.ndarray:
+    """`block` with zero columns appended up to MIN_OUT (see there)."""
+    if 0 < block.shape[1] < MIN_OUT:
+        block = np.concatenate([block, np.zeros((block.shape[0], MIN_OUT - block.shape[1]),
+                                                np.float32)], axis=1)
+    return block
+
+
+def affine(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ w + b with the bias added last, on every device: the decomposed constructions keep
+    a cancelling pair of hinges exact only when their difference is formed before the bias
+    (2 * 9600001 - 2 * 9600000 - 1 is 1 that way, 0 bias-first). cuBLAS adds the bias in its
+    epilogue; a CPU addmm may start the accumulator with it, so the CPU adds it after."""
+    if a.is_cuda:
+        return torch.addmm(b, a, w)
+    return (a @ w).add_(b)
+
+
+def _position_map(keep: np.ndarray, size: int) -> np.ndarray:
+    out = np.full(size, -1, np.int64)
+    out[keep] = np.arange(len(keep))
+    return out
 
 
 class Attention(nn.Module):
-    def __init__(self, w: LayerWeights, d_head: int):
-        super().__init__()
-        self.d_head = d_head
-        self.n_heads = w.wq.shape[1] // d_head
-        self.q_proj = _linear(w.wq, None)
-        self.k_proj = _linear(w.wk, None)
-        self.v_proj = _linear(w.wv, None)
-        self.o_proj = _linear(w.wo, w.bo)
+    """Trimmed attention: gather `read`, fused QKV, SDPA, W_o, index_add into `write`.
 
-    def forward(self, x: torch.Tensor, cache: list | None, start: int) -> torch.Tensor:
-        n = x.shape[0]
-        if self.n_heads == 0:
-            return self.o_proj.bias.expand(n, -1)
-        h, dh = self.n_heads, self.d_head
-        q = self.q_proj(x).view(n, h, dh).transpose(0, 1)
-        k = self.k_proj(x).view(n, h, dh).transpose(0, 1)
-        v = self.v_proj(x).view(n, h, dh).transpose(0, 1)
-        if cache is not None:
-            if cache[0] is not None:
-                k = torch.cat([cache[0], k], dim=1)
-                v = torch.cat([cache[1], v], dim=1)
-            cache[0], cache[1] = k, v
-        logits = q @ k.transpose(1, 2)  # no 1/sqrt(d_head): the graph's attention is unscaled
-        m = k.shape[1]
-        qpos = torch.arange(start, start + n, device=x.device).unsqueeze(1)
-        kpos = torch.arange(m, device=x.device).unsqueeze(0) + (m - (start + n))
-        logits = logits.masked_fill(kpos > qpos, float("-inf"))
-        p = torch.softmax(logits, dim=-1)
-        out = weighted_values(p, v).transpose(0, 1).reshape(n, h * dh)
-        return self.o_proj(out)
+    q/k keep the `qk_dim` head dimensions where some head has both a q and a k weight, v the
+    `v_dim` ones where some head has a v weight and an output weight: a dropped dimension only
+    ever multiplies a zero weight."""
+
+    def __init__(self, w: LayerWeights, d: int, d_head: int):
+        super().__init__()
+        self.d, self.d_head = d, d_head
+        self.n_heads = h = w.n_heads
+        # (a head that uses no dimension keeps one zero dimension: SDPA needs one)
+        qk = sorted({c % d_head for c in set(w.wq.cols.tolist()) & set(w.wk.cols.tolist())}) or [0]
+        v = sorted({c % d_head for c in set(w.wv.cols.tolist()) & set(w.wo.rows.tolist())}) or [0]
+        self.qk_dim, self.v_dim = len(qk), len(v)
+        read = _used(w.wq.rows, w.wk.rows, w.wv.rows) if h else np.zeros(0, np.int64)
+        write = _used(w.wo.cols if h else [], np.nonzero(w.bo)[0])
+        row_of = _position_map(read, d)
+        heads = np.arange(h * d_head) // d_head
+        e, f = self.qk_dim, self.v_dim
+        qk_pos, v_pos = _position_map(np.array(qk, np.int64), d_head), \
+            _position_map(np.array(v, np.int64), d_head)
+        qk_col = np.where(qk_pos[np.arange(h * d_head) % d_head] >= 0,
+                          heads * e + qk_pos[np.arange(h * d_head) % d_head], -1)
+        v_col = np.where(v_pos[np.arange(h * d_head) % d_head] >= 0,
+                         heads * f + v_pos[np.arange(h * d_head) % d_head], -1)
+        shape = (len(read), h * e)
+        wqkv = np.concatenate([_block(w.wq, row_of, qk_col, shape),
+                               _block(w.wk, row_of, qk_col, shape),
+                               _block(w.wv, row_of, v_col, (len(read), h * f))], axis=1)
+        self.register_buffer("read", _index(read))
+        self.register_buffer("w_qkv", _tensor(wqkv))
+        self.register_buffer("write", _index(write))
+        self.register_buffer("w_o", _tensor(_padded(_block(w.wo, v_col, _position_map(write, d),
+                                                           (h * f, len(write))))))
+        self.register_buffer("b_o", _tensor(_padded(w.bo[write][None])[0]))
+        self.register_buffer("qk_dims", _index(qk), persistent=False)
+        self.register_buffer("v_dims", _index(v), persistent=False)
+
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k (batch, heads, positions, qk_dim) and v (..., v_dim) of residual x."""
+        b, t, _ = x.shape
+        h, e, f = self.n_heads, self.qk_dim, self.v_dim
+        qkv = x.index_select(-1, self.read) @ self.w_qkv
+        q, k, v = qkv.split([h * e, h * e, h * f], dim=-1)
+        return (q.view(b, t, h, e).transpose(1, 2), k.view(b, t, h, e).transpose(1, 2),
+                v.view(b, t, h, f).transpose(1, 2))
+
+    def update(self, x: torch.Tensor, heads_out: torch.Tensor | None) -> torch.Tensor:
+        """x with this sublayer's output added into its columns (heads_out: (b, h, t, v_dim))."""
+        if not len(self.write):
+            return x
+        if heads_out is None:  # no heads: the output bias alone
+            delta = self.b_o[: len(self.write)].expand(*x.shape[:-1], -1)
+        else:
+            b, _, t, _ = heads_out.shape
+            delta = affine(heads_out.transpose(1, 2).reshape(b * t, -1), self.w_o,
+                           self.b_o)[:, : len(self.write)].view(b, t, -1)
+        return x.index_add_(-1, self.write, delta)
+
+    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """x plus this sublayer over whole sequences (position 0 first, causal)."""
+        if not self.n_heads or not len(self.write):
+            return self.update(x, None)
+        q, k, v = self.qkv(x)
+        return self.update(x, attend(q, k, v, None, exact))
+
+
+def attend(q, k, v, visible: torch.Tensor | None, exact: bool) -> torch.Tensor:
+    """Softmax(q k^T) v, unscaled, over keys `visible` to each query ((b, 1, t, s) bool; None:
+    causal over whole sequences). `exact` uses the oracle's rule for a masked key whose value
+    is not finite (`weighted_values`); the fast kernel may turn it into nan, which the caller
+    detects and then recomputes exactly."""
+    if not exact:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible,
+                                              is_causal=visible is None, scale=1.0)
+    logits = q @ k.transpose(-1, -2)  # no 1/sqrt(d_head): the graph's attention is unscaled
+    if visible is None:
+        t, s = logits.shape[-2:]
+        visible = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    p = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
+    return weighted_values(p, v)
 
 
 def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -123,6 +199,79 @@ def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.where(nan, torch.full_like(out, float("nan")), out)
 
 
+class Mlp(nn.Module):
+    """Trimmed MLP: gather `read`, relu(x W1 + b1) W2 + b2, index_add into `write`."""
+
+    def __init__(self, w: LayerWeights, d: int):
+        super().__init__()
+        self.d = d
+        self.n_neurons = n = w.n_neurons
+        read = _used(w.w1.rows)
+        write = _used(w.w2.cols if n else [], np.nonzero(w.b2)[0])
+        everyone = np.arange(n, dtype=np.int64)
+        self.register_buffer("read", _index(read))
+        self.register_buffer("w1", _tensor(_padded(_block(w.w1, _position_map(read, d), everyone,
+                                                          (len(read), n)))))
+        self.register_buffer("b1", _tensor(_padded(w.b1[None])[0]))
+        self.register_buffer("write", _index(write))
+        self.register_buffer("w2", _tensor(_padded(np.concatenate([_block(
+            w.w2, everyone, _position_map(write, d), (n, len(write))), np.zeros(
+                (len(self.b1) - n, len(write)), np.float32)]))))  # (rows of padded neurons)
+        self.register_buffer("b2", _tensor(_padded(w.b2[write][None])[0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x plus this sublayer."""
+        if not len(self.write):
+            return x
+        c = len(self.write)
+        if not self.n_neurons:
+            return x.index_add_(-1, self.write, self.b2[:c].expand(*x.shape[:-1], -1))
+        lead = x.shape[:-1]
+        a = x.index_select(-1, self.read).flatten(0, -2)
+        hidden = torch.relu(affine(a, self.w1, self.b1))
+        out = affine(hidden, self.w2, self.b2)[:, :c]
+        return x.index_add_(-1, self.write, out.view(*lead, c))
+
+
+class Layer(nn.Module):
+    def __init__(self, w: LayerWeights, machine: Machine):
+        super().__init__()
+        self.attn = Attention(w, machine.d, machine.d_head)
+        self.mlp = Mlp(w, machine.d)
+
+    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        return self.mlp(self.attn(x, exact))
+
+    def dense_weights(self) -> dict[str, torch.Tensor]:
+        """This layer in the stock layout (nn.Linear's (out, in) weights over all d columns,
+        heads of width d_head): wq, wk, wv, wo, bo, w1, b1, w2, b2."""
+        a, m = self.attn, self.mlp
+        d, dh, h = a.d, a.d_head, a.n_heads
+        dev = a.w_qkv.device
+        e, f = a.qk_dim, a.v_dim
+        out = {}
+        wq, wk, wv = a.w_qkv.split([h * e, h * e, h * f], dim=1)
+        qk_dims, v_dims = a.qk_dims, a.v_dims
+        for name, block, dims in (("wq", wq, qk_dims), ("wk", wk, qk_dims), ("wv", wv, v_dims)):
+            full = torch.zeros(d, h * dh, device=dev)
+            cols = (torch.arange(h, device=dev)[:, None] * dh + dims[None, :]).reshape(-1)
+            full[a.read[:, None], cols[None, :]] = block
+            out[name] = full.T.contiguous()
+        wo = torch.zeros(h * dh, d, device=dev)
+        rows = (torch.arange(h, device=dev)[:, None] * dh + v_dims[None, :]).reshape(-1)
+        ca, cm, n = len(a.write), len(m.write), m.n_neurons
+        wo[rows[:, None], a.write[None, :]] = a.w_o[:, :ca]
+        out["wo"] = wo.T.contiguous()
+        out["bo"] = torch.zeros(d, device=dev).index_copy(0, a.write, a.b_o[:ca])
+        w1 = torch.zeros(d, n, device=dev)
+        w1[m.read] = m.w1[:, :n]
+        w2 = torch.zeros(n, d, device=dev)
+        w2[:, m.write] = m.w2[:n, :cm]
+        out.update(w1=w1.T.contiguous(), b1=m.b1[:n].clone(), w2=w2.T.contiguous(),
+                   b2=torch.zeros(d, device=dev).index_copy(0, m.write, m.b2[:cm]))
+        return out
+
+
 def _contract_of(schedule, sources: list[SourceSlot]) -> InputContract:
     """The compiled graph's declared input contract; from the source slots alone (widths and
     vocabularies, no ranges) when the model was built without its schedule."""
@@ -132,30 +281,6 @@ def _contract_of(schedule, sources: list[SourceSlot]) -> InputContract:
         InputSpec(s.name, s.kind, len(s.cols) if s.kind == "input" else 1,
                   vocab=s.table.shape[0] if s.table is not None else 0)
         for s in sources if s.kind != "pos"))
-
-
-class Mlp(nn.Module):
-    def __init__(self, w: LayerWeights):
-        super().__init__()
-        self.n_neurons = w.w1.shape[1]
-        self.fc1 = _linear(w.w1, w.b1)
-        self.fc2 = _linear(w.w2, w.b2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.n_neurons == 0:
-            return self.fc2.bias.expand(x.shape[0], -1)
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
-class Layer(nn.Module):
-    def __init__(self, w: LayerWeights, d_head: int):
-        super().__init__()
-        self.attn = Attention(w, d_head)
-        self.mlp = Mlp(w)
-
-    def forward(self, x, cache, start):
-        x = x + self.attn(x, cache, start)
-        return x + self.mlp(x)
 
 
 class CompiledTransformer(nn.Module):
@@ -168,63 +293,110 @@ class CompiledTransformer(nn.Module):
                  contract: InputContract | None = None):
         super().__init__()
         self.machine = machine
-        self.layers = nn.ModuleList(Layer(w, machine.d_head) for w in weights)
+        self.layers = nn.ModuleList(Layer(w, machine) for w in weights)
         self.sources = sources
         self.outputs = outputs
         self.stats = stats
         self.schedule = schedule
         self.contract = contract or _contract_of(schedule, sources)
-        self.snapshots: list[torch.Tensor] | None = None
+        for i, s in enumerate(sources):  # (device copies: the residual is built on the device)
+            self.register_buffer(f"source_cols_{i}", _index(s.cols), persistent=False)
+            if s.kind == "embedding":
+                self.register_buffer(f"source_table_{i}", _tensor(s.table), persistent=False)
+        self.register_buffer("out_rows", _index(np.concatenate(
+            [o.rows for o in outputs]) if outputs else []), persistent=False)
+        self._pos_table: torch.Tensor | None = None
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
 
-    # -- the input stage ------------------------------------------------------------------
-    def embed(self, inputs: Mapping[str, np.ndarray] | CheckedInputs, start: int = 0,
-              on_out_of_range: str = "error", n_positions: int | None = None) -> torch.Tensor:
-        """The residual stream before layer 0 for positions start..start+n-1. `inputs` are
-        checked against the graph's contract (see `run`) unless already checked."""
-        if not isinstance(inputs, CheckedInputs):
-            inputs = check_inputs(self.contract, inputs, on_out_of_range, n_positions, start)
-        m = self.machine
-        n = inputs.n_positions
-        x = np.zeros((n, m.d), np.float32)
-        x[:, m.CONST_COL] = 1.0
-        x[:, m.POS_COL] = np.arange(start, start + n)
-        for s in self.sources:
-            if s.kind == "pos":
-                x[:, s.cols] = position_rows(start, n, s.pos_width)[:, 1:]
-            elif s.kind == "embedding":
-                x[:, s.cols] = s.table[inputs.values[s.name]]
-            else:
-                x[:, s.cols] = inputs.values[s.name]
-        return torch.from_numpy(x).to(self.device)
-
     @property
     def device(self) -> torch.device:
         """Where the weights live (`ct.to("cuda")` moves the model; inputs follow)."""
-        for t in self.buffers():
-            return t.device
-        for t in self.parameters():
-            return t.device
-        return torch.device("cpu")
+        return self.out_rows.device
 
-    def read_outputs(self, x: torch.Tensor) -> dict[str, np.ndarray]:
-        xn = x.detach().cpu().numpy().astype(np.float64)
-        return {o.name: xn[:, o.rows] * o.scale for o in self.outputs}
+    # -- the input stage ------------------------------------------------------------------
+    def position_table(self, n: int) -> torch.Tensor:
+        """pos_encoding features (computed in float64, stored float32, without the machine's
+        position column) for positions 0..n-1 or more, on the model's device. Kept, and grown
+        to the next power of two when a longer one is asked for."""
+        width = max((s.pos_width for s in self.sources if s.kind == "pos"), default=1)
+        t = self._pos_table
+        if t is None or t.shape[0] < n or t.device != self.device:
+            size = max(64, 1 << max(0, n - 1).bit_length())
+            self._pos_table = _tensor(position_rows(0, size, width)[:, 1:]).to(self.device)
+        return self._pos_table
+
+    def residual(self, feeds: Mapping[str, torch.Tensor], positions: torch.Tensor,
+                 pos_table: torch.Tensor) -> torch.Tensor:
+        """The residual stream before layer 0, built on the device: `positions` (b, t) absolute
+        positions, `pos_table` from `position_table` (covering them), `feeds` {name: (b, t,
+        width) float32 values, or (b, t) int64 token ids}."""
+        m = self.machine
+        x = torch.zeros(*positions.shape, m.d, device=positions.device)
+        x[..., m.CONST_COL] = 1.0
+        x[..., m.POS_COL] = positions.to(torch.float32)
+        for i, s in enumerate(self.sources):
+            cols = getattr(self, f"source_cols_{i}")
+            if s.kind == "pos":
+                x[..., cols] = pos_table[positions][..., : len(s.cols)]
+            elif s.kind == "embedding":
+                x[..., cols] = getattr(self, f"source_table_{i}")[feeds[s.name]]
+            else:
+                x[..., cols] = feeds[s.name]
+        return x
+
+    def feeds(self, checked: Sequence[CheckedInputs], n: int | None = None
+              ) -> dict[str, torch.Tensor]:
+        """Checked inputs of a batch as device tensors padded to `n` positions (padding repeats
+        the last position: values the graph accepts, in rows nothing earlier reads)."""
+        n = n or max(c.n_positions for c in checked)
+        out = {}
+        for spec in self.contract.specs:
+            rows = []
+            for c in checked:
+                a = np.asarray(c.values[spec.name])
+                pad = n - len(a)
+                rows.append(np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) if pad else a)
+            stacked = np.stack(rows)
+            out[spec.name] = (torch.from_numpy(stacked.astype(np.int64)) if spec.kind == "embedding"
+                              else torch.from_numpy(stacked.astype(np.float32)))
+            out[spec.name] = out[spec.name].to(self.device, non_blocking=True)
+        return out
+
+    def embed(self, inputs: Mapping[str, np.ndarray] | CheckedInputs, start: int = 0,
+              on_out_of_range: str = "error", n_positions: int | None = None) -> torch.Tensor:
+        """The residual stream (1, n, d) before layer 0 for positions start..start+n-1. `inputs`
+        are checked against the graph's contract (see `run`) unless already checked."""
+        if not isinstance(inputs, CheckedInputs):
+            inputs = check_inputs(self.contract, inputs, on_out_of_range, n_positions, start)
+        n = inputs.n_positions
+        pos = torch.arange(start, start + n, device=self.device).unsqueeze(0)
+        return self.residual(self.feeds([inputs]), pos, self.position_table(start + n))
+
+    def output_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual columns the outputs read (gathered on the device)."""
+        return x.index_select(-1, self.out_rows)
+
+    def read_outputs(self, cols: np.ndarray) -> dict[str, np.ndarray]:
+        """{name: float64 (n, width)} from one sequence's output columns (as `output_columns`
+        gives them, on the host); a literal component's scale is applied in float64."""
+        out, at = {}, 0
+        cols = np.asarray(cols, np.float64)
+        for o in self.outputs:
+            out[o.name] = cols[:, at: at + len(o.rows)] * o.scale
+            at += len(o.rows)
+        return out
 
     # -- running ----------------------------------------------------------------------
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, caches: list | None = None, start: int = 0,
-                record: bool = False) -> torch.Tensor:
-        snaps = [] if record else None
-        for i, layer in enumerate(self.layers):
-            x = layer(x, caches[i] if caches is not None else None, start)
-            if record:
-                snaps.append(x.clone())
-        if record:
-            self.snapshots = snaps
+    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """The residual after every layer, for whole sequences x (b, t, d) (position 0 first;
+        x itself is left alone). Traceable: `torch.compile(ct, fullgraph=True)` compiles it."""
+        x = x.clone()  # the sublayers add into the residual in place
+        for layer in self.layers:
+            x = layer(x, exact)
         return x
 
     def run(self, inputs: Mapping[str, np.ndarray], n_positions: int | None = None,
@@ -233,8 +405,35 @@ class CompiledTransformer(nn.Module):
         the graph's promises raise a one-line EvaluationError; `on_out_of_range="clamp"`
         clamps values into their declared ranges, `"unchecked"` feeds them as they are (the
         match with the oracle is then not promised)."""
-        return self.read_outputs(self.forward(self.embed(inputs, 0, on_out_of_range,
-                                                         n_positions)))
+        return self.run_batch([inputs], n_positions, on_out_of_range)[0]
+
+    def run_batch(self, batch: Sequence[Mapping[str, np.ndarray]], n_positions: int | None = None,
+                  on_out_of_range: str = "error") -> list[dict[str, np.ndarray]]:
+        """`run` on a batch of sequences (their lengths may differ), in one forward pass: the
+        sequences are padded to the longest and each one's outputs cut to its length."""
+        checked = self.check_batch(batch, on_out_of_range, n_positions)
+        lengths = [c.n_positions for c in checked]
+        n = max(lengths)
+        pos = torch.arange(n, device=self.device).expand(len(checked), n)
+        x0 = self.residual(self.feeds(checked, n), pos, self.position_table(n))
+        x = self.forward(x0)
+        cols, finite = self.output_columns(x), finite_rows(x)
+        cols, finite = cols.cpu().numpy(), finite.cpu().numpy()
+        out = []
+        for i, length in enumerate(lengths):
+            if not finite[i, :length].all():  # a non-finite value: the exact attention rule
+                cols[i] = self.output_columns(self.forward(x0[i: i + 1], exact=True))[0].cpu()
+            out.append(self.read_outputs(cols[i, :length]))
+        return out
+
+    def check_batch(self, batch, on_out_of_range: str = "error", n_positions: int | None = None
+                    ) -> list[CheckedInputs]:
+        """Each sequence of a batch checked against the contract (`check_inputs`)."""
+        if isinstance(batch, Mapping) or not isinstance(batch, Sequence) or not len(batch):
+            raise EvaluationError("run_batch: batch must be a non-empty list of input mappings, "
+                                  f"got {type(batch).__name__}")
+        return [b if isinstance(b, CheckedInputs)
+                else check_inputs(self.contract, b, on_out_of_range, n_positions) for b in batch]
 
     def generate(self, inputs: Mapping[str, np.ndarray], steps: int,
                  feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
@@ -243,25 +442,59 @@ class CompiledTransformer(nn.Module):
         """Prefill `inputs`, then `steps` times feed `feedback(last outputs)` back as the next
         position, with a KV cache. Same contract as `twdialect.generate`: every step's inputs
         are checked, fed-back reals stay real, a bad feedback is one line."""
+        return self.generate_batch([inputs], steps, feedback, on_out_of_range, n_positions)[0]
+
+    def generate_batch(self, prompts: Sequence[Mapping[str, np.ndarray]], steps: int,
+                       feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
+                       on_out_of_range: str = "error", n_positions: int | None = None
+                       ) -> list[dict[str, np.ndarray]]:
+        """`generate` for a batch of prompts (lengths may differ): one prefill, then one batched
+        decode step per position, `feedback` called on each sequence's last outputs."""
+        from lowering.decode import Decoder
+
         steps = check_steps(steps)
-        caches = [[None, None] for _ in self.layers]
-        x = self.forward(self.embed(inputs, 0, on_out_of_range, n_positions), caches, 0)
-        pos = x.shape[0]
-        rows = [self.read_outputs(x)]
+        checked = self.check_batch(prompts, on_out_of_range, n_positions)
+        longest = max(c.n_positions for c in checked) + steps
+        dec = Decoder(self, len(checked), longest)
+        rows = [[r] for r in dec.prefill(checked)]
         for _ in range(steps):
-            nxt = check_feedback(self.contract, feedback({k: v[-1] for k, v in rows[-1].items()}),
-                                 pos, on_out_of_range)
-            x = self.forward(self.embed(nxt, pos), caches, pos)
-            pos += 1
-            rows.append(self.read_outputs(x))
-        return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
+            nxt = [check_feedback(self.contract, feedback({k: v[-1] for k, v in r[-1].items()}),
+                                  int(p), on_out_of_range)
+                   for r, p in zip(rows, dec.positions)]
+            for r, o in zip(rows, dec.step(nxt)):
+                r.append(o)
+        return [{k: np.concatenate([p[k] for p in r], axis=0) for k in r[0]} for r in rows]
+
+    def decoder(self, batch: int, capacity: int, cuda_graphs: bool | None = None,
+                compile: bool = False):  # noqa: A002
+        """A batched decoder with a static KV cache of `capacity` positions
+        (`lowering.decode.Decoder`): `prefill`, then `step`, each one CUDA graph on a GPU."""
+        from lowering.decode import Decoder
+
+        return Decoder(self, batch, capacity, cuda_graphs=cuda_graphs, compile=compile)
 
     # -- sizes ------------------------------------------------------------------------
     def allocated_params(self) -> int:
-        """Entries of every weight matrix and bias as laid out (dense count, sparse or not)."""
+        """Entries of every weight matrix and bias in the stock layout (all d columns, heads of
+        width d_head), as the stats count them."""
+        d, dh = self.machine.d, self.machine.d_head
         total = 0
-        for mod in self.modules():
-            if isinstance(mod, Projection):
-                total += mod.weight.shape[0] * mod.weight.shape[1]
-                total += mod.bias.numel() if mod.bias is not None else 0
+        for layer in self.layers:
+            hw = layer.attn.n_heads * dh
+            n = layer.mlp.n_neurons
+            total += 4 * d * hw + d + 2 * d * n + n + d
         return total
+
+    def stored_params(self) -> int:
+        """Entries this runtime actually stores (and a forward pass reads): the trimmed
+        blocks and biases."""
+        return sum(t.numel() for layer in self.layers for name, t in layer.named_buffers()
+                   if t.is_floating_point())
+
+
+def finite_rows(x: torch.Tensor) -> torch.Tensor:
+    """(b, t) bool: the rows of residual x that hold only finite numbers. A non-finite value
+    anywhere in attention reaches the residual (x only ever has values added to it), so a
+    finite final row means the fast kernels and the exact rule agree on it."""
+    return torch.isfinite(x).all(dim=-1)
+

@@ -44,11 +44,11 @@ def _sublayer_snapshots(ct: CompiledTransformer, inputs, n_positions: int | None
                         ) -> list[np.ndarray]:
     x = ct.embed(dict(inputs), **_positions_kwargs(n_positions))
     snaps = []
-    for layer in ct.layers:
-        x = x + layer.attn(x, None, 0)
-        snaps.append(x.cpu().numpy().astype(np.float64))
-        x = x + layer.mlp(x)
-        snaps.append(x.cpu().numpy().astype(np.float64))
+    for layer in ct.layers:  # (each sublayer adds into x in place: snapshots are copies)
+        layer.attn(x)
+        snaps.append(x[0].cpu().numpy().astype(np.float64))
+        layer.mlp(x)
+        snaps.append(x[0].cpu().numpy().astype(np.float64))
     return snaps
 
 

@@ -38,7 +38,7 @@ def test_probe_names_the_op_a_corrupted_weight_breaks():
     feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (4, 2))}
     assert probe(ct, module, feeds).first_divergence is None
     with torch.no_grad():
-        ct.layers[1].mlp.fc2.bias += 0.25  # layer 1's MLP writes the second mlp
+        ct.layers[1].mlp.b2 += 0.25  # layer 1's MLP writes the second mlp
     report = probe(ct, module, feeds)
     assert report.first_divergence is not None and "[second]" in report.first_divergence
     assert report.layer == 1 and report.sublayer == "mlp"

@@ -1,0 +1,223 @@
+"""Batched decoding with a static KV cache: one prefill, then one step per position.
+
+The cache is preallocated, (batch, heads, capacity, head dims) per attention sublayer, so a
+step has fixed shapes: it writes each sequence's k/v at that sequence's own position (prompts
+may differ in length) and attends over a *bucket* of the cache (a power-of-two prefix that
+covers every position so far), with a mask hiding each sequence's positions beyond its own.
+A step is therefore one CUDA graph per bucket on a GPU (captured on first use, replayed after;
+at most BUCKETS of them), optionally of the `torch.compile(fullgraph=True)`-compiled step.
+Inputs are copied into the graph's static buffers; only the output columns come back.
+
+A non-finite value reaching a row (unchecked inputs, a poisoned prompt) makes the decoder
+recompute everything so far with the exact attention rule (`lowering.model.attend`) and stay
+exact: the fast kernel may let a masked position's nan into earlier rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from lowering.model import CompiledTransformer, attend, finite_rows
+from twdialect.errors import TwError
+from twdialect.inputs import CheckedInputs
+
+MIN_BUCKET = 64
+BUCKETS = 6  # cache prefixes a step may attend over: capacity / 2^k, k < BUCKETS
+
+
+class DecodeError(TwError):
+    """A decoder asked for more than it was built for (batch size, capacity)."""
+
+
+def bucket_sizes(capacity: int) -> list[int]:
+    """The cache prefixes steps attend over: capacity, capacity/2, ... (at least MIN_BUCKET, at
+    most BUCKETS of them), so attending costs at most twice the positions written."""
+    sizes = [capacity]
+    while len(sizes) < BUCKETS and sizes[-1] // 2 >= MIN_BUCKET:
+        sizes.append(sizes[-1] // 2)
+    return sorted(sizes)
+
+
+class Decoder:
+    """KV-cache decoding of `batch` sequences of up to `capacity` positions with a compiled
+    model. `prefill(prompts)` then `step(next inputs)`, each returning every sequence's output
+    rows ({name: float64 (n, width)}); `step_tensors` is the on-device step (benchmarks)."""
+
+    def __init__(self, ct: CompiledTransformer, batch: int, capacity: int,
+                 cuda_graphs: bool | None = None, compile: bool = False):  # noqa: A002
+        if batch < 1 or capacity < 1:
+            raise DecodeError(f"decoder: batch and capacity must be >= 1, got {batch}, {capacity}")
+        self.ct, self.batch, self.capacity = ct, batch, capacity
+        self.device = dev = ct.device
+        self.cuda_graphs = dev.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
+        self.pos_table = ct.position_table(capacity)
+        self.caches = [_cache(layer.attn, batch, capacity, dev) for layer in ct.layers]
+        self.positions = np.zeros(batch, np.int64)  # the next position of each sequence
+        self.history: list[list[CheckedInputs]] = [[] for _ in range(batch)]
+        self.exact = False
+        self.buckets = bucket_sizes(capacity)
+        self._step_fn = self._step
+        if compile:
+            _allow_recompiles(len(self.buckets))
+            self._step_fn = torch.compile(self._step, fullgraph=True, dynamic=False)
+        self._graphs: dict[int, tuple] = {}
+        self._batch_index = torch.arange(batch, device=dev)
+        self._static = None  # step inputs the CUDA graphs read
+
+    # -- prefill ------------------------------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, prompts: Sequence[CheckedInputs]) -> list[dict[str, np.ndarray]]:
+        """Run the prompts (one per sequence, lengths may differ) and fill the cache."""
+        if len(prompts) != self.batch:
+            raise DecodeError(f"decoder: built for a batch of {self.batch}, got {len(prompts)}")
+        lengths = np.array([p.n_positions for p in prompts])
+        if lengths.max() > self.capacity:
+            raise DecodeError(f"decoder: a prompt of {lengths.max()} positions exceeds the "
+                              f"capacity {self.capacity}")
+        self.history = [[p] for p in prompts]
+        self.positions = lengths.copy()
+        cols, finite = self._prefill(prompts, self.exact)
+        if not finite.all():
+            self.exact = True
+            cols, _ = self._prefill(prompts, True)
+        return [self.ct.read_outputs(cols[i, :n]) for i, n in enumerate(lengths)]
+
+    def _prefill(self, prompts, exact: bool):
+        ct = self.ct
+        n = max(p.n_positions for p in prompts)
+        pos = torch.arange(n, device=self.device).expand(self.batch, n)
+        x = ct.residual(ct.feeds(prompts, n), pos, self.pos_table)
+        for layer, cache in zip(ct.layers, self.caches):
+            a = layer.attn
+            if cache is None:
+                a(x)
+            else:
+                q, k, v = a.qkv(x)
+                cache[0][:, :, :n] = k
+                cache[1][:, :, :n] = v
+                a.update(x, attend(q, k, v, None, exact))
+            layer.mlp(x)
+        lengths = torch.as_tensor([p.n_positions for p in prompts], device=self.device)
+        valid = torch.arange(n, device=self.device)[None, :] < lengths[:, None]
+        finite = finite_rows(x) | ~valid
+        return ct.output_columns(x).cpu().numpy(), finite.cpu().numpy()
+
+    # -- steps --------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, inputs: Sequence[CheckedInputs]) -> list[dict[str, np.ndarray]]:
+        """One position more for every sequence: `inputs` (one checked position each) are fed
+        at each sequence's next position; returns each sequence's new output row."""
+        if len(inputs) != self.batch:
+            raise DecodeError(f"decoder: built for a batch of {self.batch}, got {len(inputs)}")
+        if int(self.positions.max()) >= self.capacity:
+            raise DecodeError(f"decoder: the cache holds {self.capacity} positions; it is full")
+        for h, i in zip(self.history, inputs):
+            h.append(i)
+        feeds = self.ct.feeds(inputs, 1)
+        pos = torch.tensor(self.positions, device=self.device)  # (a copy: positions move on)
+        self.positions += 1
+        bucket = self._bucket()
+        if self.exact:
+            cols, _ = self._step(feeds, pos, bucket, True)
+            return self._rows(cols.cpu().numpy())
+        cols, finite = self.step_tensors(feeds, pos, bucket)
+        cols, finite = cols.cpu().numpy(), finite.cpu().numpy()
+        if not finite.all():  # recompute the whole history with the exact rule
+            self.exact = True
+            everything = [_concat(h) for h in self.history]
+            cols, _ = self._prefill(everything, True)
+            cols = cols[np.arange(self.batch), self.positions - 1][:, None]
+        return self._rows(cols)
+
+    def _rows(self, cols: np.ndarray) -> list[dict[str, np.ndarray]]:
+        return [self.ct.read_outputs(c) for c in cols]
+
+    def _bucket(self) -> int:
+        need = int(self.positions.max())  # (positions already advanced: the cache rows used)
+        return next(b for b in self.buckets if b >= need)
+
+    def step_tensors(self, feeds: dict[str, torch.Tensor], pos: torch.Tensor,
+                     bucket: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step on device tensors (feeds {name: (batch, 1, ...)}, pos (batch,) the positions
+        written): output columns (batch, 1, k) and finite rows (batch, 1). On a CUDA device with
+        graphs on, the inputs are copied into static buffers and the bucket's graph replayed
+        (the returned tensors are overwritten by the next step). `bucket`: the cache prefix to
+        attend over (default: the smallest covering pos; pass it to spare a device sync)."""
+        if bucket is None:
+            bucket = next(b for b in self.buckets if b >= int(pos.max()) + 1)
+        if not self.cuda_graphs:
+            return self._step_fn(feeds, pos, bucket, False)
+        if self._static is None:
+            self._static = ({k: v.clone() for k, v in feeds.items()}, pos.clone())
+        static_feeds, static_pos = self._static
+        for k, v in feeds.items():
+            static_feeds[k].copy_(v, non_blocking=True)
+        static_pos.copy_(pos, non_blocking=True)
+        if bucket not in self._graphs:
+            self._graphs[bucket] = self._capture(bucket)
+        graph, out = self._graphs[bucket]
+        graph.replay()
+        return out
+
+    def _capture(self, bucket: int):
+        """Capture the step for one bucket as a CUDA graph. The warm-up runs write the same k/v
+        the step writes (a step is idempotent until positions move)."""
+        feeds, pos = self._static
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._step_fn(feeds, pos, bucket, False)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self._step_fn(feeds, pos, bucket, False)
+        return graph, out
+
+    def _step(self, feeds: dict[str, torch.Tensor], pos: torch.Tensor, bucket: int,
+              exact: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One position for every sequence (pure tensor code: traced by torch.compile and
+        captured by CUDA graphs)."""
+        ct = self.ct
+        x = ct.residual(feeds, pos[:, None], self.pos_table)
+        # key j is visible to a sequence at position p when j <= p
+        visible = (torch.arange(bucket, device=pos.device)[None, :] <= pos[:, None])[:, None, None]
+        for layer, cache in zip(ct.layers, self.caches):
+            a = layer.attn
+            if cache is None:
+                a(x)
+            else:
+                q, k, v = a.qkv(x)
+                cache[0][self._batch_index, :, pos] = k[:, :, 0]
+                cache[1][self._batch_index, :, pos] = v[:, :, 0]
+                a.update(x, attend(q, cache[0][:, :, :bucket], cache[1][:, :, :bucket], visible,
+                                   exact))
+            layer.mlp(x)
+        return ct.output_columns(x), finite_rows(x)
+
+
+def _cache(attn, batch: int, capacity: int, device) -> list[torch.Tensor] | None:
+    """(k, v) of one attention sublayer, or None where it has no heads or writes nothing."""
+    if not attn.n_heads or not len(attn.write):
+        return None
+    shape = (batch, attn.n_heads, capacity)
+    return [torch.zeros(*shape, attn.qk_dim, device=device),
+            torch.zeros(*shape, attn.v_dim, device=device)]
+
+
+def _concat(parts: list[CheckedInputs]) -> CheckedInputs:
+    """One sequence's prompt and fed-back positions as one input set."""
+    return CheckedInputs({k: np.concatenate([np.asarray(p.values[k]) for p in parts])
+                          for k in parts[0].values}, sum(p.n_positions for p in parts))
+
+
+def _allow_recompiles(n: int) -> None:
+    """torch.compile specializes the step per bucket: let it keep that many versions."""
+    import torch._dynamo.config as cfg
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), 8 * n))
