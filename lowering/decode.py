@@ -1,6 +1,6 @@
 """Batched decoding with a static KV cache: one prefill, then one step per position.
 
-The cache is preallocated, (batch, heads, capacity, head dims) per attention sublayer, so a
+The cache is preallocated, (batch, heads, capacity, 2 head dims) per attention sublayer, so a
 step has fixed shapes: it writes each sequence's k/v at that sequence's own position (prompts
 may differ in length) and attends over a *bucket* of the cache (a power-of-two prefix that
 covers every position so far), with a mask hiding each sequence's positions beyond its own.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from lowering.model import CompiledTransformer, attend, finite_rows
+from lowering.model import CompiledTransformer, additive_mask, attend, finite_rows
 from twdialect.errors import TwError
 from twdialect.inputs import CheckedInputs
 
@@ -47,7 +47,7 @@ class Decoder:
     rows ({name: float64 (n, width)}); `step_tensors` is the on-device step (benchmarks)."""
 
     def __init__(self, ct: CompiledTransformer, batch: int, capacity: int,
-                 cuda_graphs: bool | None = None, compile: bool = False):  # noqa: A002
+                 cuda_graphs: bool | None = None, compile: bool | str = False):  # noqa: A002
         if batch < 1 or capacity < 1:
             raise DecodeError(f"decoder: batch and capacity must be >= 1, got {batch}, {capacity}")
         self.ct, self.batch, self.capacity = ct, batch, capacity
@@ -60,11 +60,16 @@ class Decoder:
         self.exact = False
         self.buckets = bucket_sizes(capacity)
         self._step_fn = self._step
-        if compile:
+        if compile:  # True: inductor; or a torch.compile backend's name
             _allow_recompiles(len(self.buckets))
-            self._step_fn = torch.compile(self._step, fullgraph=True, dynamic=False)
+            self._step_fn = torch.compile(self._step, fullgraph=True, dynamic=False,
+                                          backend="inductor" if compile is True else compile)
         self._graphs: dict[int, tuple] = {}
-        self._batch_index = torch.arange(batch, device=dev)
+        # per head count h: the row of (sequence, head) at position 0 in a flat cache
+        seq = torch.arange(batch, device=dev)[:, None]
+        self._row_base = {h: (seq * h + torch.arange(h, device=dev)) * capacity
+                          for h in sorted({layer.attn.n_heads for layer in ct.layers
+                                           if layer.attn.active})}
         self._static = None  # step inputs the CUDA graphs read
 
     # -- prefill ------------------------------------------------------------------------
@@ -86,24 +91,23 @@ class Decoder:
         return [self.ct.read_outputs(cols[i, :n]) for i, n in enumerate(lengths)]
 
     def _prefill(self, prompts, exact: bool):
-        ct = self.ct
+        ct, b = self.ct, self.batch
         n = max(p.n_positions for p in prompts)
-        pos = torch.arange(n, device=self.device).expand(self.batch, n)
-        x = ct.residual(ct.feeds(prompts, n), pos, self.pos_table)
+        pos = torch.arange(n, device=self.device).expand(b, n)
+        x = ct.residual(ct.feeds(prompts, n), pos, self.pos_table).view(b * n, -1)
         for layer, cache in zip(ct.layers, self.caches):
             a = layer.attn
             if cache is None:
-                a(x)
+                a.forward(x, b, n)
             else:
-                q, k, v = a.qkv(x)
-                cache[0][:, :, :n] = k
-                cache[1][:, :, :n] = v
-                a.update(x, attend(q, k, v, None, exact))
-            layer.mlp(x)
+                heads_out, kv = a.sequences(x, b, n, exact)
+                cache[:, :, :n] = kv
+                a.update(x, heads_out)
+            layer.mlp.forward(x)
         lengths = torch.as_tensor([p.n_positions for p in prompts], device=self.device)
         valid = torch.arange(n, device=self.device)[None, :] < lengths[:, None]
-        finite = finite_rows(x) | ~valid
-        return ct.output_columns(x).cpu().numpy(), finite.cpu().numpy()
+        finite = finite_rows(x).view(b, n) | ~valid
+        return ct.output_columns(x).view(b, n, -1).cpu().numpy(), finite.cpu().numpy()
 
     # -- steps --------------------------------------------------------------------------
     @torch.no_grad()
@@ -181,31 +185,36 @@ class Decoder:
               exact: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """One position for every sequence (pure tensor code: traced by torch.compile and
         captured by CUDA graphs)."""
-        ct = self.ct
-        x = ct.residual(feeds, pos[:, None], self.pos_table)
+        ct, b = self.ct, self.batch
+        at = pos.unsqueeze(1)
+        x = ct.residual(feeds, at, self.pos_table).view(b, -1)
         # key j is visible to a sequence at position p when j <= p
-        visible = (torch.arange(bucket, device=pos.device)[None, :] <= pos[:, None])[:, None, None]
+        visible = (torch.arange(bucket, device=pos.device).unsqueeze(0) <= at).view(b, 1, 1, -1)
+        mask = None if exact else additive_mask(visible)
+        rows = {h: (base + at).view(-1) for h, base in self._row_base.items()}
         for layer, cache in zip(ct.layers, self.caches):
             a = layer.attn
             if cache is None:
-                a(x)
+                a.forward(x, b, 1)
             else:
-                q, k, v = a.qkv(x)
-                cache[0][self._batch_index, :, pos] = k[:, :, 0]
-                cache[1][self._batch_index, :, pos] = v[:, :, 0]
-                a.update(x, attend(q, cache[0][:, :, :bucket], cache[1][:, :, :bucket], visible,
-                                   exact))
-            layer.mlp(x)
-        return ct.output_columns(x), finite_rows(x)
+                h, e = a.n_heads, a.head_dim
+                q, kv = a.project(x)
+                cache.view(-1, 2 * e).index_copy_(0, rows[h], kv.reshape(b * h, 2 * e))
+                keys = cache.narrow(2, 0, bucket)  # (narrow: cheaper than slicing, per call)
+                out = attend(q.view(b, h, 1, e), keys.narrow(3, 0, e), keys.narrow(3, e, e),
+                             visible, exact, mask)
+                a.update(x, out.reshape(b, h * e))
+            layer.mlp.forward(x)
+        return ct.output_columns(x).view(b, 1, -1), finite_rows(x).view(b, 1)
 
 
-def _cache(attn, batch: int, capacity: int, device) -> list[torch.Tensor] | None:
-    """(k, v) of one attention sublayer, or None where it has no heads or writes nothing."""
-    if not attn.n_heads or not len(attn.write):
+def _cache(attn, batch: int, capacity: int, device) -> torch.Tensor | None:
+    """One attention sublayer's keys and values, (batch, heads, capacity, 2 head_dim) (each
+    head's k and v side by side, as the projection gives them), or None where it has no heads
+    or writes nothing."""
+    if not attn.active:
         return None
-    shape = (batch, attn.n_heads, capacity)
-    return [torch.zeros(*shape, attn.qk_dim, device=device),
-            torch.zeros(*shape, attn.v_dim, device=device)]
+    return torch.zeros(batch, attn.n_heads, capacity, 2 * attn.head_dim, device=device)
 
 
 def _concat(parts: list[CheckedInputs]) -> CheckedInputs:

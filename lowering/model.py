@@ -95,88 +95,136 @@ def _position_map(keep: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-class Attention(nn.Module):
-    """Trimmed attention: gather `read`, fused QKV, SDPA, W_o, index_add into `write`.
+# Head dimensions are kept in multiples of this (zero dimensions added, as d_head allows): the
+# fused attention kernels need q, k and v widths divisible by 4 in float32, and otherwise
+# fall back to several kernels.
+HEAD_ALIGN = 4
 
-    q/k keep the `qk_dim` head dimensions where some head has both a q and a k weight, v the
-    `v_dim` ones where some head has a v weight and an output weight: a dropped dimension only
-    ever multiplies a zero weight."""
+
+def _aligned(dims: set[int], d_head: int) -> list[int]:
+    """`dims` (at least one) plus unused dimensions up to a multiple of HEAD_ALIGN."""
+    dims = set(dims) or {0}
+    spare = (j for j in range(d_head) if j not in dims)
+    while len(dims) % HEAD_ALIGN and len(dims) < d_head:
+        dims.add(next(spare))
+    return sorted(dims)
+
+
+class Attention(nn.Module):
+    """Trimmed attention on the (positions, d) residual: gather `read`, fused QKV, SDPA, W_o,
+    index_add into `write`.
+
+    Heads keep `head_dim` dimensions: those where some head has both a q and a k weight, or
+    both a v and an output weight (a dropped one only ever multiplies a zero weight), padded
+    to HEAD_ALIGN. The fused projection gives q, then per head its k and v side by side: the
+    KV cache stores that part as it is, (batch, heads, capacity, 2 head_dim)."""
 
     def __init__(self, w: LayerWeights, d: int, d_head: int):
         super().__init__()
         self.d, self.d_head = d, d_head
         self.n_heads = h = w.n_heads
-        # (a head that uses no dimension keeps one zero dimension: SDPA needs one)
-        qk = sorted({c % d_head for c in set(w.wq.cols.tolist()) & set(w.wk.cols.tolist())}) or [0]
-        v = sorted({c % d_head for c in set(w.wv.cols.tolist()) & set(w.wo.rows.tolist())}) or [0]
-        self.qk_dim, self.v_dim = len(qk), len(v)
+        qk = _aligned({c % d_head for c in set(w.wq.cols.tolist()) & set(w.wk.cols.tolist())},
+                      d_head)
+        v = _aligned({c % d_head for c in set(w.wv.cols.tolist()) & set(w.wo.rows.tolist())},
+                     d_head)
+        self.head_dim = e = max(len(qk), len(v))
+        qk, v = _widened(qk, e, d_head), _widened(v, e, d_head)
         read = _used(w.wq.rows, w.wk.rows, w.wv.rows) if h else np.zeros(0, np.int64)
         write = _used(w.wo.cols if h else [], np.nonzero(w.bo)[0])
         row_of = _position_map(read, d)
-        heads = np.arange(h * d_head) // d_head
-        e, f = self.qk_dim, self.v_dim
-        qk_pos, v_pos = _position_map(np.array(qk, np.int64), d_head), \
-            _position_map(np.array(v, np.int64), d_head)
-        qk_col = np.where(qk_pos[np.arange(h * d_head) % d_head] >= 0,
-                          heads * e + qk_pos[np.arange(h * d_head) % d_head], -1)
-        v_col = np.where(v_pos[np.arange(h * d_head) % d_head] >= 0,
-                         heads * f + v_pos[np.arange(h * d_head) % d_head], -1)
-        shape = (len(read), h * e)
-        wqkv = np.concatenate([_block(w.wq, row_of, qk_col, shape),
-                               _block(w.wk, row_of, qk_col, shape),
-                               _block(w.wv, row_of, v_col, (len(read), h * f))], axis=1)
+        head, dim = np.divmod(np.arange(h * d_head), d_head)
+        qk_at = _position_map(np.array(qk, np.int64), d_head)[dim]
+        v_at = _position_map(np.array(v, np.int64), d_head)[dim]
+        q_col = np.where(qk_at >= 0, head * e + qk_at, -1)
+        k_col = np.where(qk_at >= 0, h * e + head * 2 * e + qk_at, -1)
+        v_col = np.where(v_at >= 0, h * e + head * 2 * e + e + v_at, -1)
+        shape = (len(read), 3 * h * e)
+        wqkv = (_block(w.wq, row_of, q_col, shape) + _block(w.wk, row_of, k_col, shape)
+                + _block(w.wv, row_of, v_col, shape))
+        o_row = np.where(v_at >= 0, head * e + v_at, -1)  # heads' outputs: (heads, head_dim)
         self.register_buffer("read", _index(read))
         self.register_buffer("w_qkv", _tensor(wqkv))
         self.register_buffer("write", _index(write))
-        self.register_buffer("w_o", _tensor(_padded(_block(w.wo, v_col, _position_map(write, d),
-                                                           (h * f, len(write))))))
+        self.register_buffer("w_o", _tensor(_padded(_block(w.wo, o_row, _position_map(write, d),
+                                                           (h * e, len(write))))))
         self.register_buffer("b_o", _tensor(_padded(w.bo[write][None])[0]))
         self.register_buffer("qk_dims", _index(qk), persistent=False)
         self.register_buffer("v_dims", _index(v), persistent=False)
+        self.n_write = len(write)
+        self.active = bool(h) and self.n_write > 0
 
-    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k (batch, heads, positions, qk_dim) and v (..., v_dim) of residual x."""
-        b, t, _ = x.shape
-        h, e, f = self.n_heads, self.qk_dim, self.v_dim
-        qkv = x.index_select(-1, self.read) @ self.w_qkv
-        q, k, v = qkv.split([h * e, h * e, h * f], dim=-1)
-        return (q.view(b, t, h, e).transpose(1, 2), k.view(b, t, h, e).transpose(1, 2),
-                v.view(b, t, h, f).transpose(1, 2))
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (n, heads * head_dim) and kv (n, heads * 2 head_dim) of residual rows x."""
+        qkv = x.index_select(1, self.read) @ self.w_qkv
+        return qkv.split([self.n_heads * self.head_dim, 2 * self.n_heads * self.head_dim], 1)
+
+    def sequences(self, x: torch.Tensor, b: int, t: int, exact: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal attention over b whole sequences of t positions (x: (b * t, d)): the heads'
+        outputs (b * t, heads * head_dim) and the keys and values (b, heads, t, 2 head_dim)."""
+        h, e = self.n_heads, self.head_dim
+        q, kv = self.project(x)
+        q = q.view(b, t, h, e).transpose(1, 2)
+        kv = kv.view(b, t, h, 2 * e).transpose(1, 2)
+        out = attend(q, kv[..., :e], kv[..., e:], None, exact)
+        return out.transpose(1, 2).reshape(b * t, h * e), kv
 
     def update(self, x: torch.Tensor, heads_out: torch.Tensor | None) -> torch.Tensor:
-        """x with this sublayer's output added into its columns (heads_out: (b, h, t, v_dim))."""
-        if not len(self.write):
+        """x (n, d) with this sublayer's output added into its columns."""
+        c = self.n_write
+        if not c:
             return x
         if heads_out is None:  # no heads: the output bias alone
-            delta = self.b_o[: len(self.write)].expand(*x.shape[:-1], -1)
-        else:
-            b, _, t, _ = heads_out.shape
-            delta = affine(heads_out.transpose(1, 2).reshape(b * t, -1), self.w_o,
-                           self.b_o)[:, : len(self.write)].view(b, t, -1)
-        return x.index_add_(-1, self.write, delta)
+            return x.index_add_(1, self.write, self.b_o[:c].expand(x.shape[0], c))
+        delta = affine(heads_out, self.w_o, self.b_o)
+        return x.index_add_(1, self.write, delta if delta.shape[1] == c else delta[:, :c])
 
-    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
-        """x plus this sublayer over whole sequences (position 0 first, causal)."""
-        if not self.n_heads or not len(self.write):
+    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False) -> torch.Tensor:
+        """x (b * t, d) plus this sublayer, over b whole sequences of t positions."""
+        if not self.active:
             return self.update(x, None)
-        q, k, v = self.qkv(x)
-        return self.update(x, attend(q, k, v, None, exact))
+        return self.update(x, self.sequences(x, b, t, exact)[0])
 
 
-def attend(q, k, v, visible: torch.Tensor | None, exact: bool) -> torch.Tensor:
+def _widened(dims: list[int], n: int, d_head: int) -> list[int]:
+    """`dims` plus unused dimensions up to n (q/k and v share one head width)."""
+    spare = [j for j in range(d_head) if j not in dims]
+    return sorted(dims + spare[: n - len(dims)])
+
+
+def attend(q, k, v, visible: torch.Tensor | None, exact: bool,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax(q k^T) v, unscaled, over keys `visible` to each query ((b, 1, t, s) bool; None:
-    causal over whole sequences). `exact` uses the oracle's rule for a masked key whose value
-    is not finite (`weighted_values`); the fast kernel may turn it into nan, which the caller
-    detects and then recomputes exactly."""
+    causal over whole sequences; `mask`: the same as an additive float mask, made once for
+    every layer), by the fused kernel.
+
+    The fused kernel may let a masked key's inf or nan into a row (0 * nan); the caller sees
+    the row come out non-finite and recomputes with `exact`: the same kernel over keys and
+    values whose non-finite entries are zeroed (a row that sees none of them gets the very
+    same numbers), and the oracle's rule (`weighted_values`) for the rows that do see one."""
+    if visible is not None and mask is None:
+        mask = additive_mask(visible)
     if not exact:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible,
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               is_causal=visible is None, scale=1.0)
-    logits = q @ k.transpose(-1, -2)  # no 1/sqrt(d_head): the graph's attention is unscaled
+    bad_k, bad_v = ~torch.isfinite(k).all(-1), ~torch.isfinite(v).all(-1)  # (b, h, s)
+    fast = attend(q, torch.where(bad_k[..., None], 0.0, k), torch.where(bad_v[..., None], 0.0, v),
+                  visible, False, mask)
     if visible is None:
-        t, s = logits.shape[-2:]
+        t, s = q.shape[-2], k.shape[-2]
         visible = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    sees_bad = (visible & (bad_k | bad_v)[..., None, :]).any(-1) | ~torch.isfinite(q).all(-1)
+    if not bool(sees_bad.any()):
+        return fast
+    logits = q @ k.transpose(-1, -2)  # no 1/sqrt(d_head): the graph's attention is unscaled
     p = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
-    return weighted_values(p, v)
+    return torch.where(sees_bad[..., None], weighted_values(p, v), fast)
+
+
+def additive_mask(visible: torch.Tensor) -> torch.Tensor:
+    """0 where visible, -inf elsewhere (what the fused kernel takes without converting)."""
+    return torch.zeros(visible.shape, device=visible.device).masked_fill_(~visible,
+                                                                         float("-inf"))
 
 
 def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -218,19 +266,22 @@ class Mlp(nn.Module):
             w.w2, everyone, _position_map(write, d), (n, len(write))), np.zeros(
                 (len(self.b1) - n, len(write)), np.float32)]))))  # (rows of padded neurons)
         self.register_buffer("b2", _tensor(_padded(w.b2[write][None])[0]))
+        self.n_write = len(write)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x plus this sublayer."""
-        if not len(self.write):
+        """x (n, d) plus this sublayer."""
+        c = self.n_write
+        if not c:
             return x
-        c = len(self.write)
         if not self.n_neurons:
-            return x.index_add_(-1, self.write, self.b2[:c].expand(*x.shape[:-1], -1))
-        lead = x.shape[:-1]
-        a = x.index_select(-1, self.read).flatten(0, -2)
-        hidden = torch.relu(affine(a, self.w1, self.b1))
-        out = affine(hidden, self.w2, self.b2)[:, :c]
-        return x.index_add_(-1, self.write, out.view(*lead, c))
+            return x.index_add_(1, self.write, self.b2[:c].expand(x.shape[0], c))
+        a = x.index_select(1, self.read)
+        if a.is_cuda:  # relu in the matrix kernel's epilogue, after the bias
+            hidden = torch._addmm_activation(self.b1, a, self.w1)
+        else:
+            hidden = torch.relu_(affine(a, self.w1, self.b1))
+        out = affine(hidden, self.w2, self.b2)
+        return x.index_add_(1, self.write, out if out.shape[1] == c else out[:, :c])
 
 
 class Layer(nn.Module):
@@ -239,26 +290,27 @@ class Layer(nn.Module):
         self.attn = Attention(w, machine.d, machine.d_head)
         self.mlp = Mlp(w, machine.d)
 
-    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
-        return self.mlp(self.attn(x, exact))
+    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False) -> torch.Tensor:
+        """x (b * t, d) plus this layer, over b whole sequences of t positions."""
+        return self.mlp(self.attn(x, b, t, exact))
 
     def dense_weights(self) -> dict[str, torch.Tensor]:
         """This layer in the stock layout (nn.Linear's (out, in) weights over all d columns,
         heads of width d_head): wq, wk, wv, wo, bo, w1, b1, w2, b2."""
         a, m = self.attn, self.mlp
-        d, dh, h = a.d, a.d_head, a.n_heads
+        d, dh, h, e = a.d, a.d_head, a.n_heads, a.head_dim
         dev = a.w_qkv.device
-        e, f = a.qk_dim, a.v_dim
         out = {}
-        wq, wk, wv = a.w_qkv.split([h * e, h * e, h * f], dim=1)
-        qk_dims, v_dims = a.qk_dims, a.v_dims
-        for name, block, dims in (("wq", wq, qk_dims), ("wk", wk, qk_dims), ("wv", wv, v_dims)):
+        head = torch.arange(h, device=dev)[:, None]
+        at = {"wq": head * e, "wk": h * e + head * 2 * e, "wv": h * e + head * 2 * e + e}
+        for name, dims in (("wq", a.qk_dims), ("wk", a.qk_dims), ("wv", a.v_dims)):
             full = torch.zeros(d, h * dh, device=dev)
-            cols = (torch.arange(h, device=dev)[:, None] * dh + dims[None, :]).reshape(-1)
+            cols = (head * dh + dims[None, :]).reshape(-1)
+            block = a.w_qkv[:, (at[name] + torch.arange(e, device=dev)[None, :]).reshape(-1)]
             full[a.read[:, None], cols[None, :]] = block
             out[name] = full.T.contiguous()
         wo = torch.zeros(h * dh, d, device=dev)
-        rows = (torch.arange(h, device=dev)[:, None] * dh + v_dims[None, :]).reshape(-1)
+        rows = (head * dh + a.v_dims[None, :]).reshape(-1)
         ca, cm, n = len(a.write), len(m.write), m.n_neurons
         wo[rows[:, None], a.write[None, :]] = a.w_o[:, :ca]
         out["wo"] = wo.T.contiguous()
@@ -303,6 +355,9 @@ class CompiledTransformer(nn.Module):
             self.register_buffer(f"source_cols_{i}", _index(s.cols), persistent=False)
             if s.kind == "embedding":
                 self.register_buffer(f"source_table_{i}", _tensor(s.table), persistent=False)
+        blank = np.zeros(machine.d, np.float32)
+        blank[machine.CONST_COL] = 1.0
+        self.register_buffer("blank_row", _tensor(blank), persistent=False)
         self.register_buffer("out_rows", _index(np.concatenate(
             [o.rows for o in outputs]) if outputs else []), persistent=False)
         self._pos_table: torch.Tensor | None = None
@@ -334,18 +389,20 @@ class CompiledTransformer(nn.Module):
         positions, `pos_table` from `position_table` (covering them), `feeds` {name: (b, t,
         width) float32 values, or (b, t) int64 token ids}."""
         m = self.machine
-        x = torch.zeros(*positions.shape, m.d, device=positions.device)
-        x[..., m.CONST_COL] = 1.0
-        x[..., m.POS_COL] = positions.to(torch.float32)
+        n = positions.numel()
+        flat = positions.reshape(n)
+        x = self.blank_row.expand(n, m.d).clone()  # zeros but the constant column's 1
+        x[:, m.POS_COL] = flat.to(torch.float32)
         for i, s in enumerate(self.sources):
             cols = getattr(self, f"source_cols_{i}")
             if s.kind == "pos":
-                x[..., cols] = pos_table[positions][..., : len(s.cols)]
+                rows = pos_table.index_select(0, flat)[:, : len(s.cols)]
             elif s.kind == "embedding":
-                x[..., cols] = getattr(self, f"source_table_{i}")[feeds[s.name]]
+                rows = getattr(self, f"source_table_{i}").index_select(0, feeds[s.name].reshape(n))
             else:
-                x[..., cols] = feeds[s.name]
-        return x
+                rows = feeds[s.name].reshape(n, len(s.cols))
+            x.index_copy_(1, cols, rows)
+        return x.view(*positions.shape, m.d)
 
     def feeds(self, checked: Sequence[CheckedInputs], n: int | None = None
               ) -> dict[str, torch.Tensor]:
@@ -394,10 +451,11 @@ class CompiledTransformer(nn.Module):
     def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """The residual after every layer, for whole sequences x (b, t, d) (position 0 first;
         x itself is left alone). Traceable: `torch.compile(ct, fullgraph=True)` compiles it."""
-        x = x.clone()  # the sublayers add into the residual in place
+        b, t, d = x.shape
+        rows = x.reshape(b * t, d).clone()  # the sublayers add into the residual in place
         for layer in self.layers:
-            x = layer(x, exact)
-        return x
+            layer(rows, b, t, exact)
+        return rows.view(b, t, d)
 
     def run(self, inputs: Mapping[str, np.ndarray], n_positions: int | None = None,
             on_out_of_range: str = "error") -> dict[str, np.ndarray]:

@@ -42,3 +42,76 @@ def test_cuda_big_sparse_model_and_kv_cache():
         scale = max(1.0, float(np.abs(want[k]).max()))
         np.testing.assert_allclose(got[k], want[k], atol=1e-4 * scale)
         np.testing.assert_allclose(stepped[k], got[k], atol=1e-5 * scale)
+
+
+def _stepper(feeds, start):
+    it = iter(range(start, len(next(iter(feeds.values())))))
+
+    def feedback(_last):
+        i = next(it)
+        return {k: v[i] for k, v in feeds.items()}
+    return feedback
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_cuda_graph_decoder_matches_run_batched(compiled):
+    """Prompts of different lengths, decoded as one batch through the CUDA-graph step (and the
+    inductor-compiled step captured as a graph) give what run gives, with no recompiles."""
+    from torch._dynamo.utils import counters
+
+    from lowering.decode import Decoder
+    from twdialect.inputs import check_feedback
+
+    module = random_graph(5, 40, library=True, embedding=True)
+    ct = compile(module, d=256, d_head=8, d_hidden=512,
+                 pipeline="decompose{tolerance=1.0e30}").to("cuda")
+    full = [sample_inputs(module, 20, seed) for seed in range(3)]
+    lengths = (3, 7, 5)
+    torch._dynamo.reset()
+    counters.clear()
+    dec = Decoder(ct, 3, 20, cuda_graphs=True, compile=compiled)
+    rows = [[r] for r in dec.prefill(ct.check_batch(
+        [{k: v[:n] for k, v in f.items()} for f, n in zip(full, lengths)]))]
+    for _ in range(12):
+        nxt = [check_feedback(ct.contract, {k: v[p] for k, v in f.items()}, int(p))
+               for f, p in zip(full, dec.positions)]
+        for r, o in zip(rows, dec.step(nxt)):
+            r.append(o)
+    assert len(dec._graphs) == 1 and not dec.exact
+    if compiled:
+        assert counters["stats"]["unique_graphs"] == 1
+    for f, n, r in zip(full, lengths, rows):
+        got = {k: np.concatenate([p[k] for p in r]) for k in r[0]}
+        want = ct.run({k: v[: n + 12] for k, v in f.items()})
+        for k in want:
+            scale = max(1.0, float(np.abs(want[k]).max()))
+            np.testing.assert_allclose(got[k], want[k], atol=1e-5 * scale)
+
+
+def test_cuda_forward_compiles_with_fullgraph_inductor():
+    module, _ = layered_graph(300)
+    feeds = sample_inputs(module, 64)
+    ct = compile(module, d=512, d_head=16, d_hidden=2048).to("cuda")
+    x0 = ct.embed(feeds)
+    torch._dynamo.reset()
+    fast = torch.compile(ct, fullgraph=True)
+    torch.testing.assert_close(fast(x0), ct.forward(x0), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_cuda_poison_in_a_later_position_leaves_earlier_rows_alone():
+    """The fused attention kernel may turn a masked key's nan into nan rows; the runtime then
+    recomputes with the exact rule, on the GPU as on the CPU."""
+    module = random_graph(2, 30, library=False)
+    ct = compile(module, d=128, d_head=8, d_hidden=256).to("cuda")
+    feeds = sample_inputs(module, 7, 1)
+    name = next(iter(feeds))
+    bad = {k: v.copy() for k, v in feeds.items()}
+    bad[name][-1] = np.nan
+    kw = {"on_out_of_range": "unchecked"}
+    clean = ct.run(feeds)
+    for k, v in ct.run(bad, **kw).items():
+        np.testing.assert_array_equal(v[:-1], clean[k][:-1])
+    stepped = ct.generate({k: v[:4] for k, v in bad.items()}, 3, _stepper(bad, 4), **kw)
+    for k, v in stepped.items():
+        np.testing.assert_allclose(v[:-1], clean[k][:-1], atol=1e-5 * max(1, np.abs(clean[k]).max()))
