@@ -9,8 +9,9 @@ programs and layered random graphs of each `--sizes` ops (`pipeline="default"`, 
 d_head=32, d_hidden=8192). Measurements, medians over `--repeats`:
 
 * ``forward``: a full forward at each of `--positions` (capped at a token program's max_len),
-  batch 1, from the residual on the device to the output columns on the device; ``run_s`` is
-  `ct.run` end to end (input checks, residual build, copy back).
+  batch 1, from the residual on the device to the residual after the last layer: eager
+  (``tw_s``) and, on CUDA, replayed as a CUDA graph (``tw_graph_s``); ``run_s`` is `ct.run`
+  end to end (input checks, residual build, forward, copy back).
 * ``decode``: one decode step at each batch size, after a 32-position prompt, replaying the
   step at a fixed position (a step is idempotent): tokens/s = batch / step time. On CUDA the
   step is a CUDA graph (``tw_graph``), also of the torch.compile'd step (``tw_compiled``,
@@ -152,17 +153,11 @@ class DenseTransformer(nn.Module):
 
 
 def capture(fn, dev):
-    """fn as a replayable CUDA graph (after two warm-up calls on a side stream)."""
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(dev).wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
+    """fn as a replayable CUDA graph."""
+    from lowering.model import cuda_graph
+
+    with torch.cuda.device(dev):
+        return cuda_graph(fn)[0].replay
 
 
 # -- cases ---------------------------------------------------------------------------------
@@ -192,7 +187,8 @@ def emit(**row) -> None:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Ratios within one run: dense time / tw time, per graph, device, size and shape."""
+    """Ratios within one run: dense time / tw time (each the faster of eager and CUDA graph,
+    or torch.compile'd and graphed), per graph, device, size and shape."""
     out = []
     for r in rows:
         if r["kind"] == "forward_dense":
@@ -200,7 +196,9 @@ def summary(rows: list[dict]) -> list[dict]:
                       and t["device"] == r["device"] and t["positions"] == r["positions"])
             out.append(dict(kind="summary", what="forward", graph=r["graph"],
                             device=r["device"], positions=r["positions"], shape=r["shape"],
-                            dense_over_tw=round(r["dense_s"] / tw["tw_s"], 2)))
+                            dense_over_tw=round(min(r["dense_s"], r.get(
+                                "dense_graph_s", float("inf"))) / min(tw["tw_s"], tw.get(
+                                "tw_graph_s", float("inf"))), 2)))
         if r["kind"] == "decode_dense":
             tw = next(t for t in rows if t["kind"] == "decode" and t["graph"] == r["graph"]
                       and t["device"] == r["device"] and t["batch"] == r["batch"])
@@ -237,6 +235,9 @@ def bench_case(name, module, geometry, feeds_of, max_len, args, devices):
             row = dict(kind="forward", graph=name, device=label, torch=torch.__version__,
                        positions=n, tw_s=median_time(lambda: ct.forward(x0), args.repeats, dev),
                        run_s=median_time(lambda: ct.run(feeds), args.repeats, dev))
+            if dev.type == "cuda":  # the forward as a CUDA graph (captured on a shape's return)
+                ct.graphed_forward(x0)
+                row["tw_graph_s"] = median_time(lambda: ct.graphed_forward(x0), args.repeats, dev)
             emit(**row)
         for b in args.batches:
             bench_decode(ct, None, name, feeds_of, max_len, b, dev, label, bw, args, n_ops)
@@ -246,9 +247,14 @@ def bench_case(name, module, geometry, feeds_of, max_len, args, devices):
                 x0 = ct.embed(feeds_of(n))
                 want = ct.output_columns(ct.forward(x0))
                 got = ct.output_columns(dense(x0))
-                emit(kind="forward_dense", graph=name, device=label, shape=shape, positions=n,
-                     matches=bool(torch.allclose(got, want, atol=1e-3, rtol=1e-4)),
-                     dense_s=median_time(lambda: dense(x0), args.repeats, dev))
+                row = dict(kind="forward_dense", graph=name, device=label, shape=shape,
+                           positions=n,
+                           matches=bool(torch.allclose(got, want, atol=1e-3, rtol=1e-4)),
+                           dense_s=median_time(lambda: dense(x0), args.repeats, dev))
+                if dev.type == "cuda":
+                    row["dense_graph_s"] = median_time(capture(lambda: dense(x0), dev),
+                                                       args.repeats, dev)
+                emit(**row)
             for b in args.batches:
                 bench_decode(ct, dense, name, feeds_of, max_len, b, dev, label, bw, args, n_ops,
                              shape)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from lowering.model import CompiledTransformer, additive_mask, attend, finite_rows
+from lowering.model import CompiledTransformer, additive_mask, attend, cuda_graph, finite_rows
 from twdialect.errors import TwError
 from twdialect.inputs import CheckedInputs
 
@@ -170,16 +170,8 @@ class Decoder:
         """Capture the step for one bucket as a CUDA graph. The warm-up runs write the same k/v
         the step writes (a step is idempotent until positions move)."""
         feeds, pos = self._static
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._step_fn(feeds, pos, bucket, False)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self._step_fn(feeds, pos, bucket, False)
-        return graph, out
+        with torch.cuda.device(self.device):
+            return cuda_graph(lambda: self._step_fn(feeds, pos, bucket, False))
 
     def _step(self, feeds: dict[str, torch.Tensor], pos: torch.Tensor, bucket: int,
               exact: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,16 +13,31 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 @pytest.mark.parametrize("seed", range(20))
 def test_cuda_matches_oracle_and_cpu(seed):
+    """The GPU model against the oracle as test_lowering holds the CPU one (1e-4 of the output,
+    or its static float32 bound), and against the CPU model where float32 keeps the answer:
+    a graph decompose refuses is skipped (with the check off, seed 14's outputs have static
+    bounds up to inf and the two devices' summation orders differ by 1e-4)."""
+    from lowering.precision import output_errors
+    from twdialect.contracts import contract_mask
+    from passes.decompose import DecomposeError
+
     module = random_graph(seed, 30, library=True, embedding=True)
     feeds = sample_inputs(module, 9, seed)
-    # (GPU against CPU: decompose's float32 check against the oracle is not the point here)
-    ct = compile(module, d=128, d_head=8, d_hidden=512, pipeline="decompose{tolerance=1.0e30}")
+    try:
+        ct = compile(module, d=128, d_head=8, d_hidden=512)
+    except DecomposeError:
+        pytest.skip("float32 cannot keep an op's contract over its ranges")
+    mask = contract_mask(module, feeds)
+    want = evaluate(module, feeds)
     cpu = ct.run(feeds)
     ct.to("cuda")
     gpu = ct.run(feeds)
+    bounds = output_errors(ct.schedule)
     for k in cpu:
-        scale = max(1.0, float(np.abs(cpu[k]).max()))
-        np.testing.assert_allclose(gpu[k], cpu[k], atol=1e-5 * scale)
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        bound = bounds[k][0] if np.isfinite(bounds[k][0]) else 0.0
+        np.testing.assert_allclose(gpu[k][mask], want[k][mask], atol=max(1e-4 * scale, bound))
+        np.testing.assert_allclose(gpu[k], cpu[k], atol=max(1e-5 * scale, 2 * bound))
 
 
 def test_cuda_big_sparse_model_and_kv_cache():
@@ -115,3 +130,22 @@ def test_cuda_poison_in_a_later_position_leaves_earlier_rows_alone():
     stepped = ct.generate({k: v[:4] for k, v in bad.items()}, 3, _stepper(bad, 4), **kw)
     for k, v in stepped.items():
         np.testing.assert_allclose(v[:-1], clean[k][:-1], atol=1e-5 * max(1, np.abs(clean[k]).max()))
+
+
+def test_cuda_forward_graphs_replay_what_eager_gives():
+    """run pads positions to a power of two on a GPU and replays a captured forward once a
+    shape comes back; moving the model drops the graphs."""
+    module, _ = layered_graph(500)
+    ct = compile(module, d=512, d_head=16, d_hidden=2048).to("cuda")
+    feeds = [sample_inputs(module, n, n) for n in (20, 27, 20, 31)]
+    want = [ct.to("cpu").run(f) for f in feeds]
+    ct.to("cuda")
+    for _ in range(3):
+        for f, w in zip(feeds, want):
+            got = ct.run(f)
+            for k in w:
+                scale = max(1.0, float(np.abs(w[k]).max()))
+                np.testing.assert_allclose(got[k], w[k], atol=1e-5 * scale)
+    assert list(ct._forward_graphs) == [(1, 32, 512)]  # 20, 27 and 31 positions: one shape
+    ct.to("cpu")
+    assert not ct._forward_graphs
