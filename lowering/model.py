@@ -602,6 +602,7 @@ def cuda_graph(fn) -> tuple[torch.cuda.CUDAGraph, object]:
 def finite_rows(x: torch.Tensor) -> torch.Tensor:
     """(b, t) bool: the rows of residual x that hold only finite numbers. A non-finite value
     anywhere in attention reaches the residual (x only ever has values added to it), so a
-    finite final row means the fast kernels and the exact rule agree on it."""
-    return torch.isfinite(x).all(dim=-1)
+    finite final row means the fast kernels and the exact rule agree on it. (x - x is 0 where
+    x is finite and nan where not: three cheap passes, where isfinite is a composite.)"""
+    return (x - x).sum(dim=-1) == 0
 
