@@ -65,6 +65,7 @@ class Decoder:
             self._step_fn = torch.compile(self._step, fullgraph=True, dynamic=False,
                                           backend="inductor" if compile is True else compile)
         self._graphs: dict[int, tuple] = {}
+        self._key_positions = torch.arange(capacity, device=dev)
         # per head count h: the row of (sequence, head) at position 0 in a flat cache
         seq = torch.arange(batch, device=dev)[:, None]
         self._row_base = {h: (seq * h + torch.arange(h, device=dev)) * capacity
@@ -181,7 +182,7 @@ class Decoder:
         at = pos.unsqueeze(1)
         x = ct.residual(feeds, at, self.pos_table).view(b, -1)
         # key j is visible to a sequence at position p when j <= p
-        visible = (torch.arange(bucket, device=pos.device).unsqueeze(0) <= at).view(b, 1, 1, -1)
+        visible = (self._key_positions[:bucket] <= at).view(b, 1, 1, bucket)
         mask = None if exact else additive_mask(visible)
         rows = {h: (base + at).view(-1) for h, base in self._row_base.items()}
         for layer, cache in zip(ct.layers, self.caches):

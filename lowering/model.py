@@ -223,8 +223,7 @@ def attend(q, k, v, visible: torch.Tensor | None, exact: bool,
 
 def additive_mask(visible: torch.Tensor) -> torch.Tensor:
     """0 where visible, -inf elsewhere (what the fused kernel takes without converting)."""
-    return torch.zeros(visible.shape, device=visible.device).masked_fill_(~visible,
-                                                                         float("-inf"))
+    return torch.where(visible, 0.0, float("-inf"))
 
 
 def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -399,7 +398,7 @@ class CompiledTransformer(nn.Module):
         n = positions.numel()
         flat = positions.reshape(n)
         x = self.blank_row.expand(n, m.d).clone()  # zeros but the constant column's 1
-        x[:, m.POS_COL] = flat.to(torch.float32)
+        x.select(1, m.POS_COL).copy_(flat)  # (copy_ converts; cheaper than item assignment)
         for i, s in enumerate(self.sources):
             cols = getattr(self, f"source_cols_{i}")
             if s.kind == "pos":
@@ -495,6 +494,7 @@ class CompiledTransformer(nn.Module):
         match with the oracle is then not promised)."""
         return self.run_batch([inputs], n_positions, on_out_of_range)[0]
 
+    @torch.no_grad()
     def run_batch(self, batch: Sequence[Mapping[str, np.ndarray]], n_positions: int | None = None,
                   on_out_of_range: str = "error") -> list[dict[str, np.ndarray]]:
         """`run` on a batch of sequences (their lengths may differ), in one forward pass: the
