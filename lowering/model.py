@@ -2,14 +2,16 @@
 
 Each layer is `x = x + Attn(x)` (causal softmax, scale 1, output bias) then
 `x = x + W2 relu(W1 x + b1) + b2`, with per-layer head counts and hidden widths trimmed to
-what the schedule uses. The residual stream is (batch, positions, d).
+what the schedule uses. `forward` takes the residual stream as (batch, positions, d); the
+layers add into its (batch * positions, d) rows in place.
 
 Weights are stored *trimmed dense*: a sublayer keeps only the residual columns it reads (a
 gather), the fused QKV / W1 block over them, and the columns it writes (an index_add). A
-compiled layer reads a few dozen of d columns, so this reads 20-200x fewer bytes than the
-stock layout, needs no sparse formats (no per-call conversion, `torch.compile(fullgraph=True)`
-traces it) and `dense_weights()` still gives the standard matrices. Heads keep only the q/k
-and v dimensions some head uses (a self-attention head's q has one entry).
+compiled layer reads a few dozen of d columns, so the model stores 2-3% of the stock layout's
+entries (the layered benchmark graphs), needs no sparse formats (no per-call conversion,
+`torch.compile(fullgraph=True)` traces it) and `Layer.dense_weights()` still gives the
+standard matrices. Heads keep only the head dimensions some head uses (a self-attention
+head's q has one entry). `docs/runtime.md` says why each choice.
 
 `run` / `run_batch` evaluate whole sequences; `generate` / `generate_batch` step with the
 static KV cache of `lowering/decode.py` and match `run` on the same sequences to fp32
