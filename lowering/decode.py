@@ -25,7 +25,8 @@ from twdialect.errors import TwError
 from twdialect.inputs import CheckedInputs
 
 MIN_BUCKET = 64
-BUCKETS = 6  # cache prefixes a step may attend over: capacity / 2^k, k < BUCKETS
+BUCKETS = 6
+FIRST_ALLOCATION = 256  # positions a cache starts with (then doubling, up to the capacity)  # cache prefixes a step may attend over: capacity / 2^k, k < BUCKETS
 
 
 class DecodeError(TwError):
@@ -53,25 +54,41 @@ class Decoder:
         self.ct, self.batch, self.capacity = ct, batch, capacity
         self.device = dev = ct.device
         self.cuda_graphs = dev.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
-        self.pos_table = ct.position_table(capacity)
-        self.caches = [_cache(layer.attn, batch, capacity, dev) for layer in ct.layers]
         self.positions = np.zeros(batch, np.int64)  # the next position of each sequence
         self.history: list[list[CheckedInputs]] = [[] for _ in range(batch)]
         self.exact = False
-        self.buckets = bucket_sizes(capacity)
         self._step_fn = self._step
         if compile:  # True: inductor; or a torch.compile backend's name
-            _allow_recompiles(len(self.buckets))
+            _allow_recompiles(BUCKETS + capacity.bit_length())
             self._step_fn = torch.compile(self._step, fullgraph=True, dynamic=False,
                                           backend="inductor" if compile is True else compile)
+        self._static = None  # step inputs the CUDA graphs read
+        self.caches: list[torch.Tensor | None] = [None] * len(ct.layers)
+        self.allocated = 0
+        self._reserve(min(capacity, FIRST_ALLOCATION))
+
+    def _reserve(self, n: int) -> None:
+        """Make the cache hold at least n positions (at most `capacity`): it starts small and
+        doubles, so a long `steps` costs memory only as far as the sequences get. Growing
+        copies the cache and drops the captured graphs (they point at the old one)."""
+        if n <= self.allocated:
+            return
+        size = min(self.capacity, max(n, 2 * self.allocated))
+        dev, ct = self.device, self.ct
+        old, self.allocated = self.caches, size
+        self.caches = [_cache(layer.attn, self.batch, size, dev) for layer in ct.layers]
+        for new, was in zip(self.caches, old):
+            if new is not None and was is not None:
+                new[:, :, : was.shape[2]] = was
+        self.pos_table = ct.position_table(size)
+        self.buckets = bucket_sizes(size)
         self._graphs: dict[int, tuple] = {}
-        self._key_positions = torch.arange(capacity, device=dev)
+        self._key_positions = torch.arange(size, device=dev)
         # per head count h: the row of (sequence, head) at position 0 in a flat cache
-        seq = torch.arange(batch, device=dev)[:, None]
-        self._row_base = {h: (seq * h + torch.arange(h, device=dev)) * capacity
+        seq = torch.arange(self.batch, device=dev)[:, None]
+        self._row_base = {h: (seq * h + torch.arange(h, device=dev)) * size
                           for h in sorted({layer.attn.n_heads for layer in ct.layers
                                            if layer.attn.active})}
-        self._static = None  # step inputs the CUDA graphs read
 
     # -- prefill ------------------------------------------------------------------------
     @torch.no_grad()
@@ -85,6 +102,7 @@ class Decoder:
                               f"capacity {self.capacity}")
         self.history = [[p] for p in prompts]
         self.positions = lengths.copy()
+        self._reserve(int(lengths.max()))
         cols, finite = self._prefill(prompts, self.exact)
         if not finite.all():
             self.exact = True
@@ -119,6 +137,7 @@ class Decoder:
             raise DecodeError(f"decoder: built for a batch of {self.batch}, got {len(inputs)}")
         if int(self.positions.max()) >= self.capacity:
             raise DecodeError(f"decoder: the cache holds {self.capacity} positions; it is full")
+        self._reserve(int(self.positions.max()) + 1)
         for h, i in zip(self.history, inputs):
             h.append(i)
         feeds = self.ct.feeds(inputs, 1)

@@ -149,3 +149,19 @@ def test_cuda_forward_graphs_replay_what_eager_gives():
     assert list(ct._forward_graphs) == [(1, 32, 512)]  # 20, 27 and 31 positions: one shape
     ct.to("cpu")
     assert not ct._forward_graphs
+
+
+def test_cuda_graph_decoder_grows_its_cache():
+    """Crossing the first allocation re-allocates the cache and recaptures the graphs."""
+    from lowering.decode import FIRST_ALLOCATION
+    from twdialect import ops as tw
+
+    with tw.Graph("main") as g:
+        x = tw.input("x", 2, value_range=(-1, 1))
+        a = tw.attn(x, x, x, np.eye(2), np.eye(2), np.eye(2), [[1.0], [-1.0]])
+        tw.output("y", tw.relu(tw.add(a, tw.slice(x, 0, 1))))
+    ct = compile(g.module, d=32, d_head=4, d_hidden=32).to("cuda")
+    n = FIRST_ALLOCATION + 40
+    feeds = {"x": np.random.default_rng(9).uniform(-1, 1, (n, 2))}
+    got = ct.generate({"x": feeds["x"][:3]}, n - 3, _stepper(feeds, 3))["y"]
+    np.testing.assert_allclose(got, ct.run(feeds)["y"], atol=1e-5)

@@ -171,3 +171,26 @@ def test_a_graph_without_attention_or_inputs_runs_batched():
     a, b = ct.run_batch([{}, {}], n_positions=5)
     np.testing.assert_allclose(a["y"], evaluate(g.module, {}, n_positions=5)["y"], atol=1e-6)
     np.testing.assert_array_equal(a["y"], b["y"])
+
+
+def test_the_cache_grows_as_the_sequences_do():
+    """A decoder built for many positions allocates FIRST_ALLOCATION and doubles as steps
+    reach it (a long `steps` costs memory only as far as generation gets)."""
+    from lowering.decode import FIRST_ALLOCATION
+
+    with tw.Graph("main") as g:  # (no pos_encoding: its max_len would bound the positions)
+        x = tw.input("x", 2, value_range=(-1, 1))
+        a = tw.attn(x, x, x, np.eye(2), np.eye(2), np.eye(2), [[1.0], [-1.0]])
+        tw.output("y", tw.relu(tw.add(a, tw.slice(x, 0, 1))))
+    module = g.module
+    ct = compile(module, d=32, d_head=4, d_hidden=32)
+    n = FIRST_ALLOCATION + 40
+    feeds = {"x": np.random.default_rng(9).uniform(-1, 1, (n, 2))}
+    dec = Decoder(ct, 1, 10 ** 6)
+    assert dec.allocated == FIRST_ALLOCATION
+    rows = [dec.prefill(ct.check_batch([{k: v[:3] for k, v in feeds.items()}]))[0]]
+    for _ in range(n - 3):
+        rows.append(dec.step([_one(ct, feeds, dec)])[0])
+    assert dec.allocated == 2 * FIRST_ALLOCATION
+    got = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+    _close(got, ct.run(feeds))
