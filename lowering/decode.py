@@ -91,7 +91,7 @@ class Decoder:
                                            if layer.attn.active})}
 
     # -- prefill ------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, prompts: Sequence[CheckedInputs]) -> list[dict[str, np.ndarray]]:
         """Run the prompts (one per sequence, lengths may differ) and fill the cache."""
         if len(prompts) != self.batch:
@@ -129,7 +129,7 @@ class Decoder:
         return ct.output_columns(x).view(b, n, -1).cpu().numpy(), finite.cpu().numpy()
 
     # -- steps --------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, inputs: Sequence[CheckedInputs]) -> list[dict[str, np.ndarray]]:
         """One position more for every sequence: `inputs` (one checked position each) are fed
         at each sequence's next position; returns each sequence's new output row."""
@@ -163,6 +163,7 @@ class Decoder:
         need = int(self.positions.max())  # (positions already advanced: the cache rows used)
         return next(b for b in self.buckets if b >= need)
 
+    @torch.inference_mode()
     def step_tensors(self, feeds: dict[str, torch.Tensor], pos: torch.Tensor,
                      bucket: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The step on device tensors (feeds {name: (batch, 1, ...)}, pos (batch,) the positions
