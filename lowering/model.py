@@ -525,9 +525,11 @@ class CompiledTransformer(nn.Module):
     def check_batch(self, batch, on_out_of_range: str = "error", n_positions: int | None = None
                     ) -> list[CheckedInputs]:
         """Each sequence of a batch checked against the contract (`check_inputs`)."""
-        if isinstance(batch, Mapping) or not isinstance(batch, Sequence) or not len(batch):
-            raise EvaluationError("run_batch: batch must be a non-empty list of input mappings, "
-                                  f"got {type(batch).__name__}")
+        listlike = isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
+        if not listlike or not len(batch):
+            got = f"an empty {type(batch).__name__}" if listlike else type(batch).__name__
+            raise EvaluationError("a batch must be a non-empty list of input mappings (one per "
+                                  f"sequence), got {got}")
         return [b if isinstance(b, CheckedInputs)
                 else check_inputs(self.contract, b, on_out_of_range, n_positions) for b in batch]
 

@@ -96,8 +96,11 @@ def test_decoder_refuses_what_it_was_not_built_for(model):
         dec.step(one)
     with pytest.raises(DecodeError, match="must be >= 1"):
         Decoder(ct, 0, 4)
-    with pytest.raises(EvaluationError, match="non-empty list"):
-        ct.run_batch([])
+    for bad in ([], "xy", {"x": 1}, None):
+        with pytest.raises(EvaluationError, match="non-empty list of input mappings"):
+            ct.run_batch(bad)
+    with pytest.raises(EvaluationError, match="non-empty list of input mappings"):
+        ct.generate_batch((), 1, lambda o: {})
 
 
 def test_bucket_sizes_cover_the_capacity_with_at_most_six_graphs():
