@@ -25,8 +25,8 @@ from twdialect.errors import TwError
 from twdialect.inputs import CheckedInputs
 
 MIN_BUCKET = 64
-BUCKETS = 6
-FIRST_ALLOCATION = 256  # positions a cache starts with (then doubling, up to the capacity)  # cache prefixes a step may attend over: capacity / 2^k, k < BUCKETS
+BUCKETS = 6  # cache prefixes a step may attend over: capacity / 2^k, k < BUCKETS
+FIRST_ALLOCATION = 256  # positions a cache starts with (then doubling, up to the capacity)
 
 
 class DecodeError(TwError):
@@ -115,14 +115,7 @@ class Decoder:
         pos = torch.arange(n, device=self.device).expand(b, n)
         x = ct.residual(ct.feeds(prompts, n), pos, self.pos_table).view(b * n, -1)
         for layer, cache in zip(ct.layers, self.caches):
-            a = layer.attn
-            if cache is None:
-                a.forward(x, b, n)
-            else:
-                heads_out, kv = a.sequences(x, b, n, exact)
-                cache[:, :, :n] = kv
-                a.update(x, heads_out)
-            layer.mlp.forward(x)
+            layer.forward(x, b, n, exact, cache)
         lengths = torch.as_tensor([p.n_positions for p in prompts], device=self.device)
         valid = torch.arange(n, device=self.device)[None, :] < lengths[:, None]
         finite = finite_rows(x).view(b, n) | ~valid
@@ -159,8 +152,10 @@ class Decoder:
     def _rows(self, cols: np.ndarray) -> list[dict[str, np.ndarray]]:
         return [self.ct.read_outputs(c) for c in cols]
 
-    def _bucket(self) -> int:
-        need = int(self.positions.max())  # (positions already advanced: the cache rows used)
+    def _bucket(self, rows_used: int | None = None) -> int:
+        """The smallest bucket holding `rows_used` cache rows (default: every position so far,
+        the step's own included: positions have already moved on)."""
+        need = int(self.positions.max()) if rows_used is None else rows_used
         return next(b for b in self.buckets if b >= need)
 
     @torch.inference_mode()
@@ -172,7 +167,7 @@ class Decoder:
         (the returned tensors are overwritten by the next step). `bucket`: the cache prefix to
         attend over (default: the smallest covering pos; pass it to spare a device sync)."""
         if bucket is None:
-            bucket = next(b for b in self.buckets if b >= int(pos.max()) + 1)
+            bucket = self._bucket(int(pos.max()) + 1)
         if not self.cuda_graphs:
             return self._step_fn(feeds, pos, bucket, False)
         if self._static is None:

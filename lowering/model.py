@@ -181,11 +181,16 @@ class Attention(nn.Module):
         delta = affine(heads_out, self.w_o, self.b_o)
         return x.index_add_(1, self.write, delta if delta.shape[1] == c else delta[:, :c])
 
-    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False) -> torch.Tensor:
-        """x (b * t, d) plus this sublayer, over b whole sequences of t positions."""
+    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
+                cache: torch.Tensor | None = None) -> torch.Tensor:
+        """x (b * t, d) plus this sublayer, over b whole sequences of t positions; the keys and
+        values also go to positions 0..t-1 of `cache` when given (a decoder's prefill)."""
         if not self.active:
             return self.update(x, None)
-        return self.update(x, self.sequences(x, b, t, exact)[0])
+        heads_out, kv = self.sequences(x, b, t, exact)
+        if cache is not None:
+            cache[:, :, :t] = kv
+        return self.update(x, heads_out)
 
 
 def _widened(dims: list[int], n: int, d_head: int) -> list[int]:
@@ -291,9 +296,11 @@ class Layer(nn.Module):
         self.attn = Attention(w, machine.d, machine.d_head)
         self.mlp = Mlp(w, machine.d)
 
-    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False) -> torch.Tensor:
-        """x (b * t, d) plus this layer, over b whole sequences of t positions."""
-        return self.mlp(self.attn(x, b, t, exact))
+    def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
+                cache: torch.Tensor | None = None) -> torch.Tensor:
+        """x (b * t, d) plus this layer, over b whole sequences of t positions (`cache`: see
+        `Attention.forward`)."""
+        return self.mlp(self.attn(x, b, t, exact, cache))
 
     def dense_weights(self) -> dict[str, torch.Tensor]:
         """This layer in the stock layout (nn.Linear's (out, in) weights over all d columns,
