@@ -1,0 +1,65 @@
+"""Exports: a compiled model written in formats that stock tools load and run exactly.
+
+    from lowering.export import export
+    export(ct, "out/adder-hf", "transformers", vocab="0123456789+=.")   # a compiled model
+    export(module, "out/g.onnx", "onnx", d=256, d_head=16)              # or a graph + geometry
+
+| format | writer | loads it |
+|---|---|---|
+| `transformers` | `lowering/export/hf.py` | `AutoModelForCausalLM.from_pretrained` (GPT-2) |
+| `tlens` | `lowering/export/tlens.py` | TransformerLens `HookedTransformer` |
+| `onnx` | `lowering/export/onnx.py` | onnxruntime (with a KV cache) |
+| `gguf` | `lowering/export/gguf.py` | llama.cpp (llama-cpp-python) |
+
+`stock.py` lays a compiled model out as a stock transformer (one geometry for all layers,
+normalizations made exact identities), `streaming.py` writes weights a layer at a time,
+`metadata.py` records and checks where an export came from. `docs/exports.md` says what each
+format can express and how exact it is.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from lowering.export.metadata import ExportError
+
+FORMATS = {
+    "transformers": ("lowering.export.hf", "export_transformers"),
+    "tlens": ("lowering.export.tlens", "export_tlens"),
+    "onnx": ("lowering.export.onnx", "export_onnx"),
+    "gguf": ("lowering.export.gguf", "export_gguf"),
+}
+
+
+def export(model, path, format: str, *, d: int | None = None, d_head: int | None = None,  # noqa: A002
+           d_hidden: int | None = None, pipeline: str | None = None, graph: str = "main",
+           **options) -> dict:
+    """Write `model` (a CompiledTransformer, or a module / tw.graph compiled here with the
+    geometry `d`, `d_head`, `d_hidden` and `pipeline`) to `path` in `format` (see FORMATS);
+    `options` go to the format's writer. Returns the writer's report (sizes, parameter counts,
+    seconds)."""
+    from lowering.model import CompiledTransformer
+
+    if not isinstance(format, str) or format not in FORMATS:
+        raise ExportError(f"export: unknown format {format!r} (known: {', '.join(FORMATS)})")
+    if not isinstance(model, CompiledTransformer):
+        if d is None or d_head is None:
+            raise ExportError("export: a graph needs its geometry: give d and d_head (and "
+                              "d_hidden), or pass a compiled model")
+        from lowering import compile as compile_graph
+
+        model = compile_graph(model, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline,
+                              graph=graph)
+    elif (d, d_head, d_hidden, pipeline) != (None, None, None, None):
+        raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
+                          "pipeline apply to a graph only")
+    module_name, fn = FORMATS[format]
+    try:
+        writer = getattr(import_module(module_name), fn)
+    except ImportError as e:  # (a writer's own library missing)
+        raise ExportError(f"export: the {format} export needs {e.name!r}: "
+                          "pip install -e '.[export]'") from None
+    return writer(model, path, **options)
+
+
+__all__ = ["export", "ExportError", "FORMATS"]

@@ -1,0 +1,361 @@
+"""A compiled model in a stock transformer's layout: one geometry for every layer, dense
+matrices over a residual of `d_model` columns, streamed a layer at a time.
+
+tw's runtime stores each sublayer trimmed (`lowering/model.py`); a stock architecture has the
+same heads and MLP width in every layer and matrices over the whole residual. `StockPlan`
+makes that layout and nothing more:
+
+* **Columns.** The export residual keeps only the tw columns something uses (the constant and
+  position columns, the sources, every column a layer reads or writes, the outputs), in tw's
+  order, then the *twins* of the columns something reads (when asked for, see below), then
+  zero padding up to `d_model`.
+* **Geometry.** `n_heads` is the most heads any layer uses, `head_dim` the most head
+  dimensions any layer keeps (each layer's q/k and v dimensions are packed to the front: q.k
+  pairs a q dimension only with the same k dimension, and a v dimension only meets its own
+  W_O row, so packing changes no product), `d_mlp` the most neurons. Stock formats that
+  derive the head width from the residual (`d_model == n_heads * head_dim`, GPT-2) get the
+  smallest such product that holds the columns; `head_dims` restricts the head width (a
+  power of four keeps a pre-scaled q exact: sqrt(head_dim) is then a power of two).
+* **Normalization made an identity.** A stock LayerNorm computes (x - mean) / sqrt(var +
+  eps) * g + b over the whole row. A huge `eps`, a power of four, swallows the variance:
+  var + eps rounds to eps exactly when var < eps * 2^-24, so rstd = eps^-1/2 and the gain
+  g = eps^1/2 are powers of two and (x - mean) * rstd * g is x - mean exactly. `norm_eps()`
+  certifies that bound from the value ranges (every column's largest magnitude over the
+  whole run) and gives the smallest power of four that works. RMSNorm (no mean) is then an
+  exact identity. LayerNorm's mean is the float32 rounding of the row's sum, which no column
+  layout makes exactly 0 in every summation order (a single balance column holding minus the
+  row's sum leaves a mean of ~2^-24 of the row's largest values, and every zero entry a
+  sublayer reads then reads -mean: the calculator's 473*511 came out 241712). So with
+  `twins=True` every column something reads has a *twin* holding its negation (every writer
+  writes both), and a read takes half the difference: ((x - mean) - (-x - mean)) / 2 = x, the
+  mean cancelling in each pair whatever it is; a zero entry reads exactly 0.
+`layer(i)` builds one layer's dense arrays on demand (float64 sums, float32 out), so a writer
+holds one layer at a time beyond the compiled model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from lowering.export.metadata import ExportError
+from lowering.materialize import position_rows
+
+FLOAT32_EPS = 2.0 ** -24  # unit roundoff
+# The largest norm constant a float32 export may use: rstd = eps^-1/2 must leave the residual's
+# small values normal (2^-62 scaling keeps everything above 2^-64 exact).
+MAX_NORM_EPS = 4.0 ** 62
+
+
+@dataclass(frozen=True)
+class StockGeometry:
+    n_layers: int
+    d_model: int
+    n_heads: int
+    head_dim: int
+    d_mlp: int
+    vocab: int  # token ids the embedding takes (1 when the graph has no token input)
+    n_out: int  # output columns (the LM head's width)
+    n_ctx: int  # positions the position table covers
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def params(self) -> int:
+        """Parameters of the stock layout: per layer Q, K, V, O with their biases, W_in, W_out
+        with theirs, plus the token and position tables and the unembedding."""
+        d, hd, m = self.d_model, self.n_heads * self.head_dim, self.d_mlp
+        per_layer = 3 * (d * hd + hd) + hd * d + d + d * m + m + m * d + d
+        return (self.n_layers * per_layer + (self.vocab + self.n_ctx) * d
+                + d * self.n_out)
+
+
+class StockPlan:
+    """The stock layout of compiled model `ct` (see the module docstring).
+
+    `twins`: give every read column a negated twin (LayerNorm formats). `tied_width`: d_model must equal
+    n_heads * head_dim. `head_dims`: the head widths allowed (None: any). `n_ctx`: positions
+    the position table covers (default: the largest pos_encoding max_len, else 1024)."""
+
+    def __init__(self, ct, twins: bool = False, tied_width: bool = False,
+                 head_dims=None, n_ctx: int | None = None):
+        self.ct = ct
+        self.machine = m = ct.machine
+        self.twins = twins
+        self._check_sources()
+        used, read = {m.CONST_COL, m.POS_COL}, set()
+        for s in ct.sources:
+            used.update(np.asarray(s.cols).tolist())
+        for o in ct.outputs:
+            read.update(np.asarray(o.rows).tolist())
+        for layer in ct.layers:
+            for sub in (layer.attn, layer.mlp):
+                read.update(sub.read.tolist())
+                used.update(sub.write[: sub.n_write].tolist())
+        used |= read
+        self.tw_columns = np.array(sorted(used), np.int64)  # export column k holds tw column ...
+        self.export_col = np.full(m.d, -1, np.int64)
+        self.export_col[self.tw_columns] = np.arange(len(self.tw_columns))
+        self.twin_col = np.full(m.d, -1, np.int64)  # ... and its twin, -x, where it has one
+        if twins:
+            twinned = np.array(sorted(read), np.int64)
+            self.twin_col[twinned] = len(self.tw_columns) + np.arange(len(twinned))
+        n_cols = len(self.tw_columns) + int((self.twin_col >= 0).sum())
+        heads = max((layer.attn.n_heads for layer in ct.layers if layer.attn.active), default=0)
+        dims = max((_kept_dims(layer.attn) for layer in ct.layers if layer.attn.active),
+                   default=0)
+        n_heads, head_dim, d_model = _choose_heads(max(heads, 1), max(dims, 1), n_cols,
+                                                   tied_width, head_dims)
+        d_mlp = max((layer.mlp.n_neurons for layer in ct.layers), default=0)
+        self.geometry = StockGeometry(
+            n_layers=len(ct.layers), d_model=d_model, n_heads=n_heads, head_dim=head_dim,
+            d_mlp=max(d_mlp, 1), vocab=self._vocab(), n_out=sum(len(o.rows) for o in ct.outputs),
+            n_ctx=self._n_ctx(n_ctx))
+
+    # -- what can be exported ------------------------------------------------------------
+    def _check_sources(self) -> None:
+        kinds = [s for s in self.ct.sources if s.kind != "pos"]
+        reals = [s.name for s in kinds if s.kind == "input"]
+        if reals:
+            raise ExportError(f"export: input {reals[0]!r} is real-valued; a causal language "
+                              "model takes token ids only (the onnx export takes real inputs)")
+        if len(kinds) > 1:
+            raise ExportError("export: the graph has several token inputs ("
+                              + ", ".join(repr(s.name) for s in kinds) + "); a causal "
+                              "language model takes one (the onnx export takes several)")
+        self.token_source = kinds[0] if kinds else None
+
+    def _vocab(self) -> int:
+        return self.token_source.table.shape[0] if self.token_source is not None else 1
+
+    def _n_ctx(self, n_ctx: int | None) -> int:
+        if n_ctx is not None:
+            if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 1 <= n_ctx <= 1 << 20:
+                raise ExportError(f"export: n_positions must be a whole number in [1, 2^20], "
+                                  f"got {n_ctx!r}")
+            return n_ctx
+        from twdialect.dialect import PosEncodingOp
+
+        graph = self.ct.schedule.tg.graph if self.ct.schedule is not None else None
+        lens = [op.max_len.value.data for op in (graph.block.ops if graph else [])
+                if isinstance(op, PosEncodingOp) and hasattr(op, "max_len")]
+        return max(lens) if lens else 1024
+
+    # -- the tables ----------------------------------------------------------------------
+    def _rows(self, tw_rows: np.ndarray) -> np.ndarray:
+        """(n, tw d) float64 rows -> (n, d_model) float32, the twins filled in."""
+        return self._written(tw_rows, self.geometry.d_model).astype(np.float32)
+
+    def _written(self, w: np.ndarray, d_model: int) -> np.ndarray:
+        """A writer's (..., tw d) output block in the export's columns (..., d_model): each
+        column where it goes, its negation in the column's twin."""
+        out = np.zeros(w.shape[:-1] + (d_model,), np.float64)
+        out[..., self.export_col[self.tw_columns]] = w[..., self.tw_columns]
+        has = np.nonzero(self.twin_col >= 0)[0]
+        out[..., self.twin_col[has]] = -w[..., has]
+        return out
+
+    def _read(self, w: np.ndarray, d_model: int) -> np.ndarray:
+        """A reader's (tw d, ...) weights in the export's rows (d_model, ...): half on the
+        column, minus half on its twin, where it has one (see the module docstring)."""
+        out = np.zeros((d_model,) + w.shape[1:], np.float64)
+        half = np.where(self.twin_col >= 0, 0.5, 1.0).reshape((-1,) + (1,) * (w.ndim - 1))
+        out[self.export_col[self.tw_columns]] = (w * half)[self.tw_columns]
+        has = np.nonzero(self.twin_col >= 0)[0]
+        out[self.twin_col[has]] = -(w * half)[has]
+        return out
+
+    def embedding(self) -> np.ndarray:
+        """(vocab, d_model): each token's row (its table row in the token source's columns)."""
+        rows = np.zeros((self.geometry.vocab, self.machine.d), np.float64)
+        s = self.token_source
+        if s is not None:
+            rows[:, s.cols] = s.table.astype(np.float64)
+        return self._rows(rows)
+
+    def positions(self) -> np.ndarray:
+        """(n_ctx, d_model): the constant 1, the position index and the pos_encoding features
+        of every position (what `CompiledTransformer.residual` puts there)."""
+        m, n = self.machine, self.geometry.n_ctx
+        rows = np.zeros((n, m.d), np.float64)
+        rows[:, m.CONST_COL] = 1.0
+        rows[:, m.POS_COL] = np.arange(n)
+        for s in self.ct.sources:
+            if s.kind == "pos":
+                width = len(s.cols)
+                rows[:, s.cols] = position_rows(0, n, s.pos_width)[:, 1: 1 + width]
+        return self._rows(rows)
+
+    def unembedding(self) -> np.ndarray:
+        """(d_model, n_out): output column k reads its residual column times its scale (a
+        literal output reads the constant column)."""
+        w = np.zeros((self.machine.d, self.geometry.n_out), np.float64)
+        k = 0
+        for o in self.ct.outputs:
+            for row, scale in zip(np.asarray(o.rows).tolist(), np.asarray(o.scale).tolist()):
+                w[row, k] += scale
+                k += 1
+        return self._read(w, self.geometry.d_model).astype(np.float32)
+
+    def output_names(self) -> list[tuple[str, int, int]]:
+        """(name, first column, width) of each graph output within the n_out columns."""
+        out, at = [], 0
+        for o in self.ct.outputs:
+            out.append((o.name, at, len(o.rows)))
+            at += len(o.rows)
+        return out
+
+    # -- the layers ----------------------------------------------------------------------
+    def layer(self, i: int) -> dict[str, np.ndarray]:
+        """Layer i in the stock layout, float32: W_Q, W_K, W_V (n_heads, d_model, head_dim),
+        b_Q, b_K, b_V (n_heads, head_dim; zero: tw's biases ride on the constant column),
+        W_O (n_heads, head_dim, d_model), b_O (d_model), W_in (d_model, d_mlp), b_in (d_mlp),
+        W_out (d_mlp, d_model), b_out (d_model). Multiply x (positions, d_model) on the left."""
+        g, d = self.geometry, self.machine.d
+        a, mlp = self.ct.layers[i].attn, self.ct.layers[i].mlp
+        nh, hd = g.n_heads, g.head_dim
+        qkv = np.zeros((3, d, nh, hd))
+        wo, bo = np.zeros((nh, hd, d)), np.zeros(d)
+        if a.active:
+            h, e = a.n_heads, a.head_dim
+            w = _numpy(a.w_qkv).reshape(-1, 3 * h * e)
+            rows = _numpy(a.read).astype(np.int64)
+            for head in range(h):
+                base = h * e + head * 2 * e
+                qkv[0, rows, head, :e] = w[:, head * e: head * e + e]
+                qkv[1, rows, head, :e] = w[:, base: base + e]
+                qkv[2, rows, head, :e] = w[:, base + e: base + 2 * e]
+            n = a.n_write
+            wo[:h, :e][..., _numpy(a.write)[:n].astype(np.int64)] = (
+                _numpy(a.w_o)[:, :n].reshape(h, e, n))
+        if a.n_write:
+            bo[_numpy(a.write)[: a.n_write].astype(np.int64)] = _numpy(a.b_o)[: a.n_write]
+        w1, b1 = np.zeros((d, g.d_mlp)), np.zeros(g.d_mlp)
+        w2, b2 = np.zeros((g.d_mlp, d)), np.zeros(d)
+        n_neurons, n = mlp.n_neurons, mlp.n_write
+        write = _numpy(mlp.write)[:n].astype(np.int64)
+        if n_neurons:
+            w1[_numpy(mlp.read).astype(np.int64), :n_neurons] = _numpy(mlp.w1)[:, :n_neurons]
+            b1[:n_neurons] = _numpy(mlp.b1)[:n_neurons]
+            w2[:n_neurons][:, write] = _numpy(mlp.w2)[:n_neurons, :n]
+        if n:
+            b2[write] = _numpy(mlp.b2)[:n]
+        dm = g.d_model
+        out = {key: self._read(qkv[j], dm).transpose(1, 0, 2)
+               for j, key in enumerate(("W_Q", "W_K", "W_V"))}
+        out.update(W_O=self._written(wo, dm), b_O=self._written(bo, dm),
+                   W_in=self._read(w1, dm), b_in=b1, W_out=self._written(w2, dm),
+                   b_out=self._written(b2, dm))
+        out["b_Q"], out["b_K"], out["b_V"] = (np.zeros((nh, hd)) for _ in range(3))
+        return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        """tw's residual (..., d) in the export's columns (..., d_model), twins filled in:
+        what the export's hidden states hold, to compare them with tw's."""
+        x = np.asarray(x, np.float64)
+        lead = x.shape[:-1]
+        return self._rows(x.reshape(-1, x.shape[-1])).reshape(*lead, self.geometry.d_model)
+
+    # -- the normalization constant ------------------------------------------------------
+    def column_bounds(self) -> np.ndarray:
+        """(d_model,) the largest |value| each export column can hold at any time: over the
+        groups that ever live in it, summed (a reused column may still hold a dead value while
+        the next is written), from the value ranges; positions from the table itself."""
+        sched = self.ct.schedule
+        if sched is None:
+            raise ExportError("export: the model carries no schedule (build it with "
+                              "lowering.compile); its value ranges are unknown")
+        from lowering.schedule import GroupRanges
+
+        mag = GroupRanges(sched.tg)
+        tw_bound = np.zeros(self.machine.d, np.float64)
+        for g, cols in enumerate(sched.cols):
+            if cols is not None and len(cols):
+                tw_bound[np.asarray(cols)] += mag[g]
+        tw_bound[self.machine.CONST_COL] = max(tw_bound[self.machine.CONST_COL], 1.0)
+        pos = np.abs(self.positions().astype(np.float64)).max(axis=0)
+        emb = np.abs(self.embedding().astype(np.float64)).max(axis=0)
+        out = np.abs(self._written(tw_bound, self.geometry.d_model))
+        return np.maximum(out, np.maximum(pos, emb))
+
+    def variance_bound(self) -> float:
+        """An upper bound on the norm's variance (LayerNorm's mean of squares after a zero
+        mean; RMSNorm's mean of squares) over every row a norm ever sees."""
+        b = self.column_bounds()
+        return float((b * b).sum() / self.geometry.d_model)
+
+    def norm_eps(self, requested: float | None = None) -> float:
+        """The norm constant that makes every normalization an exact identity: the smallest
+        power of four with variance < eps * 2^-24 (see the module docstring). A `requested`
+        constant is checked instead, and refused naming the smallest that works."""
+        var = self.variance_bound()
+        if not math.isfinite(var):
+            raise ExportError("export: a value has no finite range, so no norm constant can be "
+                              "certified; declare the inputs' ranges, or export to a format "
+                              "without normalization (tlens, onnx)")
+        need = var / FLOAT32_EPS
+        eps = 4.0 ** max(0, math.ceil(math.log(max(need, 1.0), 4)))
+        while eps <= need:  # (log rounding)
+            eps *= 4.0
+        if eps > MAX_NORM_EPS:
+            raise ExportError(f"export: the residual's values reach {math.sqrt(var * self.geometry.d_model):.3g} "
+                              f"(energy bound {var:.3g} a column), beyond what a float32 norm "
+                              f"constant can swallow (at most {MAX_NORM_EPS:.3g}); declare "
+                              "narrower input ranges, or export to a format without "
+                              "normalization (tlens, onnx)")
+        if requested is not None:
+            r = float(requested)
+            ok = r >= eps and math.log(r, 4) == round(math.log(r, 4)) and r <= MAX_NORM_EPS
+            if not ok:
+                raise ExportError(f"export: norm constant {requested!r} cannot be certified "
+                                  f"(variance bound {var:.4g}; it must be a power of four "
+                                  f"above variance * 2^24); the smallest that works is {eps:.6g}")
+            return r
+        return eps
+
+    def trimmed_params(self) -> int:
+        """What tw's own runtime stores for the same model (`stored_params`)."""
+        return self.ct.stored_params()
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().cpu().double().numpy() if t.is_floating_point() else t.cpu().numpy()
+
+
+def _kept_dims(attn) -> int:
+    """Head dimensions a layer's heads really use (before the runtime's alignment padding)."""
+    return int(max(len(attn.qk_dims), len(attn.v_dims)))
+
+
+def _choose_heads(heads: int, dims: int, n_cols: int, tied: bool, head_dims) -> tuple[int, int, int]:
+    """(n_heads, head_dim, d_model) with n_heads >= heads, head_dim >= dims, d_model >= n_cols
+    and head_dim among `head_dims` (a callable or None); when `tied`, d_model = n_heads *
+    head_dim, chosen to make the per-layer size (about d_model * (4 n_heads head_dim)) least."""
+    allowed = head_dims or (lambda e: True)
+    if not tied:
+        e = dims
+        while not allowed(e):
+            e += 1
+        return heads, e, n_cols
+    best = None
+    for e in range(dims, max(dims, n_cols) + 1):
+        if not allowed(e):
+            continue
+        h = max(heads, -(-n_cols // e))
+        d = h * e
+        cost = (d * d, e)
+        if best is None or cost < best[0]:
+            best = (cost, (h, e, d))
+    if best is None:  # (no allowed width up to n_cols: the first allowed one above)
+        e = max(dims, n_cols)
+        while not allowed(e):
+            e += 1
+        return heads, e, heads * e
+    return best[1]
+
+
+def power_of_four(e: int) -> bool:
+    """Head widths whose square root is a power of two (a q pre-scaled by it stays exact)."""
+    return e >= 1 and (e & (e - 1)) == 0 and (e.bit_length() - 1) % 2 == 0
