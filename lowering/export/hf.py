@@ -1,0 +1,191 @@
+"""The transformers export: a stock GPT-2 checkpoint (`GPT2LMHeadModel`), loadable with
+`AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)`, no
+remote code.
+
+GPT-2's machine is tw's with three differences, each made exact:
+
+* **LayerNorm** before every sublayer and before the LM head: made an identity by the stock
+  plan's twin columns and certified norm constant (`lowering/export/stock.py`): the config's
+  `layer_norm_epsilon` is a power of four above the residual's variance bound * 2^24 and
+  every norm's weight is its square root.
+* **Attention scaling**: `scale_attn_weights=False` (tw's attention is unscaled).
+* **Activation**: `activation_function="relu"`.
+
+The learned position table is tw's position features (the constant 1, the position index, the
+pos_encoding features), the token table tw's embedding, and the untied LM head reads the
+output columns. A character tokenizer (`tokenizers` WordLevel, one token per character) for
+the program's vocabulary is saved beside it. Weights are written a layer at a time
+(`lowering/export/streaming.py`); the tw metadata sits in the config (`"tw"`) and in the
+safetensors header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from lowering.export.metadata import ExportError, check_metadata, export_metadata
+from lowering.export.stock import StockPlan
+from lowering.export.streaming import Tensor, write_safetensors
+
+FORMAT = "transformers"
+
+
+def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
+                        end: str | None = None, n_positions: int | None = None,
+                        norm_eps: float | None = None) -> dict:
+    """Write compiled model `ct` to directory `path` as a GPT-2 checkpoint with its tokenizer.
+
+    `vocab`: the token strings by id (a str: one character each; default "<0>", "<1>", ...);
+    `end`: the end token (generation's eos); `n_positions`: the position table's length
+    (default: the graph's pos_encoding max_len); `norm_eps`: a LayerNorm constant to use
+    instead of the smallest certified one (refused, naming that one, if it cannot be
+    certified)."""
+    t0 = time.perf_counter()
+    plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions)
+    g = plan.geometry
+    if g.n_out != g.vocab:
+        raise ExportError(f"transformers export: the graph's outputs have {g.n_out} columns and "
+                          f"its token input {g.vocab} ids; a causal LM's logits are over its own "
+                          "vocabulary (export to onnx or tlens instead)")
+    tokens = _token_strings(vocab, g.vocab)
+    end_id = _end_id(end, tokens)
+    eps = plan.norm_eps(norm_eps)
+    os.makedirs(path, exist_ok=True)
+    meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
+        (plan.twin_col >= 0).sum()))
+    config = _config(g, eps, end_id, meta)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": False, "eos_token_id": end_id, "pad_token_id": end_id,
+                   "bos_token_id": end_id, "max_length": g.n_ctx}, f, indent=2, sort_keys=True)
+    size = write_safetensors(os.path.join(path, "model.safetensors"), _groups(plan, eps),
+                             {"format": "pt", **meta})
+    _write_tokenizer(path, tokens, end_id, g.n_ctx)
+    return {"format": FORMAT, "path": str(path), "bytes": size,
+            "padded_params": g.params(), "trimmed_params": plan.trimmed_params(),
+            "geometry": g.as_dict(), "norm_eps": eps, "seconds": time.perf_counter() - t0}
+
+
+def _token_strings(vocab, n: int) -> list[str]:
+    if vocab is None:
+        return [f"<{i}>" for i in range(n)]
+    tokens = list(vocab)
+    if len(tokens) != n or len(set(tokens)) != n or not all(isinstance(t, str) and t
+                                                           for t in tokens):
+        raise ExportError(f"transformers export: vocab must name {n} distinct non-empty token "
+                          f"strings (the embedding's rows), got {len(tokens)}")
+    return tokens
+
+
+def _end_id(end, tokens: list[str]) -> int | None:
+    if end is None:
+        return None
+    if end not in tokens:
+        raise ExportError(f"transformers export: the end token {end!r} is not in the vocab")
+    return tokens.index(end)
+
+
+def _config(g, eps: float, end_id: int | None, meta: dict) -> dict:
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": g.vocab, "n_positions": g.n_ctx, "n_embd": g.d_model,
+        "n_layer": g.n_layers, "n_head": g.n_heads, "n_inner": g.d_mlp,
+        "activation_function": "relu", "layer_norm_epsilon": eps,
+        "scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0, "tie_word_embeddings": False, "use_cache": True,
+        "bos_token_id": end_id, "eos_token_id": end_id, "pad_token_id": end_id,
+        "torch_dtype": "float32", "dtype": "float32",
+        "tw": {k[len("tw."):]: v for k, v in meta.items()},
+    }
+
+
+def _groups(plan: StockPlan, eps: float):
+    """(tensors, maker) per group: the tables first, then one layer at a time, then the head."""
+    g = plan.geometry
+    d, hd = g.d_model, g.n_heads * g.head_dim
+    gain = np.full(d, np.sqrt(eps), np.float32)  # a power of two: eps is a power of four
+    zero = np.zeros(d, np.float32)
+    yield ([Tensor("transformer.wte.weight", (g.vocab, d)),
+            Tensor("transformer.wpe.weight", (g.n_ctx, d))],
+           lambda: {"transformer.wte.weight": plan.embedding(),
+                    "transformer.wpe.weight": plan.positions()})
+    for i in range(g.n_layers):
+        p = f"transformer.h.{i}."
+        names = [(p + "ln_1.weight", (d,)), (p + "ln_1.bias", (d,)),
+                 (p + "attn.c_attn.weight", (d, 3 * hd)), (p + "attn.c_attn.bias", (3 * hd,)),
+                 (p + "attn.c_proj.weight", (hd, d)), (p + "attn.c_proj.bias", (d,)),
+                 (p + "ln_2.weight", (d,)), (p + "ln_2.bias", (d,)),
+                 (p + "mlp.c_fc.weight", (d, g.d_mlp)), (p + "mlp.c_fc.bias", (g.d_mlp,)),
+                 (p + "mlp.c_proj.weight", (g.d_mlp, d)), (p + "mlp.c_proj.bias", (d,))]
+
+        def make(i=i, p=p):
+            w = plan.layer(i)
+            heads = [w[k].transpose(1, 0, 2).reshape(d, hd) for k in ("W_Q", "W_K", "W_V")]
+            return {p + "ln_1.weight": gain, p + "ln_1.bias": zero,
+                    p + "attn.c_attn.weight": np.concatenate(heads, axis=1),
+                    p + "attn.c_attn.bias": np.concatenate([w["b_Q"].ravel(), w["b_K"].ravel(),
+                                                            w["b_V"].ravel()]),
+                    p + "attn.c_proj.weight": w["W_O"].reshape(hd, d),
+                    p + "attn.c_proj.bias": w["b_O"],
+                    p + "ln_2.weight": gain, p + "ln_2.bias": zero,
+                    p + "mlp.c_fc.weight": w["W_in"], p + "mlp.c_fc.bias": w["b_in"],
+                    p + "mlp.c_proj.weight": w["W_out"], p + "mlp.c_proj.bias": w["b_out"]}
+
+        yield [Tensor(n, s) for n, s in names], make
+    yield ([Tensor("transformer.ln_f.weight", (d,)), Tensor("transformer.ln_f.bias", (d,)),
+            Tensor("lm_head.weight", (g.n_out, d))],
+           lambda: {"transformer.ln_f.weight": gain, "transformer.ln_f.bias": zero,
+                    "lm_head.weight": np.ascontiguousarray(plan.unembedding().T)})
+
+
+def _write_tokenizer(path, tokens: list[str], end_id: int | None, n_ctx: int) -> None:
+    """One token per character (or per given token string): WordLevel over the vocabulary,
+    split into single characters when every token is one, joined back without spaces."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    unk = tokens[end_id] if end_id is not None else tokens[0]
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token=unk))
+    if all(len(t) == 1 for t in tokens):
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
+    else:  # (longest tokens first, so "<10>" is not read as "<1" "0>")
+        alts = "|".join(_regex_escape(t) for t in sorted(tokens, key=len, reverse=True))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(alts), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    special = {} if end_id is None else {"eos_token": tokens[end_id], "pad_token": tokens[end_id]}
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
+                                   clean_up_tokenization_spaces=False, **special)
+    fast.save_pretrained(path)
+
+
+def _regex_escape(s: str) -> str:
+    import re
+
+    return re.escape(s)
+
+
+def load_transformers(path, graph=None, device: str = "cpu"):
+    """The export at `path` as (model, tokenizer), its tw metadata checked first (format,
+    version, graph hash when `graph` is given, geometry against the config)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{path}: no readable config.json ({e.__class__.__name__})") from None
+    meta = {"tw." + k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+            for k, v in config.get("tw", {}).items()}
+    geometry = {"n_layers": config.get("n_layer"), "d_model": config.get("n_embd"),
+                "n_heads": config.get("n_head"), "d_mlp": config.get("n_inner"),
+                "vocab": config.get("vocab_size"), "n_ctx": config.get("n_positions")}
+    check_metadata(meta, FORMAT, graph, geometry, where=str(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
+    return model, AutoTokenizer.from_pretrained(path)
