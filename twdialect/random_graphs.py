@@ -155,17 +155,24 @@ def _uniform_integers(rng: np.random.Generator, lo: float, hi: float, shape) -> 
 
 
 def layered_graph(n_ops: int, seed: int = 0, layer_width: int = 64, value_width: int = 4,
-                  attn_every: int = 8, name: str = "main"):
+                  attn_every: int = 8, name: str = "main", tokens: int = 0):
     """A big random layered graph of primitives: `layer_width` ops per level, each reading
     values of the previous one or two levels (linears, mlp chains, adds, relus, some attention).
-    Returns (module, build_seconds)."""
+    `tokens` > 0: the four inputs are slices of one token input (`tw.embedding("tokens")`, a
+    random table of that many rows in [-1, 1]) instead of four real inputs, as a language
+    model's export takes them. Returns (module, build_seconds)."""
     import time
 
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     with tw.Graph(name, verify=False) as g:
         pos = tw.pos_encoding(2, max_len=4096)
-        prev = [tw.input(f"in{i}", value_width, value_range=(-1.0, 1.0)) for i in range(4)]
+        if tokens:
+            table = rng.uniform(-1.0, 1.0, (tokens, 4 * value_width))
+            emb = tw.embedding("tokens", table)
+            prev = [tw.slice(emb, i * value_width, value_width) for i in range(4)]
+        else:
+            prev = [tw.input(f"in{i}", value_width, value_range=(-1.0, 1.0)) for i in range(4)]
         older = prev
         count = 0
         level = 0

@@ -48,11 +48,11 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     t0 = time.perf_counter()
     plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions)
     g = plan.geometry
-    if g.n_out != g.vocab:
-        raise ExportError(f"transformers export: the graph's outputs have {g.n_out} columns and "
-                          f"its token input {g.vocab} ids; a causal LM's logits are over its own "
-                          "vocabulary (export to onnx or tlens instead)")
     tokens = _token_strings(vocab, g.vocab)
+    # (a causal LM's logits are over its own token ids: where the graph's outputs and its token
+    # input differ in width, the narrower side is padded with zero rows: ids nothing embeds,
+    # logits that read nothing; the metadata's geometry keeps both widths)
+    tokens += [f"<{i}>" for i in range(len(tokens), max(g.vocab, g.n_out))]
     end_id = _end_id(end, tokens)
     eps = plan.norm_eps(norm_eps)
     os.makedirs(path, exist_ok=True)
@@ -94,7 +94,7 @@ def _end_id(end, tokens: list[str]) -> int | None:
 def _config(g, eps: float, end_id: int | None, meta: dict) -> dict:
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-        "vocab_size": g.vocab, "n_positions": g.n_ctx, "n_embd": g.d_model,
+        "vocab_size": max(g.vocab, g.n_out), "n_positions": g.n_ctx, "n_embd": g.d_model,
         "n_layer": g.n_layers, "n_head": g.n_heads, "n_inner": g.d_mlp,
         "activation_function": "relu", "layer_norm_epsilon": eps,
         "scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": False,
@@ -112,9 +112,10 @@ def _groups(plan: StockPlan, eps: float):
     d, hd = g.d_model, g.n_heads * g.head_dim
     gain = np.full(d, np.sqrt(eps), np.float32)  # a power of two: eps is a power of four
     zero = np.zeros(d, np.float32)
-    yield ([Tensor("transformer.wte.weight", (g.vocab, d)),
+    v = max(g.vocab, g.n_out)
+    yield ([Tensor("transformer.wte.weight", (v, d)),
             Tensor("transformer.wpe.weight", (g.n_ctx, d))],
-           lambda: {"transformer.wte.weight": plan.embedding(),
+           lambda: {"transformer.wte.weight": _rows_padded(plan.embedding(), v),
                     "transformer.wpe.weight": plan.positions()})
     for i in range(g.n_layers):
         p = f"transformer.h.{i}."
@@ -140,9 +141,16 @@ def _groups(plan: StockPlan, eps: float):
 
         yield [Tensor(n, s) for n, s in names], make
     yield ([Tensor("transformer.ln_f.weight", (d,)), Tensor("transformer.ln_f.bias", (d,)),
-            Tensor("lm_head.weight", (g.n_out, d))],
+            Tensor("lm_head.weight", (v, d))],
            lambda: {"transformer.ln_f.weight": gain, "transformer.ln_f.bias": zero,
-                    "lm_head.weight": np.ascontiguousarray(plan.unembedding().T)})
+                    "lm_head.weight": _rows_padded(plan.unembedding().T, v)})
+
+
+def _rows_padded(a: np.ndarray, n: int) -> np.ndarray:
+    """a with zero rows appended up to n rows."""
+    out = np.zeros((n,) + a.shape[1:], np.float32)
+    out[: a.shape[0]] = a
+    return out
 
 
 def _write_tokenizer(path, tokens: list[str], end_id: int | None, n_ctx: int) -> None:
@@ -185,7 +193,7 @@ def load_transformers(path, graph=None, device: str = "cpu"):
             for k, v in config.get("tw", {}).items()}
     geometry = {"n_layers": config.get("n_layer"), "d_model": config.get("n_embd"),
                 "n_heads": config.get("n_head"), "d_mlp": config.get("n_inner"),
-                "vocab": config.get("vocab_size"), "n_ctx": config.get("n_positions")}
+                "n_ctx": config.get("n_positions")}
     check_metadata(meta, FORMAT, graph, geometry, where=str(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
     return model, AutoTokenizer.from_pretrained(path)
