@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lowering.export.metadata import ExportError, check_metadata, export_metadata
-from lowering.export.stock import StockPlan
+from lowering.export.stock import StockPlan, end_id, token_strings
 from lowering.export.streaming import Tensor, write_safetensors
 
 FORMAT = "transformers"
@@ -48,50 +48,31 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     t0 = time.perf_counter()
     plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions)
     g = plan.geometry
-    tokens = _token_strings(vocab, g.vocab)
+    tokens = token_strings(vocab, g.vocab, "transformers export")
     # (a causal LM's logits are over its own token ids: where the graph's outputs and its token
     # input differ in width, the narrower side is padded with zero rows: ids nothing embeds,
     # logits that read nothing; the metadata's geometry keeps both widths)
     tokens += [f"<{i}>" for i in range(len(tokens), max(g.vocab, g.n_out))]
-    end_id = _end_id(end, tokens)
+    eos = end_id(end, tokens, "transformers export")
     eps = plan.norm_eps(norm_eps)
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
         (plan.twin_col >= 0).sum()))
-    config = _config(g, eps, end_id, meta)
+    config = _config(g, eps, eos, meta)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump({"do_sample": False, "eos_token_id": end_id, "pad_token_id": end_id,
-                   "bos_token_id": end_id, "max_length": g.n_ctx}, f, indent=2, sort_keys=True)
+        json.dump({"do_sample": False, "eos_token_id": eos, "pad_token_id": eos,
+                   "bos_token_id": eos, "max_length": g.n_ctx}, f, indent=2, sort_keys=True)
     size = write_safetensors(os.path.join(path, "model.safetensors"), _groups(plan, eps),
                              {"format": "pt", **meta})
-    _write_tokenizer(path, tokens, end_id, g.n_ctx)
+    _write_tokenizer(path, tokens, eos, g.n_ctx)
     return {"format": FORMAT, "path": str(path), "bytes": size,
             "padded_params": g.params(), "trimmed_params": plan.trimmed_params(),
             "geometry": g.as_dict(), "norm_eps": eps, "seconds": time.perf_counter() - t0}
 
 
-def _token_strings(vocab, n: int) -> list[str]:
-    if vocab is None:
-        return [f"<{i}>" for i in range(n)]
-    tokens = list(vocab)
-    if len(tokens) != n or len(set(tokens)) != n or not all(isinstance(t, str) and t
-                                                           for t in tokens):
-        raise ExportError(f"transformers export: vocab must name {n} distinct non-empty token "
-                          f"strings (the embedding's rows), got {len(tokens)}")
-    return tokens
-
-
-def _end_id(end, tokens: list[str]) -> int | None:
-    if end is None:
-        return None
-    if end not in tokens:
-        raise ExportError(f"transformers export: the end token {end!r} is not in the vocab")
-    return tokens.index(end)
-
-
-def _config(g, eps: float, end_id: int | None, meta: dict) -> dict:
+def _config(g, eps: float, eos: int | None, meta: dict) -> dict:
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": max(g.vocab, g.n_out), "n_positions": g.n_ctx, "n_embd": g.d_model,
@@ -100,7 +81,7 @@ def _config(g, eps: float, end_id: int | None, meta: dict) -> dict:
         "scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
         "attn_pdrop": 0.0, "tie_word_embeddings": False, "use_cache": True,
-        "bos_token_id": end_id, "eos_token_id": end_id, "pad_token_id": end_id,
+        "bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos,
         "torch_dtype": "float32", "dtype": "float32",
         "tw": {k[len("tw."):]: v for k, v in meta.items()},
     }
@@ -153,13 +134,13 @@ def _rows_padded(a: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _write_tokenizer(path, tokens: list[str], end_id: int | None, n_ctx: int) -> None:
+def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> None:
     """One token per character (or per given token string): WordLevel over the vocabulary,
     split into single characters when every token is one, joined back without spaces."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    unk = tokens[end_id] if end_id is not None else tokens[0]
+    unk = tokens[eos] if eos is not None else tokens[0]
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token=unk))
     if all(len(t) == 1 for t in tokens):
         tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
@@ -167,7 +148,7 @@ def _write_tokenizer(path, tokens: list[str], end_id: int | None, n_ctx: int) ->
         alts = "|".join(_regex_escape(t) for t in sorted(tokens, key=len, reverse=True))
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(alts), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    special = {} if end_id is None else {"eos_token": tokens[end_id], "pad_token": tokens[end_id]}
+    special = {} if eos is None else {"eos_token": tokens[eos], "pad_token": tokens[eos]}
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
                                    clean_up_tokenization_spaces=False, **special)
     fast.save_pretrained(path)

@@ -36,6 +36,7 @@ holds one layer at a time beyond the compiled model.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -359,3 +360,36 @@ def _choose_heads(heads: int, dims: int, n_cols: int, tied: bool, head_dims) -> 
 def power_of_four(e: int) -> bool:
     """Head widths whose square root is a power of two (a q pre-scaled by it stays exact)."""
     return e >= 1 and (e & (e - 1)) == 0 and (e.bit_length() - 1) % 2 == 0
+
+
+def token_strings(vocab, n: int, where: str) -> list[str]:
+    """The export's token strings by id: `vocab` (a str: one character each, or a list of
+    non-empty distinct strings) for the graph's n token-table rows; None gives "<0>", "<1>"..."""
+    if vocab is None:
+        return [f"<{i}>" for i in range(n)]
+    if isinstance(vocab, str):
+        vocab = list(vocab)
+    if not isinstance(vocab, Sequence) or not all(isinstance(t, str) and t for t in vocab):
+        raise ExportError(f"{where}: vocab must be a string of characters or a list of "
+                          "non-empty strings")
+    if len(vocab) != n:
+        raise ExportError(f"{where}: vocab has {len(vocab)} tokens, the graph's token table "
+                          f"has {n} rows")
+    if len(set(vocab)) != len(vocab):
+        raise ExportError(f"{where}: vocab has repeated tokens")
+    return list(vocab)
+
+
+def end_id(end, tokens: list[str], where: str, aliases=lambda t: (t,)) -> int | None:
+    """The id of the end token `end` (a token string, any of its `aliases`, or an id)."""
+    if end is None:
+        return None
+    if isinstance(end, (int, np.integer)) and not isinstance(end, bool):
+        if 0 <= int(end) < len(tokens):
+            return int(end)
+    elif isinstance(end, str):
+        for cand in aliases(end):
+            if cand in tokens:
+                return tokens.index(cand)
+    raise ExportError(f"{where}: end token {end!r} is not in the vocabulary (nor an id below "
+                      f"{len(tokens)})")
