@@ -220,3 +220,16 @@ def test_deterministic(tmp_path):
         export(ct, tmp_path / sub, "transformers", vocab=p.vocab, end=p.end)
     for f in ("model.safetensors", "config.json", "tokenizer.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_refused_before_writing_when_the_disk_is_too_small(tmp_path, monkeypatch):
+    """A stock layout larger than the free space is refused before a byte is written."""
+    import shutil
+    from collections import namedtuple
+
+    p, ct = _compiled("adder")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(ExportError, match="GB are free there"):
+        export(ct, tmp_path / "x", "transformers", vocab=p.vocab, end=p.end)
+    assert not (tmp_path / "x").exists()

@@ -51,6 +51,7 @@ import numpy as np
 
 from lowering.export.metadata import ExportError, check_metadata, export_metadata
 from lowering.export.stock import StockPlan, end_id, power_of_four, token_strings
+from lowering.export.streaming import ensure_space
 
 ARCH = "gpt2"
 # max over x in (-10, 10) of |ggml's table GELU(x) - relu(x)|: 0.1700 for the tanh GELU (at
@@ -103,6 +104,7 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
         exactness="every pre-activation z with |z| >= 10/S is exact; smaller nonzero ones may "
                   "move an MLP sublayer's output by at most tw.gelu_error_bounds[layer]")
 
+    ensure_space(path, 4 * g.params(), plan.trimmed_params(), "export gguf")
     w = gguf.GGUFWriter(os.fspath(path), ARCH)
     w.add_name(name or "tw export")
     w.add_context_length(g.n_ctx)

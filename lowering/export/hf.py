@@ -30,7 +30,7 @@ import numpy as np
 
 from lowering.export.metadata import ExportError, check_metadata, export_metadata
 from lowering.export.stock import StockPlan, end_id, token_strings
-from lowering.export.streaming import Tensor, write_safetensors
+from lowering.export.streaming import Tensor, ensure_space, write_safetensors
 
 FORMAT = "transformers"
 
@@ -55,6 +55,7 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     tokens += [f"<{i}>" for i in range(len(tokens), max(g.vocab, g.n_out))]
     eos = end_id(end, tokens, "transformers export")
     eps = plan.norm_eps(norm_eps)
+    ensure_space(path, 4 * g.params(), plan.trimmed_params(), "transformers export")
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
         (plan.twin_col >= 0).sum()))

@@ -60,3 +60,22 @@ def write_safetensors(path, groups: Iterable[tuple[Sequence[Tensor], Callable[[]
                 f.write(a.tobytes())
             del arrays
     return 8 + len(text) + at
+
+
+def ensure_space(path, nbytes: int, trimmed_params: int, where: str) -> None:
+    """Refuse, before writing a byte, an export larger than the free space where it goes (a
+    stock layout pads every layer to the widest: 10^5 ops compiled at d=2048 is ~260 GB)."""
+    import os
+    import shutil
+
+    from lowering.export.metadata import ExportError
+
+    folder = os.path.dirname(os.path.abspath(os.fspath(path))) or "."
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if nbytes > free:
+        raise ExportError(f"{where}: the stock layout needs {nbytes / 1e9:.3g} GB ({nbytes // 4} "
+                          f"float32 parameters; tw's trimmed model stores {trimmed_params}) and "
+                          f"{free / 1e9:.3g} GB are free there; compile at a smaller d, or "
+                          "export to onnx (trimmed)")

@@ -43,7 +43,7 @@ import numpy as np
 
 from lowering.export.metadata import PREFIX, ExportError, check_metadata, export_metadata
 from lowering.export.stock import StockGeometry, StockPlan
-from lowering.export.streaming import Tensor, write_safetensors
+from lowering.export.streaming import Tensor, ensure_space, write_safetensors
 
 FORMAT = "tlens"
 CONFIG = "config.json"
@@ -69,6 +69,7 @@ def export_tlens(ct, path, n_positions: int | None = None) -> dict:
     meta = export_metadata(ct, FORMAT, g.as_dict(), outputs=outputs,
                            attn_scale=repr(ATTN_SCALE),
                            tw_columns=plan.tw_columns.tolist())
+    ensure_space(path, 4 * g.params(), plan.trimmed_params(), "tlens export")
     os.makedirs(path, exist_ok=True)
     config_path, weights_path = os.path.join(path, CONFIG), os.path.join(path, WEIGHTS)
     if os.path.exists(config_path):  # (a crash below must not leave an old config beside)
