@@ -31,6 +31,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMATS = ("transformers", "tlens", "onnx", "gguf")
+GENERATIONS = 10  # random prompts per token program whose greedy answers are compared
 
 
 def peak_rss_mb() -> float:
@@ -119,10 +120,13 @@ def one(case: str, fmt: str, positions: int, repeats: int, device: str) -> dict:
         row["export_rss_mb"] = round(peak_rss_mb(), 1)
         size = (os.path.getsize(target) if os.path.isfile(target) else
                 sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(target) for f in fs))
-        row.update(bytes=size, padded_params=report.get("padded_params"),
+        # (stock formats report their padded layout; onnx stores tw's trimmed blocks)
+        row.update(bytes=size, file_params=report.get("padded_params", report.get("params")),
                    trimmed_params=ct.stored_params(), geometry=report.get("geometry"))
         if positions:
-            n = min(positions, (report.get("geometry") or {}).get("n_ctx", positions))
+            from lowering.export.stock import StockPlan
+
+            n = min(positions, StockPlan(ct).geometry.n_ctx)
             vocab_n = ct.contract.specs[0].vocab if ct.contract.specs else 1
             ids = np.random.default_rng(0).integers(0, max(1, vocab_n), n)
             run = stock_runner(fmt, target, device)
@@ -138,6 +142,17 @@ def one(case: str, fmt: str, positions: int, repeats: int, device: str) -> dict:
             row["stock_forward_ms"] = 1e3 * median_seconds(lambda: run(ids), repeats)
             row["tw_forward_ms"] = 1e3 * median_seconds(lambda: ct_dev.run(feeds), repeats)
             row["stock_over_tw"] = row["stock_forward_ms"] / row["tw_forward_ms"]
+            if vocab is not None:  # a token program: greedy generations, export vs tw-run
+                import examples
+                from examples.token_program import generate
+
+                p = examples.load(case)
+                rng = np.random.default_rng(1)
+                prompts = [p.sample(rng) for _ in range(GENERATIONS)]
+                v = len(p.vocab)
+                same = [generate(p, q, lambda inp: {"logits": run(inp["tokens"])[:, :v]})
+                        == generate(p, q, ct_dev.run) for q in prompts]
+                row["generations_identical"] = f"{sum(same)}/{len(same)}"
             row["device"] = device if device != "cuda" else torch.cuda.get_device_name()
     finally:
         shutil.rmtree(out, ignore_errors=True)
