@@ -24,20 +24,26 @@ def digest(ct) -> str:
 
 def main() -> None:
     import examples
+    import examples.library
+    import examples.primitive
     import lowering
     from twdialect.random_graphs import layered_graph
 
-    for name in examples.PROGRAMS:
-        p = examples.load(name)
-        g = p.geometry
-        for pipeline in (None, "default"):
-            ct = lowering.compile(p.module, d=g.d, d_head=g.d_head, d_hidden=g.d_hidden,
-                                  pipeline=pipeline)
-            print(f"{name:18s} {str(pipeline):8s} layers={ct.n_layers:3d} {digest(ct)}", flush=True)
+    sets = (("", examples), ("library/", examples.library), ("primitive/", examples.primitive))
+    for prefix, package in sets:
+        for name in package.PROGRAMS:
+            p = package.load(name)
+            g = p.geometry
+            for pipeline in (None, "default"):
+                ct = lowering.compile(p.module, d=g.d, d_head=g.d_head, d_hidden=g.d_hidden,
+                                      pipeline=pipeline)
+                print(f"{prefix + name:28s} {str(pipeline):8s} layers={ct.n_layers:3d} "
+                      f"{digest(ct)}", flush=True)
     for n in (300, 3000):
         module, _ = layered_graph(n, seed=1)
         ct = lowering.compile(module, d=512, d_head=16, d_hidden=2048, pipeline="default")
-        print(f"layered_{n:<10d} default  layers={ct.n_layers:3d} {digest(ct)}", flush=True)
+        print(f"{'layered_' + str(n):28s} default  layers={ct.n_layers:3d} {digest(ct)}",
+              flush=True)
 
 
 if __name__ == "__main__":
