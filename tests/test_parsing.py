@@ -266,10 +266,3 @@ def test_pipeline_errors_name_the_pass_and_option(spec: str, message: str) -> No
         parse_pipeline(spec)
     assert message in str(info.value) and "\n" not in str(info.value)
 
-
-def test_install_is_idempotent() -> None:
-    from xdsl.utils.mlir_lexer import MLIRLexer
-
-    lex = MLIRLexer.lex
-    twdialect.parsing.install()
-    assert MLIRLexer.lex is lex

@@ -3,8 +3,9 @@
 The contract: a run either succeeds (exit 0) or prints exactly ONE line on stderr,
 `<tool>: error: [<file>:<line>:<col>: ]<what is wrong and what to do>`, and exits 1 (130 when
 interrupted). No traceback, usage block, warning or internal exception reaches the user; an
-exception that is not a deliberate error (`ToolError`, tw's `TwError`, an xDSL ParseError)
-still gives one line, marked `internal error`, so a bug is visible without a traceback.
+exception that is not a deliberate error (a `TwError`, `ToolError` included, or an xDSL
+ParseError) still gives one line, marked `internal error`, so a bug is visible without a
+traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -23,15 +25,17 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
 
-import twdialect  # noqa: F401 - installs the parser fixes (twdialect/parsing.py) before any parse
+import twdialect  # noqa: F401 - applies tw's xDSL patches (twdialect/xdsl_compat.py) first
+from twdialect.errors import TwError
 
 # A word longer than this in a message (a 10^5-character identifier echoed back by the parser)
 # is shortened, so that the one error line stays readable.
 LONG_WORD = 80
 
 
-class ToolError(Exception):
-    """A user-facing failure: `location` is "file:line:col" or None."""
+class ToolError(TwError):
+    """A failure a tool finds itself (a bad argument, an unreadable file, a parse or verifier
+    error): `location` is "file:line:col" or None."""
 
     def __init__(self, message: str, location: str | None = None, diagnostic: bool = False):
         super().__init__(message)
@@ -42,8 +46,20 @@ class ToolError(Exception):
         self.diagnostic = diagnostic
 
     def line(self) -> str:
-        text = one_line(self.message)
-        return f"{self.location}: {text}" if self.location else text
+        return error_line(self)
+
+
+def error_line(e: BaseException) -> str:
+    """A deliberate error as the one line a tool prints: "[file:line:col: ]message"."""
+    text = one_line(e.msg if isinstance(e, ParseError) else e) or type(e).__name__
+    location = getattr(e, "location", None)
+    return f"{location}: {text}" if location else text
+
+
+def last_line(e: BaseException) -> str:
+    """xDSL's pipeline spec errors span several lines (spec, caret, reason): the reason."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 def _shorten(match: re.Match) -> str:
@@ -142,12 +158,32 @@ def read_text(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-class LocatingParser(Parser):
-    """A Parser that remembers where each op starts, so later errors can point at it."""
+@dataclass
+class SourceMap:
+    """Where the ops parsed from one text start: `name` is its file, `line_offset` the lines
+    before it there (a `// -----` chunk starts mid-file). Errors found later, by a verifier or
+    a pass, point at their op's line through it."""
 
-    def __init__(self, ctx: Context, text: str, name: str, op_spans: dict[Operation, Span]):
-        super().__init__(ctx, text, name)
-        self.op_spans = op_spans
+    name: str
+    line_offset: int = 0
+    spans: dict[Operation, Span] = field(default_factory=dict)
+
+    def where(self, span: Span) -> str:
+        loc = span.get_location()
+        return f"{loc.file}:{loc.line + self.line_offset}:{loc.col}"
+
+    def locate(self, op: Operation | None) -> str | None:
+        """"file:line:col" of `op`, or None for an op that was not parsed from this text."""
+        span = self.spans.get(op) if op is not None else None
+        return self.where(span) if span is not None else None
+
+
+class LocatingParser(Parser):
+    """A Parser that records where each op starts in a SourceMap."""
+
+    def __init__(self, ctx: Context, text: str, source: SourceMap):
+        super().__init__(ctx, text, source.name)
+        self.source = source
         self.open_ops: list[Span] = []  # start spans of ops being parsed, innermost last
 
     def parse_operation(self) -> Operation:
@@ -155,39 +191,33 @@ class LocatingParser(Parser):
         self.open_ops.append(start)
         op = super().parse_operation()
         self.open_ops.pop()
-        self.op_spans[op] = start
+        self.source.spans[op] = start
         return op
 
 
-def format_location(span: Span, line_offset: int = 0) -> str:
-    loc = span.get_location()
-    return f"{loc.file}:{loc.line + line_offset}:{loc.col}"
-
-
-def located_parse(ctx: Context, text: str, name: str, op_spans: dict[Operation, Span],
-                  line_offset: int = 0, implicit_module: bool = True) -> ModuleOp:
-    """Parse `text`; every failure is a ToolError located at `name:line:col` where possible
-    (a parse error where it is, an attribute verifier failure at the op being parsed)."""
+def located_parse(ctx: Context, text: str, source: SourceMap,
+                  implicit_module: bool = True) -> ModuleOp:
+    """Parse `text`, recording op locations in `source`; every failure is a ToolError located
+    where possible (a parse error where it is, an attribute verifier failure at the op being
+    parsed)."""
     if not any(line.strip() and not line.lstrip().startswith("//")
                for line in text.splitlines()):
         # xDSL's own message here is "Could not parse entire input!".
         raise ToolError("no operations in this input (an empty file or chunk)",
-                        f"{name}:{line_offset + 1}:1")
+                        f"{source.name}:{source.line_offset + 1}:1")
     parser = None
     try:
-        parser = LocatingParser(ctx, text, name, op_spans)
+        parser = LocatingParser(ctx, text, source)
         return parser.parse_module(implicit_module)
     except ParseError as e:
-        raise ToolError(e.msg, format_location(e.span, line_offset)) from None
+        raise ToolError(e.msg, source.where(e.span)) from None
     except Exception as e:  # noqa: BLE001 - attribute verifiers raise while parsing
-        if parser is None or not parser.open_ops:
-            raise ToolError(one_line(e) or type(e).__name__) from None
-        raise ToolError(one_line(e) or type(e).__name__,
-                        format_location(parser.open_ops[-1], line_offset)) from None
+        where = (source.where(parser.open_ops[-1])
+                 if parser is not None and parser.open_ops else None)
+        raise ToolError(one_line(e) or type(e).__name__, where) from None
 
 
-def verify_located(module: ModuleOp, op_spans: dict[Operation, Span], line_offset: int = 0,
-                   after: str | None = None) -> None:
+def verify_located(module: ModuleOp, source: SourceMap, after: str | None = None) -> None:
     """Verify like `module.verify()`, but report the op that failed and where it is.
 
     Children are checked before their parent, as `Operation.verify` does. `after` names the
@@ -204,17 +234,14 @@ def verify_located(module: ModuleOp, op_spans: dict[Operation, Span], line_offse
                 message = f"{describe(culprit)}: {message}"
             if after is not None:
                 message = f"IR after pass '{after}' does not verify: {message}"
-            span = op_spans.get(culprit)
-            where = format_location(span, line_offset) if span is not None else None
-            raise ToolError(message, where, diagnostic=True) from None
+            raise ToolError(message, source.locate(culprit), diagnostic=True) from None
 
 
 def parse_file(path: str) -> ModuleOp:
     """Read, parse and verify the tw text in `path` ('-' for stdin), errors located."""
-    name = "stdin" if path == "-" else path
-    spans: dict[Operation, Span] = {}
-    module = located_parse(twdialect.make_context(), read_text(path), name, spans)
-    verify_located(module, spans)
+    source = SourceMap("stdin" if path == "-" else path)
+    module = located_parse(twdialect.make_context(), read_text(path), source)
+    verify_located(module, source)
     return module
 
 
@@ -239,8 +266,6 @@ def report(prog: str, line: str) -> None:
 def run_tool(prog: str, body: Callable[[], int | None]) -> int:
     """Run a tool's body under the contract: returns 0 on success; on any error prints one
     line and raises SystemExit(1) (130 when interrupted)."""
-    from twdialect.errors import TwError
-
     try:
         with no_warnings():
             code = body()
@@ -248,10 +273,8 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
         return code or 0
     except SystemExit:
         raise  # --help and --version exit 0 through argparse
-    except ToolError as e:
-        report(prog, e.line())
     except (TwError, ParseError) as e:
-        report(prog, one_line(getattr(e, "msg", None) or e) or type(e).__name__)
+        report(prog, error_line(e))
     except KeyboardInterrupt:
         report(prog, "interrupted")
         raise SystemExit(130) from None
@@ -285,9 +308,7 @@ def check_pipeline_names(spec: str) -> None:
     try:
         names = [p.name for p in parse_pipeline(spec)]
     except (ArgSpecParseError, Exception) as e:  # noqa: BLE001 - xDSL's spec errors vary
-        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        reason = lines[-1] if lines else type(e).__name__
-        raise ToolError(f"bad pass pipeline {spec!r}: {reason}") from None
+        raise ToolError(f"bad pass pipeline {spec!r}: {last_line(e)}") from None
     known = allowed_passes()
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -1,46 +1,46 @@
-"""`tw-opt`: the xdsl-opt style driver for tw IR.
+"""`tw-opt`: xDSL's own driver (`xDSLOptMain`, as `xdsl-opt`) on tw IR.
 
     tw-opt graph.mlir -p decompose,cse,fuse-linears{max-params=0} -o out.mlir
     tw-opt errors.mlir --split-input-file --verify-diagnostics
     cat graph.mlir | tw-opt - -p cse          # '-' (or no file) reads stdin
 
-Knows the builtin and `tw` dialects, tw's own passes (`passes.get_tw_passes()`, imported only
-when a pipeline names them) and the upstream xDSL passes that make sense on tw IR
-(`passes.UPSTREAM_PASSES`: cse, dce, canonicalize; the other 130 upstream passes target other
-dialects and at best do nothing here, some write IR tw-opt cannot read back; the Python
-pipeline entry points take the same list). After each pass
-the IR is verified and checked to hold only ops tw-opt can parse, so the output always reads
-back in.
+Knows the builtin and `tw` dialects, tw's own passes (imported only when a pipeline names
+them) and the upstream xDSL passes that make sense on tw IR (`passes.UPSTREAM_PASSES`: cse,
+dce, canonicalize; the other 130 upstream passes target other dialects and at best do nothing
+here, some write IR tw-opt cannot read back; the Python pipeline entry points take the same
+list, `passes.get_all_passes()`). After each pass the IR is verified and checked to hold only
+ops tw-opt can parse, so the output always reads back in. `TW_UNIVERSE` gives stock `xdsl-opt`
+the same dialect and tw's passes (the `xdsl.universe` entry point in pyproject.toml).
 
 Error contract (tools/cli.py): every bad input (unknown pass, bad pass option, malformed or
 ill-typed IR, a verifier failure, a missing or unreadable file, an output path that cannot be
 written, an exception inside a pass) ends the run with exit code 1 and exactly ONE line on
-stderr, `tw-opt: error: <file>:<line>:<col>: <message>` (the location
-is left out when there is none), never a traceback. Verifier errors are located at the op
-they are about. With `--verify-diagnostics` (verifier and pass errors) or
-`--parsing-diagnostics` (parse errors) the same line goes to stdout, processing goes on with
-the next `// -----` chunk, and the exit code is 0, as in xdsl-opt.
+stderr, `tw-opt: error: <file>:<line>:<col>: <message>` (the location is left out when there
+is none), never a traceback. Verifier and pass errors are located at the op they are about.
+With `--verify-diagnostics` (verifier and pass errors) or `--parsing-diagnostics` (parse
+errors) the same line goes to stdout, processing goes on with the next `// -----` chunk, and
+the exit code is 0, as in xdsl-opt. Each method below overrides xDSL's only where xDSL's
+cannot keep that contract, and says why.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import Builtin, ModuleOp
-from xdsl.ir import Operation
-from xdsl.passes import ModulePass
+from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
+from xdsl.universe import Universe
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
-from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from tools.cli import (ToolError, allowed_passes, format_location, located_parse, one_line,
+from passes import UPSTREAM_PASSES
+from tools.cli import (SourceMap, ToolError, allowed_passes, last_line, located_parse, one_line,
                        run_tool, verify_located)
 from twdialect.dialect import TW
 
@@ -50,33 +50,11 @@ PROG = "tw-opt"
 # as /dev/stdin or a process substitution).
 MLIR_EXTENSIONS = ("mlir", "")
 
-
-@contextlib.contextmanager
-def _record_failing_op() -> Iterator[None]:
-    """While a pass runs, note on each diagnosed exception which op xDSL reported it at.
-
-    The pattern driver turns an exception inside a pattern into `op.emit_error(...)`, which
-    re-raises the original exception without saying which op failed; keeping that op lets the
-    error point at its source line."""
-    original = Operation.emit_error
-
-    def emit_error(self: Operation, message: str, underlying_error: Exception):
-        if getattr(underlying_error, "op", None) is None:
-            with contextlib.suppress(AttributeError):
-                underlying_error.op = self  # type: ignore[attr-defined]
-        return original(self, message, underlying_error)
-
-    Operation.emit_error = emit_error  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Operation.emit_error = original  # type: ignore[method-assign]
-
-
-def _last_line(e: BaseException) -> str:
-    """xDSL's spec errors span several lines (spec, caret, reason): keep the reason."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[-1] if lines else type(e).__name__
+# The tw dialect and tw's own passes, for stock `xdsl-opt` (which has the upstream ones).
+TW_UNIVERSE = Universe(
+    all_dialects={"tw": lambda: TW},
+    all_passes={name: factory for name, factory in allowed_passes().items()
+                if name not in UPSTREAM_PASSES})
 
 
 class TwOptMain(xDSLOptMain):
@@ -86,8 +64,9 @@ class TwOptMain(xDSLOptMain):
 
     def __init__(self, description: str = "tw modular optimizer driver",
                  args: Sequence[str] | None = None):
-        self.op_spans: dict[Operation, Span] = {}
-        self.line_offset = 0
+        self.source = SourceMap("stdin")  # where the ops of the chunk being processed start
+        self.running: ModulePass | None = None  # the pass being applied, for its errors
+        self.started = time.perf_counter()  # when it started, for --time-passes
         try:
             super().__init__(description=description, args=args)
         except ArgSpecParseError:
@@ -103,11 +82,13 @@ class TwOptMain(xDSLOptMain):
         raise ToolError(f"bad --target {self.args.target!r}: tw-opt writes only 'mlir' text "
                         "(the default; print options are flags such as --print-op-generic)")
 
-    # -- registration ------------------------------------------------------------------
+    # -- registration: only what keeps tw IR -----------------------------------------------
 
     def register_all_dialects(self) -> None:
+        # xdsl-opt registers every dialect it knows, whose ops tw passes cannot handle.
         self.ctx.register_dialect("builtin", lambda: Builtin)
-        self.ctx.register_dialect("tw", lambda: TW)
+        for name, factory in TW_UNIVERSE.all_dialects.items():
+            self.ctx.register_dialect(name, factory)
 
     def register_all_passes(self) -> None:
         for name, factory in allowed_passes().items():
@@ -120,25 +101,15 @@ class TwOptMain(xDSLOptMain):
             del self.available_targets[name]
 
     def register_all_frontends(self) -> None:
+        # xDSL's frontend records no op locations, and stops at the first parse error with a
+        # multi-line message; this one records where each op starts, for later errors.
         def parse_mlir(stream: IO[bytes]) -> ModuleOp:
             text = stream.read()
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="replace")
-            return located_parse(self.ctx, text, self.get_input_name(), self.op_spans,
-                                 self.line_offset, not self.args.no_implicit_module)
+            return located_parse(self.ctx, text, self.source, not self.args.no_implicit_module)
 
         self.available_frontends["mlir"] = parse_mlir
-
-    def setup_pipeline(self) -> None:
-        try:
-            super().setup_pipeline()
-        except ArgSpecParseError as e:
-            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {_last_line(e)}") from None
-        except Exception as e:  # noqa: BLE001 - xDSL raises bare ValueErrors for spec problems
-            message = one_line(e)
-            if message.startswith("Unrecognized passes"):
-                message += f" (tw-opt knows: {', '.join(sorted(self.available_passes))})"
-            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {message}") from None
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -149,7 +120,64 @@ class TwOptMain(xDSLOptMain):
         # argparse would print the usage block and exit 2; keep the one-line contract.
         arg_parser.error = usage_error  # type: ignore[method-assign]
 
-    # -- input and output -----------------------------------------------------------------
+    # -- the pipeline: one-line errors, located verification --------------------------------
+
+    def setup_pipeline(self) -> None:
+        try:
+            super().setup_pipeline()
+        except ArgSpecParseError as e:
+            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {last_line(e)}") from None
+        except Exception as e:  # noqa: BLE001 - xDSL raises bare ValueErrors for spec problems
+            message = one_line(e)
+            if message.startswith("Unrecognized passes"):
+                message += f" (tw-opt knows: {', '.join(sorted(self.available_passes))})"
+            raise ToolError(f"bad pass pipeline {self.args.passes!r}: {message}") from None
+        # xDSL's callback between passes verifies with `module.verify()`, whose error holds
+        # the whole module and no location; tw-opt's names and locates the failing op.
+        self.pipeline = PassPipeline(self.pipeline.passes, self.between_passes)
+
+    def between_passes(self, done: ModulePass | None, module: ModuleOp,
+                       upcoming: ModulePass | None) -> None:
+        """What xDSL's callback does (timing, verifying, printing), errors located."""
+        if self.args.time_passes and done is not None:
+            print(f"Pass {done.name} took {time.perf_counter() - self.started} seconds")
+        if not self.args.disable_verify:
+            self.verify(module, done)
+        if done is not None and upcoming is not None and self.args.print_between_passes:
+            print(f"IR after {done.name}:")
+            Printer(stream=sys.stdout).print_op(module)
+            print("\n\n\n")
+        self.running = upcoming
+        self.started = time.perf_counter()
+
+    def verify(self, module: ModuleOp, after: ModulePass | None) -> None:
+        """Verify, locating the failing op; after a pass, also check that every op it left is
+        one tw-opt can parse (so the printed output always reads back in)."""
+        verify_located(module, self.source, after.name if after is not None else None)
+        if after is None:
+            return
+        for op in module.walk():
+            if self.ctx.get_optional_op(op.name) is None:
+                raise ToolError(f"pass '{after.name}' left a '{op.name}' op, which is not tw IR "
+                                "(tw-opt could not read its output back)", diagnostic=True)
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        # A pass may raise anything; xDSL lets it escape as a traceback.
+        try:
+            super().apply_passes(prog)
+        except ToolError:
+            raise  # a located verifier error from between_passes
+        except Exception as e:  # noqa: BLE001 - a failing pass must not print a traceback
+            text = one_line(e) or type(e).__name__
+            if not isinstance(e, (ValueError, DiagnosticException)):
+                text = f"{type(e).__name__}: {text}"
+            # `e.op`: a TwError's own, or the op xDSL's pattern driver reported it at.
+            name = self.running.name if self.running is not None else "?"
+            raise ToolError(f"pass '{name}' failed: {text}",
+                            self.source.locate(getattr(e, "op", None)),
+                            diagnostic=True) from None
+
+    # -- input, output and the loop over chunks ----------------------------------------------
 
     def get_input_stream(self):
         if self.args.input_file == "-":  # stdin, as for tw-stats and most Unix tools
@@ -183,78 +211,35 @@ class TwOptMain(xDSLOptMain):
                     if not os.path.isdir(folder) else "")
             raise ToolError(f"cannot write {path}: {e.strerror or e}{hint}") from None
 
-    # -- running ----------------------------------------------------------------------
-
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0):
-        self.line_offset = start_offset
+        self.source = SourceMap(self.get_input_name(), start_offset)
         return super().parse_chunk(chunk, file_extension, start_offset)
 
-    def verify(self, module: ModuleOp, after: ModulePass | None) -> None:
-        """Verify, locating the failing op; after a pass, also check that every op it left is
-        one tw-opt can parse (so the printed output always reads back in)."""
-        verify_located(module, self.op_spans, self.line_offset,
-                       after.name if after is not None else None)
-        if after is None:
-            return
-        for op in module.walk():
-            if self.ctx.get_optional_op(op.name) is None:
-                raise ToolError(f"pass '{after.name}' left a '{op.name}' op, which is not tw IR "
-                                "(tw-opt could not read its output back)", diagnostic=True)
-
-    def apply_passes(self, prog: ModuleOp) -> None:
-        """Verify the input, then run each pass and verify its result."""
-        check = not self.args.disable_verify
-        if check:
-            self.verify(prog, None)
-        passes = self.pipeline.passes
-        for i, module_pass in enumerate(passes):
-            started = time.perf_counter()
-            try:
-                with _record_failing_op():
-                    module_pass.apply(self.ctx, prog)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as e:  # noqa: BLE001 - a failing pass must not print a traceback
-                text = one_line(e) or type(e).__name__
-                if not isinstance(e, (ValueError, DiagnosticException)):
-                    text = f"{type(e).__name__}: {text}"
-                culprit = getattr(e, "op", None)
-                span = self.op_spans.get(culprit) if culprit is not None else None
-                raise ToolError(f"pass '{module_pass.name}' failed: {text}",
-                                format_location(span, self.line_offset) if span else None,
-                                diagnostic=True) from None
-            if self.args.time_passes:
-                print(f"Pass {module_pass.name} took {time.perf_counter() - started} seconds")
-            if check:
-                self.verify(prog, module_pass)
-            if self.args.print_between_passes and i + 1 < len(passes):
-                print(f"IR after {module_pass.name}:")
-                Printer(stream=sys.stdout).print_op(prog)
-                print("\n\n\n")
-
     def run(self) -> None:
+        """xDSL's loop over `// -----` chunks, with a chunk's error as one located line.
+
+        xDSL's `run` prints the exception itself under the diagnostics flags (a multi-line
+        diagnostic with the module in it) and lets other exceptions escape; tw-opt's errors are
+        ToolErrors, printed as one line on stdout under the flag that covers them, else
+        raised (tools/cli.py prints them on stderr)."""
         chunks, file_extension = self.prepare_input()
         output = self.prepare_output()
         try:
             for i, (chunk, offset) in enumerate(chunks):
-                try:
+                with chunk:
                     if i > 0:
                         output.write("// -----\n")
-                    self.line_offset = offset
-                    self.op_spans.clear()
-                    module = self.parse_chunk(chunk, file_extension, offset)
-                    if module is not None:
-                        self.apply_passes(module)
-                        output.write(self.output_resulting_program(module))
-                    output.flush()
-                except ToolError as e:
-                    reported = (self.args.verify_diagnostics if e.diagnostic
-                                else self.args.parsing_diagnostics)
-                    if not reported:
-                        raise
-                    print(f"{PROG}: error: {e.line()}", flush=True)
-                finally:
-                    chunk.close()
+                    try:
+                        module = self.parse_chunk(chunk, file_extension, offset)
+                        if module is not None:
+                            self.apply_passes(module)
+                            output.write(self.output_resulting_program(module))
+                        output.flush()
+                    except ToolError as e:
+                        if not (self.args.verify_diagnostics if e.diagnostic
+                                else self.args.parsing_diagnostics):
+                            raise
+                        print(f"{PROG}: error: {e.line()}", flush=True)
         finally:
             if output is not sys.stdout:
                 output.close()

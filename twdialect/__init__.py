@@ -1,100 +1,17 @@
 """tw: the IR (types, ops, verifiers), the graph builder, the oracle and analyses."""
 
-import functools as _functools
-import math as _math
+# First of all: check xDSL's version and apply tw's patches of it (twdialect/xdsl_compat.py),
+# before anything below parses, prints or verifies.
+from twdialect.xdsl_compat import install as _install_xdsl_patches
 
-import numpy as _np
+_install_xdsl_patches()
 
-import xdsl.parser.attribute_parser as _attribute_parser
-from xdsl.dialects.builtin import Float32Type as _Float32Type
-from xdsl.dialects.builtin import Float64Type as _Float64Type
-from xdsl.printer import Printer as _Printer
+import numpy as _np  # noqa: E402
 
-from twdialect.dialect import TW, GraphOp, VecType, width_of
-from twdialect.errors import TwError
-from twdialect.interp import EvaluationError, evaluate, evaluate_values, find_graph, generate
-from twdialect.parsing import install as _install_parsing_fixes
-
-# xDSL's lexer hangs on an unterminated string and its parser has cryptic or unbounded failure
-# modes; one compatibility layer fixes them for every parse entry point (twdialect/parsing.py).
-_install_parsing_fixes()
-
-
-def _cache_dense_literal_constraint() -> None:
-    """Memoize `base(...)` as seen by xDSL's attribute parser.
-
-    Every `dense<...>` literal rebuilds the same IRDL constraint through `base(...)`; caching it
-    roughly halves parse time for weight-heavy text and changes no output (the constraint is a
-    pure function of its hashable argument). Applied once, at import, for every parser user."""
-    current = _attribute_parser.base
-    if not hasattr(current, "cache_info"):
-        _attribute_parser.base = _functools.lru_cache(maxsize=None)(current)
-
-
-_cache_dense_literal_constraint()
-
-
-def _float_literal_that_parses(value: float, digits: int) -> str:
-    """`value` with `digits` significant digits, always with a '.' before any exponent."""
-    text = f"{value:.{digits}g}"
-    mantissa, _, exponent = text.partition("e")
-    if "." not in mantissa:
-        mantissa += ".0"
-    return mantissa + ("e" + exponent if exponent else "")
-
-
-def _print_floats_that_reparse() -> None:
-    """Make xDSL print every finite f32/f64 as a decimal that parses back to the same value.
-
-    xDSL 0.74 prints a finite float whose short forms are not exact and whose `%.9g` (f32) or
-    `%.17g` (f64) text has no '.' as its raw bit pattern (`123456789.0` -> `0x4CEB79A3`), but
-    its parser reads such a literal inside `dense<[...]>` as the *integer* 0x4CEB79A3, so
-    weights like 1234567.0 silently changed on a round trip. Only those values print
-    differently (`123456792.0`); everything else is untouched."""
-    original = _Printer.print_float
-    if getattr(original, "_tw_reparsable", False):
-        return
-
-    def print_float(self, value: float, type) -> None:
-        if _math.isfinite(value) and isinstance(type, (_Float32Type, _Float64Type)):
-            digits = 9 if isinstance(type, _Float32Type) else 17
-            short = f"{value:.5e}"
-            exact_short = type.unpack(type.pack([float(short)]), 1)[0] == value
-            if not exact_short and "." not in f"{value:.{digits}g}":
-                self.print_string(_float_literal_that_parses(value, digits))
-                return
-        original(self, value, type)
-
-    print_float._tw_reparsable = True
-    _Printer.print_float = print_float
-
-
-_print_floats_that_reparse()
-
-
-def _tw_errors_skip_the_module_dump() -> None:
-    """xDSL's `Operation.emit_error` prints the whole enclosing module into a failing
-    verifier's message. tw's verifier errors already name and locate their op (one line), and
-    a module holding a legal 2^26-element weight took 13 s and gigabytes to print for a
-    mismatch elsewhere: a TwError is raised as it is."""
-    from xdsl.ir import Operation
-
-    original = Operation.emit_error
-    if getattr(original, "_tw_no_dump", False):
-        return
-
-    def emit_error(self, message: str, underlying_error: Exception):
-        if isinstance(underlying_error, TwError):
-            if getattr(underlying_error, "op", None) is None:
-                underlying_error.op = self
-            raise underlying_error
-        return original(self, message, underlying_error)
-
-    emit_error._tw_no_dump = True
-    Operation.emit_error = emit_error
-
-
-_tw_errors_skip_the_module_dump()
+from twdialect.dialect import TW, GraphOp, VecType, width_of  # noqa: E402
+from twdialect.errors import TwError  # noqa: E402
+from twdialect.interp import (EvaluationError, evaluate, evaluate_values, find_graph,  # noqa: E402
+                              generate)
 
 
 def make_context(allow_unregistered: bool = False):

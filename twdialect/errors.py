@@ -1,9 +1,11 @@
 """The one base class of every error tw raises on purpose.
 
 A `TwError` is a user-facing failure: its message says what is wrong (naming the op, input or
-option concerned) and, where it can, what would work. Tools print it as one line and exit 1;
-any other exception escaping tw is a bug (the fuzz tests count it as a crash). `op`, when set,
-is the operation the error is about, so tools can point at its source line."""
+option concerned) and, where it can, what would work. Tools print it as one line and exit 1
+(tools/cli.py; the tools' own errors, `ToolError`, derive from it too); any other exception
+escaping tw is a bug (the fuzz tests count it as a crash). `op`, when set, is the operation the
+error is about, so tools can point at its source line: `TwError(message, op)` is enough, a
+subclass needs no `__init__` of its own for it."""
 
 from __future__ import annotations
 

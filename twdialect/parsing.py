@@ -1,7 +1,10 @@
-"""Parsing hostile text safely: fixes to xDSL 0.74's lexer and parser, applied at `import twdialect`.
+"""Parsing hostile text safely: fixes to xDSL 0.74's lexer and parser.
 
 Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes through xDSL's
-`Parser` and `MLIRLexer`; patching those classes once here fixes every entry point alike.
+`Parser` and `MLIRLexer`; patching those classes once fixes every entry point alike. This module
+holds the fixes; `twdialect/xdsl_compat.py` applies them (with tw's other patches of xDSL, once,
+at `import twdialect`, after checking xDSL's version). A `wrap_*` function takes xDSL's method
+and returns the fixed one; the others replace xDSL's outright.
 
 * **String literals in linear time.** xDSL lexes a string with
   `"(?:[^"\\\n]+|\\...)*"`: a `+` inside a `*`, which backtracks exponentially when the closing
@@ -36,7 +39,7 @@ Every way tw reads IR text (`twdialect.parse_module`, `tw-opt`, `tw-stats`) goes
   at most MAX_DENSE_ELEMENTS numbers, checked before a splat is expanded (a splat of type
   `tensor<1x9999999999xf32>` used to allocate until a MemoryError).
 
-`install()` is idempotent; each patch keeps xDSL's behaviour on text it already accepted.
+Each fix keeps xDSL's behaviour on text it already accepted.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def _string_literal_error(lexer: MLIRLexer, start: int) -> ParseError:
                       "(a string cannot span lines; write \\n for a line break)")
 
 
-def _lex_string_literal(self: MLIRLexer, start_pos: int):
+def lex_string_literal(self: MLIRLexer, start_pos: int):
     """xDSL's string lexer with a linear regex, clear errors and UTF-8 strings (see module doc)."""
     match = _STRING_LITERAL.match(self.input.content, start_pos)
     if match is None:
@@ -157,7 +160,7 @@ def _lex_string_literal(self: MLIRLexer, start_pos: int):
     return Token(MLIRTokenKind.STRING_LIT, literal)
 
 
-def _wrap_lex(original):
+def wrap_lex(original):
     def lex(self: MLIRLexer):
         """xDSL's `lex`, with a readable message for a character no token starts with."""
         try:
@@ -171,7 +174,7 @@ def _wrap_lex(original):
     return lex
 
 
-def _wrap_lex_prefixed_ident(original):
+def wrap_lex_prefixed_ident(original):
     def lex_prefixed_ident(self: MLIRLexer, start_pos: int):
         """xDSL's lexer of `%x`, `^bb`, `#a`, `!t`, whose error printed `{first_char}` raw."""
         try:
@@ -186,7 +189,7 @@ def _wrap_lex_prefixed_ident(original):
     return lex_prefixed_ident
 
 
-def _wrap_lex_number(original):
+def wrap_lex_number(original):
     def lex_number(self: MLIRLexer, start_pos: int):
         """xDSL's number lexer, refusing decimal integers too long to convert."""
         token = original(self, start_pos)
@@ -201,7 +204,7 @@ def _wrap_lex_number(original):
 # -- parser --------------------------------------------------------------------------------
 
 
-def _consume_token(self: GenericParser, expected_kind=None):
+def consume_token(self: GenericParser, expected_kind=None):
     """xDSL's `_consume_token`, with its `assert` on the token's kind a ParseError at the token.
 
     Callers are meant to have checked the kind already; one that did not (a complex element
@@ -215,7 +218,7 @@ def _consume_token(self: GenericParser, expected_kind=None):
     return consumed
 
 
-def _wrap_parse_block(original):
+def wrap_parse_block(original):
     def parse_block(self: Parser):
         """xDSL reports anything but a block label here as just ' in block definition'."""
         token = self._current_token
@@ -229,7 +232,7 @@ def _wrap_parse_block(original):
     return parse_block
 
 
-def _wrap_parse_module(original):
+def wrap_parse_module(original):
     def parse_module(self: Parser, allow_implicit_module: bool = True):
         """xDSL's `parse_module`, with nesting that exhausts the stack reported as a ParseError
         at the token where it happened (the parser recurses once per nesting level)."""
@@ -242,7 +245,7 @@ def _wrap_parse_module(original):
     return parse_module
 
 
-def _wrap_parse_integer_or_float_type(original):
+def wrap_parse_integer_or_float_type(original):
     def parse_optional_integer_or_float_type(self: AttrParser):
         """xDSL's `i32` / `f32` / `index` parser, with integer widths bounded as in MLIR."""
         token = self._current_token
@@ -258,7 +261,7 @@ def _wrap_parse_integer_or_float_type(original):
     return parse_optional_integer_or_float_type
 
 
-def _wrap_parse_top_level(original):
+def wrap_parse_top_level(original):
     """xDSL's `parse_module` ends with "Could not parse entire input!" wherever its top-level
     loop stops, saying neither what it found nor why; the wrapper counts the top-level ops
     parsed so far (through `parse_optional_operation`, at nesting depth 0) to say which."""
@@ -279,7 +282,7 @@ def _wrap_parse_top_level(original):
     return parse_module
 
 
-def _wrap_parse_optional_operation(original):
+def wrap_parse_optional_operation(original):
     def parse_optional_operation(self: Parser):
         depth = getattr(self, "_tw_op_depth", 0)
         self._tw_op_depth = depth + 1
@@ -329,7 +332,7 @@ def _check_dense_type(parser: AttrParser, dense_type, start: int) -> None:
                            f"limit of {limit} (MAX_DENSE_ELEMENTS)", start, parser.pos)
 
 
-def _wrap_parse_dense_literal_type(original):
+def wrap_parse_dense_literal_type(original):
     def parse_dense_literal_type(self: AttrParser):
         """The type of a `dense<...>` literal, refused before a splat is expanded to it."""
         start = self._current_token.span.start
@@ -339,7 +342,7 @@ def _wrap_parse_dense_literal_type(original):
     return parse_dense_literal_type
 
 
-def _wrap_parse_dense_elements(original):
+def wrap_parse_dense_elements(original):
     def parse_dense_int_or_fp_elements_attr(self: AttrParser, type):
         """xDSL's dense literal parser, bounded, and with numbers too large for the element
         type (`dense<[[1000...0]]> : tensor<1x1xf32>`) a ParseError, not an OverflowError."""
@@ -376,7 +379,7 @@ def _check_whole_elements(parser: AttrParser, attr, start: int) -> None:
                            f"{len(attr) * size})", start, parser.pos)
 
 
-def _wrap_to_complex(original):
+def wrap_to_complex(original):
     def to_complex(self, parser: AttrParser, type):
         """xDSL asserts (an AssertionError with no message) when a complex-typed dense literal
         holds a plain number instead of a (real, imaginary) pair."""
@@ -408,7 +411,7 @@ def _parse_complex_part(parser: AttrParser, which: str):
     return part
 
 
-def _parse_optional_complex(self: AttrParser):
+def parse_optional_complex(self: AttrParser):
     """xDSL's `(real, imaginary)` dense element, checked step by step: xDSL asserted (an
     internal AssertionError) when anything but ')' followed the imaginary part, and said only
     "either an int or float must be present" for a missing part. Same result otherwise."""
@@ -425,7 +428,7 @@ def _parse_optional_complex(self: AttrParser):
     return (real, imag), Span(start, end, self.lexer.input)
 
 
-def _wrap_parse_int_or_float_attr(original):
+def wrap_parse_int_or_float_attr(original):
     def parse_optional_builtin_int_or_float_attr(self: AttrParser):
         """xDSL's number attribute parser, with a hexadecimal float literal wider than its
         type (`0xFFF18446744073709551616 : f64`) a ParseError, not an OverflowError."""
@@ -481,16 +484,20 @@ def _explain_spec_error(cls, spec, error: ValueError) -> str:
     return f"pass '{cls.name}': {error}"
 
 
-def _wrap_from_spec(original):
+def wrap_from_spec(original):
+    """xDSL's `ArgSpecConvertible.from_spec` (a classmethod, given bound), naming the pass and
+    option a conversion failed on."""
+    function = original.__func__
+
     def from_spec(cls, spec):
         try:
-            return original(cls, spec)
+            return function(cls, spec)
         except ValueError as e:
             raise ValueError(_explain_spec_error(cls, spec, e)) from None
     return classmethod(from_spec)
 
 
-def _wrap_pipeline_lexer(original):
+def wrap_pipeline_lexer(original):
     def generator(input_str: str):
         """xDSL's pipeline lexer, saying which character it could not read ('Unknown token')."""
         tokens = original(input_str)
@@ -509,36 +516,3 @@ def _wrap_pipeline_lexer(original):
             pos = token.span.end
             yield token
     return staticmethod(generator)
-
-
-# -- installation --------------------------------------------------------------------------
-
-
-def install() -> None:
-    """Apply every fix above to xDSL's classes (once)."""
-    if getattr(MLIRLexer, "_tw_parsing_installed", False):
-        return
-    MLIRLexer._lex_string_literal = _lex_string_literal
-    MLIRLexer.lex = _wrap_lex(MLIRLexer.lex)
-    MLIRLexer._lex_prefixed_ident = _wrap_lex_prefixed_ident(MLIRLexer._lex_prefixed_ident)
-    MLIRLexer._lex_number = _wrap_lex_number(MLIRLexer._lex_number)
-    GenericParser._consume_token = _consume_token
-    Parser._parse_block = _wrap_parse_block(Parser._parse_block)
-    Parser.parse_module = _wrap_parse_module(_wrap_parse_top_level(Parser.parse_module))
-    Parser.parse_optional_operation = _wrap_parse_optional_operation(
-        Parser.parse_optional_operation)
-    AttrParser._parse_optional_integer_or_float_type = _wrap_parse_integer_or_float_type(
-        AttrParser._parse_optional_integer_or_float_type)
-    AttrParser._parse_optional_complex = _parse_optional_complex
-    AttrParser._TensorLiteralElement.to_complex = _wrap_to_complex(
-        AttrParser._TensorLiteralElement.to_complex)
-    AttrParser._parse_dense_literal_type = _wrap_parse_dense_literal_type(
-        AttrParser._parse_dense_literal_type)
-    AttrParser.parse_dense_int_or_fp_elements_attr = _wrap_parse_dense_elements(
-        AttrParser.parse_dense_int_or_fp_elements_attr)
-    AttrParser.parse_optional_builtin_int_or_float_attr = _wrap_parse_int_or_float_attr(
-        AttrParser.parse_optional_builtin_int_or_float_attr)
-    arg_spec.ArgSpecConvertible.from_spec = _wrap_from_spec(
-        arg_spec.ArgSpecConvertible.from_spec.__func__)
-    arg_spec.PipelineLexer._generator = _wrap_pipeline_lexer(arg_spec.PipelineLexer._generator)
-    MLIRLexer._tw_parsing_installed = True
