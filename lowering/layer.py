@@ -93,6 +93,13 @@ class Coo:
         return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(np.float32))
 
 
+def heads_needed(whole: int, pooled_dims: int, d_head: int) -> int:
+    """Heads a sublayer uses: the whole heads of attn ops plus those its position-local head
+    work (linears, adds, cancels: one value dim each) packs into, d_head dims to a head. The
+    scheduler plans by it and the writer lays heads out by it."""
+    return whole + math.ceil(pooled_dims / d_head)
+
+
 class LayerBuilder:
     """Coordinates of one layer: whole heads for attn ops, pooled head work, MLP neurons."""
 
@@ -122,8 +129,7 @@ class LayerBuilder:
 
     @property
     def heads_used(self) -> int:
-        """Whole heads of attn ops plus the heads the pooled head work packs into."""
-        return self.heads + math.ceil(sum(len(p[0]) for p in self.pool) / self.m.d_head)
+        return heads_needed(self.heads, sum(len(p[0]) for p in self.pool), self.m.d_head)
 
     def finish(self) -> LayerWeights:
         m = self.m

@@ -16,8 +16,8 @@ from lowering.layer import LayerBuilder, LayerWeights, Matrix, component_rows  #
 from lowering.rules import write_cancel, write_task
 from lowering.schedule import Schedule
 from lowering.tasks import Task
+from twdialect.analysis import ATTN, is_attention_slot, layer_of
 from twdialect.dense import to_numpy
-from twdialect.dialect import AttnOp
 from twdialect.interp import position_features
 
 
@@ -56,12 +56,13 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
         return grp.bias if grp.bias is not None and first_writer[t.out_group] == t.tid else None
 
     # Attn ops take whole heads first in each layer, then pooled head work packs after them.
-    attn_first = sorted(by_slot, key=lambda e: (not isinstance(tg.tasks[e[2]].op, AttnOp),) + e)
+    attn_first = sorted(by_slot, key=lambda e: (tg.tasks[e[2]].kind != ATTN,) + e)
     for s, _, tid in attn_first:
         t = tg.tasks[tid]
-        write_task(layers[s // 2], m, sched.cols, tg, t, extra_bias(t), s % 2 == 0)
+        write_task(layers[layer_of(s)], m, sched.cols, tg, t, extra_bias(t), is_attention_slot(s))
     for s, g in sched.cancels:
-        write_cancel(layers[s // 2], sched.cols[g], s % 2 == 0, sched.cancel_signs[g])
+        write_cancel(layers[layer_of(s)], sched.cols[g], is_attention_slot(s),
+                     sched.cancel_signs[g])
     _check_plan(sched, layers)
     weights = [layer.finish() for layer in layers]
     return weights, _sources(sched), _outputs(sched)

@@ -3,8 +3,9 @@
 The scheduler prices every task with `task_cost` and the weight writer writes it with
 `write_task`; both read the same table (`RULES`), and each rule's cost is the count its
 writer hands out (the writer checks the totals per layer against the schedule's plan, see
-`lowering/materialize.py`). Where a task may run (attention, MLP or either) is the graph-level
-placement rule of `twdialect.analysis.placement_kind`.
+`lowering/materialize.py`; stats and placement attributes report the same prices). Where a
+task may run (attention, MLP or either) is the graph-level placement table
+`twdialect.analysis.PLACEMENT`, the one the critical-path floor reads.
 
 Costs, with `support` = the distinct non-constant input components (repeated components and
 literals cost nothing: literals ride on the machine's constant-1 column):
@@ -38,11 +39,20 @@ from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp
 
 @dataclass(frozen=True)
 class Cost:
-    """What a task takes from its sublayer: whole heads, pooled head dims, or MLP neurons."""
+    """What a task takes from its sublayer: whole heads, pooled head dims, or MLP neurons (an
+    either-kind task prices both sublayers; the one it lands in takes its part)."""
 
     heads: int = 0  # attention: whole heads (attn ops)
     dims: int = 0  # attention: value dims of position-local head work (pooled)
     neurons: int = 0  # MLP sublayer
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.heads + other.heads, self.dims + other.dims,
+                    self.neurons + other.neurons)
+
+    def in_sublayer(self, attention: bool) -> Cost:
+        """The part a placement in the attention (or the MLP) sublayer takes."""
+        return Cost(heads=self.heads, dims=self.dims) if attention else Cost(neurons=self.neurons)
 
 
 def support(refs: Refs) -> int:
@@ -257,10 +267,16 @@ def write_cancel(layer: LayerBuilder, cols: np.ndarray, attention: bool,
 
 @dataclass(frozen=True)
 class Rule:
+    """One writer op kind as the lowering sees it: its price and its writer. Where it runs is
+    the placement table the floor uses too (`twdialect.analysis.PLACEMENT`, read through
+    `Task.kind`): the graph layer cannot import the lowering, and one table cannot disagree
+    with itself."""
+
     cost: Callable[[TaskGraph, Task, Machine], Cost]
     write: Callable[..., None]
 
 
+# One rule per op of `twdialect.analysis.WRITER_OPS` (tests/test_schedule.py checks that).
 RULES: dict[type, Rule] = {
     AttnOp: Rule(_attn_cost, _write_attn),
     MlpOp: Rule(_mlp_cost, _write_mlp),

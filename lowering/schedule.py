@@ -1,7 +1,11 @@
 """The scheduler: place every task in a sublayer slot, give every group its residual columns.
 
-A greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP), in the seed's
-spirit: small, no hidden state, every decision local.
+A greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP; the slot,
+placement and free-add rules are `twdialect.analysis`'s, the ones the floor uses), in the
+seed's spirit: small, no hidden state, every decision local. `Scheduler.run` is the loop: each
+slot opens a `Sublayer` (its heads/neurons budget), offers it the ready tasks (`Readiness`),
+places those whose columns (`Columns`, `Lifetimes`) and `Admission` allow, cancels dead groups
+ahead under pressure, and closes it (a run of sublayers without progress is a stall).
 
 * Readiness: a task may run in slot s once every group it waits on is complete before s.
 * Priority: least slack first: the latest slot a task can take without pushing the graph past
@@ -17,14 +21,14 @@ spirit: small, no hidden state, every decision local.
   dead columns are reclaimed lazily, only when a writer needs room: a cancel in the same
   sublayer (attention: V=I, O=-I dims; MLP: two neurons per column) zeroes them while the
   writer fills them (both land in the same residual add), unless the dead value is loud
-  enough to cost the new one its low bits (value ranges, `SAME_SUBLAYER_RATIO`): then the
-  cancel runs a sublayer ahead. Under pressure, dead groups are cancelled ahead with the
-  heads/neurons a sublayer has left.
+  enough to cost the new one its low bits (value ranges, `SAME_SUBLAYER_RATIO`): such columns
+  are refilled only after a cancel a sublayer ahead. Under pressure, dead groups are cancelled
+  ahead with the heads/neurons a sublayer has left.
 * Admission: new work (a task that retires no computed operand, e.g. the first step of another
   loop iteration) may not take the last columns that work in flight may need next; a schedule
-  that still stalls is retried once with the full reserve, then at the 48 nearest narrower widths (a
-  narrower machine admits less at once and may fit), before the width is declared too small:
-  feasibility is monotone in d.
+  that still stalls is retried once with the full reserve, then at the 48 nearest narrower
+  widths (a narrower machine admits less at once and may fit), before the width is declared
+  too small: feasibility is monotone in d.
 * Repair: a schedule that ends above its floor tries a few stricter variants (full reserve,
   one or two heads' worth of columns less); the fewest layers win.
 """
@@ -34,17 +38,28 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from lowering.layer import heads_needed
 from lowering.machine import GeometryError, Machine
 from lowering.rules import Cost, cancel_cost, task_cost
 from lowering.tasks import POS_GROUP, Task, TaskGraph
-from twdialect.analysis import ATTN, EITHER, MLP, critical_path
+from twdialect.analysis import (
+    ATTN,
+    EITHER,
+    MLP,
+    critical_path,
+    is_attention_slot,
+    latest_slot,
+    layer_of,
+    layers_through,
+)
 from twdialect.dense import shape_of
-from twdialect.dialect import AttnOp, describe
+from twdialect.dialect import describe
 
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
 # A cancel in the same sublayer as the writer that reuses the columns lands as one residual
@@ -56,6 +71,8 @@ SAME_SUBLAYER_RATIO = 64.0
 
 @dataclass
 class Schedule:
+    """Where every task runs and every group lives: what `materialize` writes from."""
+
     machine: Machine
     tg: TaskGraph
     slot: list[int]  # task id -> slot (-1: dead code, never placed)
@@ -77,7 +94,7 @@ def check_fits(tg: TaskGraph, machine: Machine) -> None:
     for t in tg.tasks:
         op = t.op
         cost = task_cost(tg, t, machine)
-        if isinstance(op, AttnOp):
+        if t.kind == ATTN:
             d_qk = shape_of(op.wq)[1]
             if d_qk > machine.d_head:
                 raise GeometryError(f"{describe(op)}: query/key width {d_qk} exceeds d_head="
@@ -125,42 +142,10 @@ def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int
     for t in reversed(tg.tasks):
         if not needed[t.tid]:
             continue
-        s = deadline[t.out_group] - 1
-        if t.kind == ATTN and s % 2:
-            s -= 1
-        elif t.kind == MLP and s % 2 == 0:
-            s -= 1
-        latest[t.tid] = s
+        s = latest[t.tid] = latest_slot(deadline[t.out_group], t.kind)
         for g in t.waits:
             deadline[g] = min(deadline[g], s)
     return latest
-
-
-class _Columns:
-    """Residual columns: clean free columns, dead groups whose columns await a cancel, and
-    columns cancelled in the current sublayer (clean from the next one)."""
-
-    def __init__(self, machine: Machine):
-        self.free = list(range(machine.RESERVED, machine.d))
-        heapq.heapify(self.free)
-        self.dirty: deque[int] = deque()
-        self.dirty_width = 0
-        self.cleaning: list[np.ndarray] = []
-
-    def take(self, n: int) -> np.ndarray:
-        return np.array(sorted(heapq.heappop(self.free) for _ in range(n)), dtype=np.int64)
-
-    def give(self, cols: np.ndarray) -> None:
-        for c in cols.tolist():
-            heapq.heappush(self.free, c)
-
-    def next_sublayer(self) -> None:
-        for cols in self.cleaning:
-            self.give(cols)
-        self.cleaning.clear()
-
-    def free_or_reclaimable(self) -> int:
-        return len(self.free) + self.dirty_width + sum(len(c) for c in self.cleaning)
 
 
 class GroupRanges:
@@ -263,7 +248,7 @@ def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) ->
         for k in range(1, REPAIR_TRIES) if machine.d - k * machine.d_head > machine.RESERVED]
     for m, full in variants:
         try:
-            other = _schedule(tg, m, max_stall, full_reserve=full) if full else \
+            other = Scheduler(tg, m, max_stall, full_reserve=True).run() if full else \
                 _schedule_twice(tg, m, max_stall)
         except GeometryError:
             continue
@@ -350,205 +335,447 @@ class _OutOfBudget(Exception):
 
 
 def _schedule_twice(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule:
-    """The light admission reserve first; if the residual stalls, the full one (see below)."""
+    """The light admission reserve first; if the residual stalls, the full one (see `Admission`)."""
     try:
-        return _schedule(tg, machine, max_stall)
+        return Scheduler(tg, machine, max_stall).run()
     except ResidualStall:
-        return _schedule(tg, machine, max_stall, full_reserve=True)
+        return Scheduler(tg, machine, max_stall, full_reserve=True).run()
 
 
-def _schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8,
-              full_reserve: bool = False) -> Schedule:
-    check_fits(tg, machine)
-    cp = critical_path(tg.graph)
-    floor = cp.n_layers
-    needed = _needed_tasks(tg)
-    # Deadlines count back from the outputs' floor only: ops no output reads must not
-    # stretch the horizon (that gave live ops false slack and cost layers).
-    latest = _latest_slots(tg, needed, max(cp.last_slot, 0))
-    costs = [task_cost(tg, t, machine) if needed[t.tid] else Cost() for t in tg.tasks]
+# --------------------------------------------------------------------------------------
+# The scheduler: one greedy pass over the slots
+# --------------------------------------------------------------------------------------
 
-    n_groups = len(tg.groups)
-    cols: list[np.ndarray | None] = [None] * n_groups
-    died = [1 << 40] * n_groups
-    writers_left = [sum(1 for w in g.writers if needed[w]) for g in tg.groups]
-    readers_left = [sum(1 for r in g.readers if needed[r]) for g in tg.groups]
-    waits_left = [len(t.waits) for t in tg.tasks]
-    waiters: list[list[int]] = [[] for _ in range(n_groups)]
-    for t in tg.tasks:
-        if needed[t.tid]:
-            for g in t.waits:
-                waiters[g].append(t.tid)
-    slot = [-1] * len(tg.tasks)
-    cancels: list[tuple[int, int]] = []
-    columns = _Columns(machine)
-    ranges = GroupRanges(tg)
-    pending: dict[int, list[int]] = {}
 
-    def complete(g: int, s: int) -> None:
-        for tid in waiters[g]:
-            waits_left[tid] -= 1
-            if waits_left[tid] == 0:
-                pending.setdefault(s + 1, []).append(tid)
+class Scheduler:
+    """One greedy pass over the slots at one width (see the module docstring); `run` fills
+    sublayer after sublayer until every needed task is placed. All its state is named below:
+    `columns` (the residual), `groups` (each group's lifetime), `ready` (which tasks may run),
+    `admission` (the column reserve), and the `Sublayer` being filled."""
 
-    live = [0]  # columns holding values still to be read (dead, unreclaimed ones excluded)
+    def __init__(self, tg: TaskGraph, machine: Machine, max_stall: int = 8,
+                 full_reserve: bool = False):
+        check_fits(tg, machine)
+        self.tg, self.machine = tg, machine
+        self.max_stall = max_stall  # sublayers without progress before the width is refused
+        self.full_reserve = full_reserve
+        cp = critical_path(tg.graph)
+        self.floor = cp.n_layers
+        self.needed = _needed_tasks(tg)
+        # Deadlines count back from the outputs' floor only: ops no output reads must not
+        # stretch the horizon (that gave live ops false slack and cost layers).
+        self.latest = _latest_slots(tg, self.needed, max(cp.last_slot, 0))
+        self.costs = [task_cost(tg, t, machine) if self.needed[t.tid] else Cost()
+                      for t in tg.tasks]
+        self.columns = Columns(machine, [g.width for g in tg.groups])
+        self.groups = Lifetimes.of(tg, self.needed)
+        self.ready = Readiness.of(tg, self.needed)
+        self.admission = Admission.of(tg, machine, self.needed, full_reserve)
+        self.ranges = GroupRanges(tg)
+        self.slot = [-1] * len(tg.tasks)  # task id -> its slot
+        self.cancels: list[tuple[int, int]] = []  # (slot, group id)
+        self.todo = sum(self.needed)
+        self.stall = 0  # sublayers in a row without progress while tasks wait
+        self.last_used = -1  # the last slot that placed a task
+        self.heads_by_slot: list[int] = []
+        self.neurons_by_slot: list[int] = []
+        self.live_by_slot: list[int] = []
 
-    def maybe_die(g: int, s: int) -> None:
-        grp = tg.groups[g]
-        if readers_left[g] == 0 and writers_left[g] == 0 and not grp.is_output \
-                and cols[g] is not None and died[g] > s:
-            died[g] = s
-            columns.dirty.append(g)
-            columns.dirty_width += grp.width
-            live[0] -= grp.width
+    def run(self) -> Schedule:
+        self._place_sources()
+        s = 0
+        while self.todo:
+            sub = self._open_sublayer(s)
+            for entry in self._candidates(sub):
+                self._try_place(entry, sub)
+            if self.columns.dirty and (sub.pressure or self.full_reserve):
+                self._cancel_ahead(sub)
+            self._close_sublayer(sub)
+            s += 1
+        return self._result()
 
-    for g in tg.sources:
-        cols[g] = columns.take(tg.groups[g].width)
-        live[0] += tg.groups[g].width
-    for g in tg.sources:
-        complete(g, -1)
-        maybe_die(g, 0)
-    for t in tg.tasks:
-        if needed[t.tid] and not t.waits:
-            pending.setdefault(0, []).append(t.tid)
+    # -- the steps of `run` -----------------------------------------------------------
 
-    # Admission reserve: a task that starts new work (it retires no computed operand, e.g.
-    # the first step of another loop iteration) may not eat into the last `reserve` columns;
-    # a task that advances work in flight (it retires a computed operand) may, even when its
-    # output is wider than what it retires. So in-flight chains keep room for their next
-    # steps, and greedy admission of many wide chains does not deadlock.
-    # The light reserve (half the width at most, only under 25% free) barely delays work at
-    # generous widths; when it still stalls, the full reserve (the widest output, anywhere)
-    # is tried before the width is declared too small.
-    widest = max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0])
-    if full_reserve:
-        reserve, pressure = min(widest, machine.free_columns), machine.free_columns
-    else:
-        reserve = min(widest, machine.free_columns // 2)
-        pressure = PRESSURE * machine.free_columns
-    source_groups = set(tg.sources)
-    heaps: dict[str, list[tuple[int, int, int]]] = {ATTN: [], MLP: [], EITHER: []}
-    n_todo = sum(needed)
-    s = 0
-    stall = 0
-    last_used = -1
-    occupancy_by_slot: list[int] = []
-    usage: list[tuple[int, int]] = []  # per slot: (heads, neurons)
-    while n_todo:
-        columns.next_sublayer()
-        for tid in pending.pop(s, ()):
+    def _place_sources(self) -> None:
+        """Sources take their columns first and are complete before slot 0."""
+        tg = self.tg
+        for g in tg.sources:
+            self.columns.assign(g, tg.groups[g].width)
+            self.groups.live += tg.groups[g].width
+        for g in tg.sources:
+            self.ready.complete(g, -1)
+            self._retire_if_dead(g, 0)
+        self.ready.start(tg, self.needed)
+
+    def _open_sublayer(self, s: int) -> Sublayer:
+        self.columns.next_sublayer()
+        self.ready.release(s, self.tg, self.latest)
+        free_share = self.columns.free_or_reclaimable() / self.machine.free_columns
+        return Sublayer(s, self.machine, pressure=free_share < PRESSURE)
+
+    def _candidates(self, sub: Sublayer) -> list[tuple[int, int, int]]:
+        """The ready tasks this sublayer may take, least slack first; under pressure, those
+        that free at least as many columns as they take go first."""
+        cands = self.ready.take(sub.slot)
+        if sub.pressure and cands:
+            cands.sort(key=lambda e: (self._net_columns(self.tg.tasks[e[2]]) > 0,) + e)
+        return cands
+
+    def _try_place(self, entry: tuple[int, int, int], sub: Sublayer) -> None:
+        """Place the task if its columns can be had (reclaiming dead ones in this very
+        sublayer), admission allows it and the sublayer has the heads/neurons; otherwise it
+        waits for a later sublayer."""
+        t = self.tg.tasks[entry[2]]
+        g = t.out_group
+        need_cols = self.tg.groups[g].width if self.columns.of_group[g] is None else 0
+        reclaim = self.columns.reclaim_plan(
+            need_cols, lambda old: self.groups.died[old] <= sub.slot
+            and self.ranges.may_reuse(old, g))
+        if reclaim is None or self._held_back(t, need_cols):
+            self.ready.put_back(entry, t.kind)
+            return
+        cost = sum((cancel_cost(self.ranges.signs(rg), sub.attention) for rg in reclaim),
+                   self.costs[t.tid])
+        if not sub.fits(cost):
+            self.ready.put_back(entry, t.kind)
+            return
+        sub.take(cost)
+        for rg in reclaim:
+            self.columns.cancel_for_reuse(rg)
+            self.cancels.append((sub.slot, rg))
+        self._commit(t, sub.slot, need_cols)
+        sub.placed += 1
+
+    def _held_back(self, t: Task, need_cols: int) -> bool:
+        """New work may not take the reserve's last columns, unless the schedule has been
+        stuck for a whole layer (then the reserve gives way)."""
+        return bool(need_cols) and self.stall < 2 and self.admission.refuses(
+            self.columns.free_or_reclaimable() - need_cols) and not self._advances(t)
+
+    def _commit(self, t: Task, s: int, need_cols: int) -> None:
+        g = t.out_group
+        if need_cols:
+            self.columns.assign(g, need_cols)
+            self.groups.live += need_cols
+        self.slot[t.tid] = s
+        self.todo -= 1
+        self.last_used = s
+        for rg in t.reads:
+            self.groups.readers_left[rg] -= 1
+            self._retire_if_dead(rg, s)
+        self.groups.writers_left[g] -= 1
+        if self.groups.writers_left[g] == 0:
+            self.ready.complete(g, s)
+            self._retire_if_dead(g, s + 1)
+
+    def _retire_if_dead(self, g: int, s: int) -> None:
+        """A group nothing will read or write again dies: its columns are reusable from `s`
+        (they still hold the value until a cancel zeroes them)."""
+        groups, grp = self.groups, self.tg.groups[g]
+        if groups.readers_left[g] == 0 and groups.writers_left[g] == 0 and not grp.is_output \
+                and self.columns.of_group[g] is not None and groups.died[g] > s:
+            groups.died[g] = s
+            self.columns.retire(g)
+            groups.live -= grp.width
+
+    def _cancel_ahead(self, sub: Sublayer) -> None:
+        """Under pressure, cancel dead groups ahead of need with what this sublayer has left
+        (loud ones first: they cannot be cancelled in the sublayer that reuses them)."""
+        for rg in sorted(self.columns.dirty, key=lambda g: not self.ranges.loud(g)):
+            if self.groups.died[rg] > sub.slot:  # written in this very sublayer: nothing yet
+                continue
+            cost = cancel_cost(self.ranges.signs(rg), sub.attention)
+            if not sub.fits(cost):
+                continue
+            sub.take(cost)
+            self.columns.cancel_ahead(rg)
+            self.cancels.append((sub.slot, rg))
+            sub.placed += 1  # progress: the columns are clean from the next sublayer
+
+    def _close_sublayer(self, sub: Sublayer) -> None:
+        """Record the sublayer's use; count sublayers without progress and give up on the
+        width after `max_stall` of them."""
+        heads, neurons = sub.usage()
+        self.heads_by_slot.append(heads)
+        self.neurons_by_slot.append(neurons)
+        self.live_by_slot.append(self.groups.live)
+        if sub.placed or not self.todo:
+            self.stall = 0
+            return
+        self.stall = self.stall + 1 if self.ready.any_ready() else 0
+        if self.stall > self.max_stall:
+            raise self._stall_error()
+        if not self.ready.any_after(sub.slot):
+            raise GeometryError("scheduler invariant broken: tasks remain but none can "
+                                "ever become ready (a cycle through tw.after?)")
+
+    def _result(self) -> Schedule:
+        m = self.machine
+        n_layers = layers_through(self.last_used)
+        sched = Schedule(m, self.tg, self.slot, self.columns.of_group, self.groups.died,
+                         self.cancels, n_layers, self.floor,
+                         cancel_signs={g: self.ranges.signs(g) for _, g in self.cancels})
+        sched.attn_heads = _by_layer(self.heads_by_slot, n_layers, operator.add)
+        sched.neurons = _by_layer(self.neurons_by_slot, n_layers, operator.add)
+        sched.occupancy = [live + m.RESERVED
+                           for live in _by_layer(self.live_by_slot, n_layers, max)]
+        return sched
+
+    # -- what the steps ask ------------------------------------------------------------
+
+    def _advances(self, t: Task) -> bool:
+        """Whether the task is the last reader of a computed (non-source) operand."""
+        tg, readers_left = self.tg, self.groups.readers_left
+        return any(g != POS_GROUP and readers_left[g] == 1 and g not in self.admission.sources
+                   and not tg.groups[g].is_output for g in t.reads)
+
+    def _net_columns(self, t: Task) -> int:
+        """Columns a task takes minus the columns its placement lets die."""
+        tg, readers_left = self.tg, self.groups.readers_left
+        take = tg.groups[t.out_group].width if self.columns.of_group[t.out_group] is None else 0
+        frees = sum(tg.groups[g].width for g in t.reads
+                    if readers_left[g] == 1 and not tg.groups[g].is_output and g != POS_GROUP)
+        return take - frees
+
+    def _stall_error(self) -> ResidualStall:
+        m = self.machine
+        waiting = self.ready.waiting()
+        t = self.tg.tasks[waiting[0][2]]
+        need = self.tg.groups[t.out_group].width
+        return ResidualStall(
+            f"residual width binds at d={m.d}: {self.groups.live} of {m.free_columns} free "
+            f"columns hold live values and {len(waiting)} ready ops cannot get room (next: "
+            f"{describe(t.op)} needs {need})")
+
+
+def _by_layer(per_slot: list[int], n_layers: int, merge) -> list[int]:
+    """Per-slot figures merged per layer (both of its sublayers)."""
+    out = [0] * n_layers
+    for s, value in enumerate(per_slot):
+        if layer_of(s) < n_layers:
+            out[layer_of(s)] = merge(out[layer_of(s)], value)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The scheduler's state
+# --------------------------------------------------------------------------------------
+
+
+class Columns:
+    """The residual's columns: clean free ones, dead groups whose columns await a cancel
+    (`dirty`, oldest death first), and columns cancelled in the current sublayer (clean from
+    the next one); `of_group` holds each group's columns once it has them."""
+
+    def __init__(self, machine: Machine, widths: list[int]):
+        self.widths = widths  # group id -> its width
+        self.of_group: list[np.ndarray | None] = [None] * len(widths)
+        self.free = list(range(machine.RESERVED, machine.d))
+        heapq.heapify(self.free)
+        self.dirty: deque[int] = deque()
+        self.dirty_width = 0
+        self.cleaning: list[np.ndarray] = []
+
+    def assign(self, g: int, n: int) -> None:
+        """Give group `g` the `n` lowest free columns."""
+        self.of_group[g] = np.array(sorted(heapq.heappop(self.free) for _ in range(n)),
+                                    dtype=np.int64)
+
+    def retire(self, g: int) -> None:
+        self.dirty.append(g)
+        self.dirty_width += self.widths[g]
+
+    def reclaim_plan(self, need: int, may_reuse) -> list[int] | None:
+        """Dead groups to cancel in this sublayer so `need` clean columns exist (oldest deaths
+        first, only those `may_reuse` allows); None when they do not add up."""
+        if need <= len(self.free):
+            return []
+        if need > len(self.free) + self.dirty_width:
+            return None
+        plan, got = [], len(self.free)
+        for g in self.dirty:
+            if got >= need:
+                break
+            if may_reuse(g):
+                plan.append(g)
+                got += self.widths[g]
+        return plan if got >= need else None
+
+    def cancel_for_reuse(self, g: int) -> None:
+        """Cancelled in the sublayer that refills them: free at once."""
+        self._undirty(g)
+        self._give(self.of_group[g])
+
+    def cancel_ahead(self, g: int) -> None:
+        """Cancelled ahead of need: clean from the next sublayer."""
+        self._undirty(g)
+        self.cleaning.append(self.of_group[g])
+
+    def next_sublayer(self) -> None:
+        for cols in self.cleaning:
+            self._give(cols)
+        self.cleaning.clear()
+
+    def free_or_reclaimable(self) -> int:
+        return len(self.free) + self.dirty_width + sum(len(c) for c in self.cleaning)
+
+    def _undirty(self, g: int) -> None:
+        self.dirty.remove(g)
+        self.dirty_width -= self.widths[g]
+
+    def _give(self, cols: np.ndarray) -> None:
+        for c in cols.tolist():
+            heapq.heappush(self.free, c)
+
+
+@dataclass
+class Lifetimes:
+    """Per group: the slot it died (its columns reusable from then; never: 1 << 40), and the
+    needed writers and readers still to run; `live` counts the columns holding values still
+    to be read (dead, unreclaimed ones excluded)."""
+
+    died: list[int]
+    writers_left: list[int]
+    readers_left: list[int]
+    live: int = 0
+
+    @classmethod
+    def of(cls, tg: TaskGraph, needed: list[bool]) -> Lifetimes:
+        return cls([1 << 40] * len(tg.groups),
+                   [sum(1 for w in g.writers if needed[w]) for g in tg.groups],
+                   [sum(1 for r in g.readers if needed[r]) for g in tg.groups])
+
+
+@dataclass
+class Readiness:
+    """Which tasks may run when. A task is ready from the slot after the last group it waits
+    on completes (`pending`: slot -> tasks); ready tasks wait in one heap per placement kind,
+    least slack first: (latest slot, block index, task id)."""
+
+    waits_left: list[int]  # task id -> groups it still waits on
+    waiters: list[list[int]]  # group id -> needed tasks waiting on it
+    pending: dict[int, list[int]] = field(default_factory=dict)
+    heaps: dict[str, list[tuple[int, int, int]]] = field(
+        default_factory=lambda: {ATTN: [], MLP: [], EITHER: []})
+
+    @classmethod
+    def of(cls, tg: TaskGraph, needed: list[bool]) -> Readiness:
+        waiters: list[list[int]] = [[] for _ in tg.groups]
+        for t in tg.tasks:
+            if needed[t.tid]:
+                for g in t.waits:
+                    waiters[g].append(t.tid)
+        return cls([len(t.waits) for t in tg.tasks], waiters)
+
+    def start(self, tg: TaskGraph, needed: list[bool]) -> None:
+        """Tasks that wait on nothing are ready from slot 0."""
+        for t in tg.tasks:
+            if needed[t.tid] and not t.waits:
+                self.pending.setdefault(0, []).append(t.tid)
+
+    def complete(self, g: int, s: int) -> None:
+        """Group `g`'s last writer ran in slot `s`: its waiters may be ready from s + 1."""
+        for tid in self.waiters[g]:
+            self.waits_left[tid] -= 1
+            if self.waits_left[tid] == 0:
+                self.pending.setdefault(s + 1, []).append(tid)
+
+    def release(self, s: int, tg: TaskGraph, latest: list[int]) -> None:
+        for tid in self.pending.pop(s, ()):
             t = tg.tasks[tid]
-            heapq.heappush(heaps[t.kind], (latest[tid], t.index, tid))
-        attention = s % 2 == 0
-        if attention:
-            cands = _pop_all(heaps[ATTN]) + _pop_while(heaps[EITHER], lambda e: e[0] <= s)
+            heapq.heappush(self.heaps[t.kind], (latest[tid], t.index, tid))
+
+    def take(self, s: int) -> list[tuple[int, int, int]]:
+        """The ready tasks slot `s` may run, sorted: attention takes attn tasks and the
+        either-kind ones with no slack left (else they run cheaper in the MLP); the MLP
+        takes mlp and either-kind tasks."""
+        if is_attention_slot(s):
+            cands = _pop_all(self.heaps[ATTN]) + _pop_while(self.heaps[EITHER],
+                                                            lambda e: e[0] <= s)
         else:
-            cands = _pop_all(heaps[MLP]) + _pop_all(heaps[EITHER])
+            cands = _pop_all(self.heaps[MLP]) + _pop_all(self.heaps[EITHER])
         cands.sort()
-        free_share = columns.free_or_reclaimable() / machine.free_columns
-        if free_share < PRESSURE and cands:
-            cands.sort(key=lambda e: (_net_columns(tg, tg.tasks[e[2]], cols, readers_left) > 0,) + e)
-        heads = pool = neurons = 0
-        placed = 0
-        for entry in cands:
-            tid = entry[2]
-            t = tg.tasks[tid]
-            cost = costs[tid]
-            g = t.out_group
-            need_cols = tg.groups[g].width if cols[g] is None else 0
-            reclaim = _reclaim_plan(columns, need_cols, tg,
-                                    lambda old: died[old] <= s and ranges.may_reuse(old, g))
-            free_after = columns.free_or_reclaimable() - need_cols
-            if reclaim is None or (
-                    need_cols and stall < 2  # stuck for a whole layer: the reserve gives way
-                    and free_after < reserve and free_after < pressure
-                    and not _advances(tg, t, readers_left, source_groups)):
-                heapq.heappush(heaps[t.kind], entry)
-                continue
-            cc = [cancel_cost(ranges.signs(rg), attention) for rg in reclaim]
-            if attention:
-                h2 = heads + cost.heads
-                p2 = pool + cost.dims + sum(c.dims for c in cc)
-                fits = h2 + math.ceil(p2 / machine.d_head) <= machine.n_heads
-            else:
-                n2 = neurons + cost.neurons + sum(c.neurons for c in cc)
-                fits = n2 <= machine.d_hidden
-            if not fits:
-                heapq.heappush(heaps[t.kind], entry)
-                continue
-            # Commit.
-            if attention:
-                heads, pool = h2, p2
-            else:
-                neurons = n2
-            for rg in reclaim:
-                columns.dirty.remove(rg)
-                columns.dirty_width -= tg.groups[rg].width
-                columns.give(cols[rg])
-                cancels.append((s, rg))
-            if need_cols:
-                cols[g] = columns.take(need_cols)
-                live[0] += need_cols
-            slot[tid] = s
-            placed += 1
-            n_todo -= 1
-            last_used = s
-            for rg in t.reads:
-                readers_left[rg] -= 1
-                maybe_die(rg, s)
-            writers_left[g] -= 1
-            if writers_left[g] == 0:
-                complete(g, s)
-                maybe_die(g, s + 1)
-        # Under pressure, cancel dead groups ahead of need with what this sublayer has left
-        # (loud ones first: they cannot be cancelled in the sublayer that reuses them).
-        if columns.dirty and (free_share < PRESSURE or full_reserve):
-            for rg in sorted(columns.dirty, key=lambda g: not ranges.loud(g)):
-                if died[rg] > s:  # written in this very sublayer: nothing to cancel yet
-                    continue
-                w = tg.groups[rg].width
-                cc = cancel_cost(ranges.signs(rg), attention)
-                if attention:
-                    p2 = pool + cc.dims
-                    if heads + math.ceil(p2 / machine.d_head) > machine.n_heads:
-                        continue
-                    pool = p2
-                else:
-                    n2 = neurons + cc.neurons
-                    if n2 > machine.d_hidden:
-                        continue
-                    neurons = n2
-                columns.dirty.remove(rg)
-                columns.dirty_width -= w
-                columns.cleaning.append(cols[rg])
-                cancels.append((s, rg))
-                placed += 1  # progress: the columns are clean from the next sublayer
-        usage.append((heads + math.ceil(pool / machine.d_head) if attention else 0,
-                      0 if attention else neurons))
-        occupancy_by_slot.append(live[0])
-        waiting = any(heaps.values()) or any(k > s for k in pending)
-        if placed == 0 and n_todo:
-            stall = stall + 1 if any(heaps.values()) else 0
-            if stall > max_stall:
-                raise _stall_error(tg, machine, heaps, columns, live[0])
-            if not waiting:
-                raise GeometryError("scheduler invariant broken: tasks remain but none can "
-                                    "ever become ready (a cycle through tw.after?)")
-        else:
-            stall = 0
-        s += 1
+        return cands
 
-    n_layers = last_used // 2 + 1 if last_used >= 0 else 0
-    sched = Schedule(machine, tg, slot, cols, died, cancels, n_layers, floor,
-                     cancel_signs={g: ranges.signs(g) for _, g in cancels})
-    for layer in range(n_layers):
-        a = usage[2 * layer] if 2 * layer < len(usage) else (0, 0)
-        m = usage[2 * layer + 1] if 2 * layer + 1 < len(usage) else (0, 0)
-        sched.attn_heads.append(a[0])
-        sched.neurons.append(m[1])
-        occ = occupancy_by_slot[2 * layer: 2 * layer + 2] or [0]
-        sched.occupancy.append(max(occ) + machine.RESERVED)
-    return sched
+    def put_back(self, entry: tuple[int, int, int], kind: str) -> None:
+        heapq.heappush(self.heaps[kind], entry)
+
+    def any_ready(self) -> bool:
+        return any(self.heaps.values())
+
+    def any_after(self, s: int) -> bool:
+        """Whether some task is ready, or will be after slot `s`."""
+        return self.any_ready() or any(k > s for k in self.pending)
+
+    def waiting(self) -> list[tuple[int, int, int]]:
+        return sorted(e for h in self.heaps.values() for e in h)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The admission reserve. A task that starts new work (it retires no computed operand,
+    e.g. the first step of another loop iteration) may not eat into the last `reserve`
+    columns while fewer than `pressure` are free; a task that advances work in flight (it
+    retires a computed operand) may, even when its output is wider than what it retires. So
+    in-flight chains keep room for their next steps, and greedy admission of many wide
+    chains does not deadlock. The light reserve (half the width at most, only under
+    `PRESSURE` free) barely delays work at generous widths; when it still stalls, the full
+    reserve (the widest output, anywhere) is tried before the width is declared too small."""
+
+    reserve: int
+    pressure: float
+    sources: frozenset[int]  # source groups: reading them last does not advance work
+
+    @classmethod
+    def of(cls, tg: TaskGraph, machine: Machine, needed: list[bool], full: bool) -> Admission:
+        widest = max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0])
+        if full:
+            return cls(min(widest, machine.free_columns), machine.free_columns,
+                       frozenset(tg.sources))
+        return cls(min(widest, machine.free_columns // 2), PRESSURE * machine.free_columns,
+                   frozenset(tg.sources))
+
+    def refuses(self, free_after: int) -> bool:
+        """Whether new work leaving `free_after` columns free or reclaimable must wait."""
+        return free_after < self.reserve and free_after < self.pressure
+
+
+@dataclass
+class Sublayer:
+    """The sublayer being filled: its slot, the heads (or neurons) handed out so far, and the
+    progress made in it (tasks placed, dead groups cancelled ahead)."""
+
+    slot: int
+    machine: Machine
+    pressure: bool  # under PRESSURE of the columns were free or reclaimable when it opened
+    heads: int = 0  # whole heads of attn ops
+    pool: int = 0  # value dims of position-local head work (linears, adds, cancels)
+    neurons: int = 0
+    placed: int = 0
+
+    @property
+    def attention(self) -> bool:
+        return is_attention_slot(self.slot)
+
+    def fits(self, cost: Cost) -> bool:
+        """Whether `cost` still fits (head work shares heads: `heads_needed`)."""
+        m = self.machine
+        if self.attention:
+            return heads_needed(self.heads + cost.heads, self.pool + cost.dims,
+                                m.d_head) <= m.n_heads
+        return self.neurons + cost.neurons <= m.d_hidden
+
+    def take(self, cost: Cost) -> None:
+        part = cost.in_sublayer(self.attention)
+        self.heads += part.heads
+        self.pool += part.dims
+        self.neurons += part.neurons
+
+    def usage(self) -> tuple[int, int]:
+        """(heads, neurons) the sublayer uses."""
+        if self.attention:
+            return heads_needed(self.heads, self.pool, self.machine.d_head), 0
+        return 0, self.neurons
 
 
 def _pop_all(heap: list) -> list:
@@ -562,45 +789,3 @@ def _pop_while(heap: list, pred) -> list:
     while heap and pred(heap[0]):
         out.append(heapq.heappop(heap))
     return out
-
-
-def _reclaim_plan(columns: _Columns, need: int, tg: TaskGraph, may_reuse):
-    """Dead groups to cancel in this sublayer so `need` clean columns exist (oldest deaths
-    first, only those `may_reuse` allows); None when they do not add up."""
-    if need <= len(columns.free):
-        return []
-    if need > len(columns.free) + columns.dirty_width:
-        return None
-    plan, got = [], len(columns.free)
-    for g in columns.dirty:
-        if got >= need:
-            break
-        if may_reuse(g):
-            plan.append(g)
-            got += tg.groups[g].width
-    return plan if got >= need else None
-
-
-def _advances(tg: TaskGraph, t: Task, readers_left, source_groups: set[int]) -> bool:
-    """Whether the task is the last reader of a computed (non-source) operand."""
-    return any(g != POS_GROUP and readers_left[g] == 1 and g not in source_groups
-               and not tg.groups[g].is_output for g in t.reads)
-
-
-def _net_columns(tg: TaskGraph, t: Task, cols, readers_left) -> int:
-    """Columns a task takes minus the columns its placement lets die."""
-    grp = tg.groups[t.out_group]
-    take = grp.width if cols[t.out_group] is None else 0
-    frees = sum(tg.groups[g].width for g in t.reads
-                if readers_left[g] == 1 and not tg.groups[g].is_output and g != POS_GROUP)
-    return take - frees
-
-
-def _stall_error(tg: TaskGraph, machine: Machine, heaps, columns: _Columns, live: int):
-    waiting = sorted(e for h in heaps.values() for e in h)
-    t = tg.tasks[waiting[0][2]]
-    need = tg.groups[t.out_group].width
-    return ResidualStall(
-        f"residual width binds at d={machine.d}: {live} of {machine.free_columns} free columns "
-        f"hold live values and {len(waiting)} ready ops cannot get room (next: {describe(t.op)} "
-        f"needs {need})")

@@ -9,6 +9,7 @@ import numpy as np
 
 from lowering.rules import task_cost
 from lowering.schedule import Schedule
+from twdialect.analysis import is_attention_slot, layer_of
 from twdialect.dialect import ANNOTATION, GraphOp
 
 
@@ -92,7 +93,21 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
     ops_per_layer = [0] * sched.n_layers
     for s in sched.slot:
         if s >= 0:
-            ops_per_layer[s // 2] += 1
+            ops_per_layer[layer_of(s)] += 1
+    return Stats(
+        n_layers=sched.n_layers, floor=sched.floor, d=m.d, d_head=m.d_head, d_hidden=m.d_hidden,
+        n_ops=len(tg.ops), heads_per_layer=heads, neurons_per_layer=neurons,
+        occupancy_per_layer=sched.occupancy, cancels=len(sched.cancels),
+        ops_per_layer=ops_per_layer,
+        graph_params=graph_params(tg.graph), allocated_params=allocated,
+        total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=_per_annotation(sched),
+        seconds=dict(seconds or {}))
+
+
+def _per_annotation(sched: Schedule) -> dict[str, dict]:
+    """Per `tw.annotation`: placed ops, what they cost (as the schedule priced them), and the
+    layers they span."""
+    tg = sched.tg
     per_ann: dict[str, dict] = {}
     for t in tg.tasks:
         s = sched.slot[t.tid]
@@ -100,22 +115,14 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
             continue
         ann = t.op.attributes.get(ANNOTATION)
         name = ann.data if ann is not None else "(none)"
+        layer = layer_of(s)
         a = per_ann.setdefault(name, {"ops": 0, "heads": 0, "head_dims": 0, "neurons": 0,
-                                      "first_layer": s // 2, "last_layer": s // 2})
+                                      "first_layer": layer, "last_layer": layer})
         a["ops"] += 1
-        cost = task_cost(tg, t, m)
-        if s % 2 == 0:
-            a["heads"] += cost.heads
-            a["head_dims"] += cost.dims
-        else:
-            a["neurons"] += cost.neurons
-        a["first_layer"] = min(a["first_layer"], s // 2)
-        a["last_layer"] = max(a["last_layer"], s // 2)
-    return Stats(
-        n_layers=sched.n_layers, floor=sched.floor, d=m.d, d_head=m.d_head, d_hidden=m.d_hidden,
-        n_ops=len(tg.ops), heads_per_layer=heads, neurons_per_layer=neurons,
-        occupancy_per_layer=sched.occupancy, cancels=len(sched.cancels),
-        ops_per_layer=ops_per_layer,
-        graph_params=graph_params(tg.graph), allocated_params=allocated,
-        total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=per_ann,
-        seconds=dict(seconds or {}))
+        cost = task_cost(tg, t, sched.machine).in_sublayer(is_attention_slot(s))
+        a["heads"] += cost.heads
+        a["head_dims"] += cost.dims
+        a["neurons"] += cost.neurons
+        a["first_layer"] = min(a["first_layer"], layer)
+        a["last_layer"] = max(a["last_layer"], layer)
+    return per_ann

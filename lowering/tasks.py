@@ -1,13 +1,14 @@
 """The lowering's view of a primitive graph: storage groups, component references, tasks.
 
 * A **group** is one block of residual columns: the output of a writer op (linear, add, relu,
-  mlp, attn) or of a source (input, embedding, pos_encoding). An *accumulating add* (both
-  addends single-use writer outputs, or a literal) has no op of its own: its addends' writers
-  all add into one shared group, so the add costs nothing and no layer.
+  mlp, attn) or of a source (input, embedding, pos_encoding). A free add
+  (`twdialect.analysis.free_adds`) shares its dying addend's group: an accumulating add has no
+  task of its own (its addends' writers all add into the group), an add into a dying addend
+  is a task that copies only the other addend.
 * Every value resolves to a list of **component references**: (group, index) pairs, or a
   constant (literals; they ride on the machine's constant-1 column and cost nothing).
   Views (concat, slice, after) only rearrange references.
-* A **task** is one writer op to place: its placement kind (attention, MLP, or either), the
+* A **task** is one writer op to place: its placement kind (`twdialect.analysis.PLACEMENT`), the
   groups it reads, the group it writes, and its extra ordering dependencies (`tw.after`).
 """
 
@@ -19,29 +20,23 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from twdialect.analysis import ATTN, EITHER, MLP, accumulating_adds, adds_into
+from twdialect.analysis import WRITER_OPS, free_adds, placement_kind
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
     LIBRARY_OPS,
-    AddOp,
     AfterOp,
-    AttnOp,
     ConcatOp,
     EmbeddingOp,
     GraphOp,
     InputOp,
-    LinearOp,
     LiteralOp,
-    MlpOp,
     OutputOp,
     PosEncodingOp,
-    ReluOp,
     SliceOp,
     describe,
     width_of,
 )
 
-_WRITERS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
 POS_GROUP = -1  # pseudo-group of the machine's position column (pos_encoding component 0)
 
 
@@ -129,8 +124,9 @@ class TaskGraph:
         return g.gid
 
     def _build(self) -> None:
-        accumulating = accumulating_adds(self.graph)
-        self.into = into = adds_into(self.graph, accumulating)
+        adds = free_adds(self.graph)
+        accumulating = adds.accumulating
+        self.into = into = adds.into
         # Accumulating adds (and adds into a dying addend): the root add names the group; the
         # addends that write into it inherit it. Walk in reverse so a root precedes its addends.
         target: dict[SSAValue, SSAValue] = {}
@@ -191,7 +187,7 @@ class TaskGraph:
                         grp.bias = lit if grp.bias is None else grp.bias + lit
                 self.refs[res] = Refs.of_group(g, w)
                 self.waits_of[res] = frozenset([g])
-            elif ty in _WRITERS:
+            elif ty in WRITER_OPS:
                 root = target.get(res, res)
                 g = group_of_value.get(root)
                 if g is None:
@@ -207,19 +203,14 @@ class TaskGraph:
                 self.groups[g].is_output = True
 
     def _add_task(self, op: Operation, g: int, operands: tuple) -> None:
-        if type(op) is AttnOp:
-            kind = ATTN
-        elif type(op) is MlpOp or type(op) is ReluOp:
-            kind = MLP
-        else:
-            kind = EITHER
         reads: set[int] = set()
         waits: set[int] = set()
         for v in operands:
             reads |= self.refs[v].groups()
             waits |= self.waits_of[v]
         tid = len(self.tasks)
-        t = Task(tid, op, kind, g, sorted(reads), sorted(waits | reads), self.index[op], operands)
+        t = Task(tid, op, placement_kind(op), g, sorted(reads), sorted(waits | reads),
+                 self.index[op], operands)
         self.tasks.append(t)
         self.groups[g].writers.append(tid)
         for r in t.reads:

@@ -1,24 +1,22 @@
-"""Graph analyses: use lists, topological order, and the critical-path floor of the cost model.
+"""Graph analyses: where each op may run, the free adds, topological order, and the
+critical-path floor of the cost model.
 
-Sublayer slots number the machine's sublayers in order: slot 2L is layer L's attention
-sublayer, slot 2L+1 its MLP sublayer; graph sources are ready at slot -1 (written before
-layer 0). An op placed in slot s makes its value readable from slot s+1 on, which is the
-attention -> MLP handoff of the seed (an attn op and the MLP chain that reads it share a layer).
+This module is the one home of three rules every stage shares (passes estimate the floor with
+them, the lowering's scheduler and weight writer place and write by them):
 
-Where each op may run (the rules the scheduler follows, with unlimited capacity):
-  attn                         attention sublayer (even slot)
-  mlp, relu                    MLP sublayer (odd slot)
-  linear, add                  either: a head in attention, or a bypass pair in the MLP
-  accumulating add             free: both addends are single-use writer outputs (or literals),
-                               so their writers add into one shared block of columns
-  add into a dying addend      one addend is a single-use writer output: the other addend is
-                               copied into its columns (head work or a bypass pair, after the
-                               copied addend is ready); the sum is ready when both are written
-  literal                      free: a constant written with the inputs or as an MLP bias
-  concat, slice, after         free views of their operands
-  input, embedding, pos_enc    sources, ready at slot -1
-  library ops (pre-decompose)  MLP: compare/select/clamp/piecewise_linear one chain,
-                               piecewise_linear_2d two chains
+* **Slots** number the machine's sublayers in order: slot 2L is layer L's attention sublayer,
+  slot 2L+1 its MLP sublayer; graph sources are ready at slot -1 (written before layer 0). An
+  op placed in slot s makes its value readable from slot s+1 on, which is the attention -> MLP
+  handoff of the seed (an attn op and the MLP chain that reads it share a layer). Ask
+  `is_attention_slot`, `layer_of`, `next_slot`, `latest_slot`; never the slot's parity.
+* **Placement** per op kind (`PLACEMENT`): attention, MLP, either, free, source or sink.
+* **Free adds** (`free_adds`): an add whose addend is the single-use result of a writer op
+  lets that writer write straight into the add's columns. With both addends so (or one a
+  literal) the add *accumulates*: it is free, its addends' writers share one block of columns.
+  Otherwise it adds *into* the dying addend: only the other addend is copied in (head work or
+  a bypass pair), and the sum is ready once both are written.
+
+`critical_path` applies them with unlimited capacity: the floor.
 """
 
 from __future__ import annotations
@@ -52,8 +50,71 @@ from twdialect.dialect import (
 
 ATTN, MLP, EITHER, FREE, SOURCE, SINK = "attn", "mlp", "either", "free", "source", "sink"
 
+# --------------------------------------------------------------------------------------
+# Slots
+# --------------------------------------------------------------------------------------
 
-_KIND_BY_TYPE: dict[type, str] = {
+
+def is_attention_slot(slot: int) -> bool:
+    """Slot 2L is layer L's attention sublayer, slot 2L+1 its MLP sublayer."""
+    return slot % 2 == 0
+
+
+def layer_of(slot: int) -> int:
+    return slot // 2
+
+
+def sublayer_name(slot: int) -> str:
+    """"attn" or "mlp", as placement attributes and reports spell the sublayer."""
+    return "attn" if is_attention_slot(slot) else "mlp"
+
+
+def layers_through(last_slot: int) -> int:
+    """Layers a schedule needs whose last work runs in `last_slot` (-1: none)."""
+    return layer_of(last_slot) + 1 if last_slot >= 0 else 0
+
+
+def runs_in(kind: str, slot: int) -> bool:
+    """Whether an op of placement `kind` may run in `slot` (only attn and mlp are bound)."""
+    if kind == ATTN:
+        return is_attention_slot(slot)
+    if kind == MLP:
+        return not is_attention_slot(slot)
+    return True
+
+
+def next_slot(ready: int, kind: str) -> int:
+    """The first slot after `ready` where an op of `kind` can run."""
+    s = ready + 1
+    return s if runs_in(kind, s) else s + 1
+
+
+def latest_slot(deadline: int, kind: str) -> int:
+    """The last slot before `deadline` where an op of `kind` can run."""
+    s = deadline - 1
+    return s if runs_in(kind, s) else s - 1
+
+
+def earliest_slot(ready: int, kind: str, sublayers: int = 1) -> int:
+    """The slot of an op of `kind` whose operands are ready at `ready`, with unlimited
+    capacity: sources before layer 0, free ops and sinks as soon as their operands, work
+    in its next sublayer (an op spanning several MLP sublayers: in its last one)."""
+    if kind == SOURCE:
+        return -1
+    if kind == FREE or kind == SINK:
+        return ready
+    return next_slot(ready, kind) + 2 * (sublayers - 1)
+
+
+# --------------------------------------------------------------------------------------
+# Placement
+# --------------------------------------------------------------------------------------
+
+# Where each op kind runs (an add may be free instead: see `free_adds`). attn: the attention
+# sublayer; mlp: the MLP sublayer; either: a linear or add runs as head work in attention or
+# as a bypass pair relu(z) - relu(-z) in the MLP; free: a literal (a constant written with the
+# inputs or as a bias) or a view; library ops count as one MLP chain until `decompose`.
+PLACEMENT: dict[type, str] = {
     AttnOp: ATTN,
     MlpOp: MLP, ReluOp: MLP, CompareOp: MLP, SelectOp: MLP, ClampOp: MLP,
     PiecewiseLinearOp: MLP, PiecewiseLinear2dOp: MLP,
@@ -63,88 +124,98 @@ _KIND_BY_TYPE: dict[type, str] = {
     OutputOp: SINK,
 }
 
+# MLP sublayers an op spans where it is more than one (piecewise_linear_2d decomposes into
+# two chains).
+_MLP_SUBLAYERS: dict[type, int] = {PiecewiseLinear2dOp: 2}
+
+# The ops that write residual columns of their own (the lowering has a rule for each).
+WRITER_OPS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
+
 
 def placement_kind(op: Operation) -> str:
-    """Which sublayer(s) an op may occupy (see module docstring)."""
-    kind = _KIND_BY_TYPE.get(type(op))  # exact-type lookup: isinstance on xDSL ops is slow
+    """Which sublayer(s) an op may occupy (`PLACEMENT`)."""
+    kind = PLACEMENT.get(type(op))  # exact-type lookup: isinstance on xDSL ops is slow
     if kind is None:
         raise ValueError(f"no placement rule for {op.name}")
     return kind
 
 
-WRITER_OPS = (LinearOp, AddOp, ReluOp, MlpOp, AttnOp)
+def mlp_depth(op: Operation) -> int:
+    """MLP sublayers an MLP-kind op spans."""
+    return _MLP_SUBLAYERS.get(type(op), 1)
 
 
-def accumulating_adds(graph: GraphOp) -> set[Operation]:
-    """Adds whose addends' writers can add straight into one shared block of columns.
-
-    An addend qualifies if it is a literal (folded into a writer's bias), or the single-use
-    result of a writer op or of another accumulating add. At least one addend must be a
-    non-literal, and the two addends must differ (add(x, x) needs a real op)."""
-    acc: set[Operation] = set()
-    for op in graph.block.ops:
-        if type(op) is not AddOp or op.lhs is op.rhs:
-            continue
-        ok, writers = True, 0
-        for v in (op.lhs, op.rhs):
-            owner = type(v.owner)
-            if owner is LiteralOp:
-                continue
-            if owner in WRITER_OPS and v.has_one_use():
-                writers += 1
-            else:
-                ok = False
-        if ok and writers:
-            acc.add(op)
-    return acc
+# --------------------------------------------------------------------------------------
+# Free adds
+# --------------------------------------------------------------------------------------
 
 
-def _free_addend(v: SSAValue) -> bool:
+def writes_in_place(v: SSAValue) -> bool:
+    """A single-use result of a writer op: its writer may write straight into its reader's
+    columns (the one test behind every free add)."""
     return type(v.owner) in WRITER_OPS and v.has_one_use()
 
 
-def is_free_add(op: Operation) -> bool:
-    """Whether `op` is in `accumulating_adds` or `adds_into`, checked on the op alone (no walk
-    over the block). Their union is exactly the adds of two distinct addends at least one of
-    which is a single-use writer result: an accumulating add has such an addend, and an add
-    with one that is not accumulating adds into it."""
+def accumulates(v: SSAValue) -> bool:
+    """An addend a free add reads without copying: a literal (folded into a writer's bias)
+    or a value that `writes_in_place`."""
+    return type(v.owner) is LiteralOp or writes_in_place(v)
+
+
+def _dying_addend(op: Operation) -> SSAValue | None:
+    """The addend a free add writes into (the first that `writes_in_place`), or None where
+    `op` is no free add (not an add, add(x, x), or no such addend)."""
     if type(op) is not AddOp:
-        return False
+        return None
     lhs, rhs = op.operands
-    return lhs is not rhs and (_free_addend(lhs) or _free_addend(rhs))
+    if lhs is rhs:
+        return None
+    if writes_in_place(lhs):
+        return lhs
+    return rhs if writes_in_place(rhs) else None
+
+
+@dataclass
+class FreeAdds:
+    """The free adds of a graph (see module docstring)."""
+
+    accumulating: set[Operation]  # both addends accumulate: no op of its own
+    into: dict[Operation, SSAValue]  # add -> the dying addend whose columns it takes
+
+
+def free_adds(graph: GraphOp) -> FreeAdds:
+    found = FreeAdds(set(), {})
+    for op in graph.block.ops:
+        addend = _dying_addend(op)
+        if addend is None:
+            continue
+        other = op.rhs if addend is op.lhs else op.lhs
+        if accumulates(other):
+            found.accumulating.add(op)
+        else:
+            found.into[op] = addend
+    return found
+
+
+def accumulating_adds(graph: GraphOp) -> set[Operation]:
+    """Adds whose addends' writers add straight into one shared block of columns."""
+    return free_adds(graph).accumulating
 
 
 def adds_into(graph: GraphOp, accumulating: set[Operation] | None = None) -> dict[Operation, SSAValue]:
     """Adds (not accumulating) with one single-use writer addend: add -> that addend.
-
-    The add's result takes the addend's columns and the add only copies the other addend in:
-    no new columns, and the sum is ready once the copy and the addend's writer have run."""
-    if accumulating is None:
-        accumulating = accumulating_adds(graph)
-    into: dict[Operation, SSAValue] = {}
-    for op in graph.block.ops:
-        if type(op) is not AddOp or op in accumulating or op.lhs is op.rhs:
-            continue
-        for v in (op.lhs, op.rhs):
-            if _free_addend(v):
-                into[op] = v
-                break
-    return into
+    (`accumulating` is accepted for old callers; the answer does not depend on it.)"""
+    return free_adds(graph).into
 
 
-def mlp_depth(op: Operation) -> int:
-    """MLP sublayers an MLP-kind op spans (piecewise_linear_2d decomposes into two chains)."""
-    return 2 if isinstance(op, PiecewiseLinear2dOp) else 1
+def is_free_add(op: Operation) -> bool:
+    """Whether `op` is in `accumulating_adds` or `adds_into`, checked on the op alone."""
+    return _dying_addend(op) is not None
 
 
-def next_slot(ready: int, kind: str) -> int:
-    """The first slot after `ready` where an op of `kind` can run."""
-    s = ready + 1
-    if kind == ATTN and s % 2 == 1:
-        s += 1
-    elif kind == MLP and s % 2 == 0:
-        s += 1
-    return s
+# --------------------------------------------------------------------------------------
+# Order
+# --------------------------------------------------------------------------------------
 
 
 def graph_ops(graph: GraphOp) -> list[Operation]:
@@ -227,42 +298,23 @@ def critical_path(graph: GraphOp) -> CriticalPath:
     ready: dict[SSAValue, int] = {}
     slots: dict[Operation, int] = {}
     pred: dict[Operation, Operation | None] = {}
-    accumulating = accumulating_adds(graph)
-    into = adds_into(graph, accumulating)
+    adds = free_adds(graph)
     last = -1
     last_op: Operation | None = None
     for op in graph.block.ops:
-        r, p = -1, None
-        into_addend = into.get(op)
-        for v in op.operands:
-            if v is into_addend:
-                continue
-            rv = ready[v]
-            if rv > r:
-                r, p = rv, v.owner
-        kind = FREE if op in accumulating else _KIND_BY_TYPE[type(op)]
-        if into_addend is not None:
-            s = next_slot(r, kind)
-            slots[op] = s
+        into_addend = adds.into.get(op)
+        r, p = _last_ready_operand(op, ready, skip=into_addend)
+        kind = FREE if op in adds.accumulating else PLACEMENT[type(op)]
+        s = slots[op] = earliest_slot(r, kind, mlp_depth(op))
+        pred[op] = p
+        if into_addend is not None:  # the sum is ready once the dying addend is written too
             ready_into = ready[into_addend]
-            pred[op] = into_addend.owner if ready_into > s else (
-                p if isinstance(p, Operation) else None)
+            if ready_into > s:
+                pred[op] = into_addend.owner
             ready[op.results[0]] = max(s, ready_into)
             continue
-        if kind in (SOURCE,):
-            s = -1
-        elif kind == FREE:
-            s = r
-        elif kind == SINK:
-            s = r
-            if r > last:
-                last, last_op = r, op
-        elif kind == MLP:
-            s = next_slot(r, MLP) + 2 * (mlp_depth(op) - 1)
-        else:
-            s = next_slot(r, kind)
-        slots[op] = s
-        pred[op] = p if isinstance(p, Operation) else None
+        if kind == SINK and r > last:
+            last, last_op = r, op
         for res in op.results:
             ready[res] = s
     chain: list[Operation] = []
@@ -271,5 +323,17 @@ def critical_path(graph: GraphOp) -> CriticalPath:
         chain.append(op)
         op = pred.get(op)
     chain.reverse()
-    n_layers = last // 2 + 1 if last >= 0 else 0
-    return CriticalPath(slots, ready, n_layers, chain, last)
+    return CriticalPath(slots, ready, layers_through(last), chain, last)
+
+
+def _last_ready_operand(op: Operation, ready: dict[SSAValue, int],
+                        skip: SSAValue | None) -> tuple[int, Operation | None]:
+    """The latest `ready` slot among `op`'s operands (-1: none) and the op defining it."""
+    r, p = -1, None
+    for v in op.operands:
+        if v is skip:
+            continue
+        rv = ready[v]
+        if rv > r:
+            r, p = rv, v.owner
+    return r, p if isinstance(p, Operation) else None
