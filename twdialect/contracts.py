@@ -98,6 +98,9 @@ keeps it within DEFAULT_TOLERANCE * max(1, |output|) (option `tolerance`; an op'
 refuses the op by name with the ranges that would fit (docs/decompose.md).
 
 Primitives (`tw.linear`, `tw.mlp`, ...) and views are untouched by `decompose`.
+
+Costs and exact regions are tables of per-library-op rules (`DECOMPOSITION_COST`,
+`EXACT_REGION`: `OpRules` of `twdialect.interp`); `contract_mask` runs the shared graph walk.
 """
 
 from __future__ import annotations
@@ -107,10 +110,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 
 from twdialect.dense import shape_of
 from twdialect.dialect import (
+    LIBRARY_OPS,
     AttnOp,
     ClampOp,
     CompareOp,
@@ -121,7 +125,7 @@ from twdialect.dialect import (
     describe,
     width_of,
 )
-from twdialect.interp import evaluate_values, find_graph
+from twdialect.interp import OpRules, evaluate_values, find_graph, walk_graph
 
 # A select's condition may be this far from +/-1 and the losing branch is still exactly 0.
 SELECT_COND_TOLERANCE = 0.25
@@ -206,21 +210,39 @@ class DecompositionCost:
     neurons: int
 
 
+def _not_library_op(op: Operation) -> ContractError:
+    return ContractError(f"{describe(op)}: not a library op", op)
+
+
+DECOMPOSITION_COST = OpRules("decomposition cost", _not_library_op)
+
+
 def decomposition_cost(op: Operation) -> DecompositionCost:
     """The cost of decomposing library op `op` (see the module docstring)."""
-    match op:
-        case CompareOp() | ClampOp():
-            return DecompositionCost(1, 2 * width_of(op.out))
-        case SelectOp():
-            n = width_of(op.out)
-            return DecompositionCost(1, 2 * n + (2 if width_of(op.cond) == 1 else 2 * n))
-        case PiecewiseLinearOp():
-            return DecompositionCost(1, shape_of(op.breakpoints)[0] + 1)
-        case PiecewiseLinear2dOp():
-            # The two-chain form; integer operands may get the one-chain lattice form.
-            n1, n2 = shape_of(op.xs)[0], shape_of(op.ys)[0]
-            return DecompositionCost(2, 2 * (n1 - 1) + 2 * (n2 - 1) + n1 * n2 - 1)
-    raise ContractError(f"{describe(op)}: not a library op", op)
+    return DECOMPOSITION_COST(op)
+
+
+@DECOMPOSITION_COST.rule(CompareOp, ClampOp)
+def _two_per_component(op: CompareOp | ClampOp) -> DecompositionCost:
+    return DecompositionCost(1, 2 * width_of(op.out))
+
+
+@DECOMPOSITION_COST.rule(SelectOp)
+def _select_cost(op: SelectOp) -> DecompositionCost:
+    n = width_of(op.out)
+    return DecompositionCost(1, 2 * n + (2 if width_of(op.cond) == 1 else 2 * n))
+
+
+@DECOMPOSITION_COST.rule(PiecewiseLinearOp)
+def _pwl_cost(op: PiecewiseLinearOp) -> DecompositionCost:
+    return DecompositionCost(1, shape_of(op.breakpoints)[0] + 1)
+
+
+@DECOMPOSITION_COST.rule(PiecewiseLinear2dOp)
+def _pwl_2d_cost(op: PiecewiseLinear2dOp) -> DecompositionCost:
+    """The two-chain form; integer operands may get the one-chain lattice form."""
+    n1, n2 = shape_of(op.xs)[0], shape_of(op.ys)[0]
+    return DecompositionCost(2, 2 * (n1 - 1) + 2 * (n2 - 1) + n1 * n2 - 1)
 
 
 # --------------------------------------------------------------------------------------
@@ -228,25 +250,34 @@ def decomposition_cost(op: Operation) -> DecompositionCost:
 # --------------------------------------------------------------------------------------
 
 
+EXACT_REGION = OpRules("exact region", _not_library_op)
+
+
 def exact_region(op: Operation, args: list[np.ndarray], guard: float = DEFAULT_GUARD) -> np.ndarray:
     """Per position (n,), whether library op `op` with operand values `args` (the oracle's,
     each (n, width)) is inside the region where its decomposition is exact."""
-    n = args[0].shape[0]
-    match op:
-        case CompareOp():
-            p = compare_params(op)
-            t = op.threshold.value.data
-            x = args[0]
-            g = guard * (1.0 + abs(t))
-            high = x >= max(t, p.threshold) + g
-            low = x <= min(t, p.threshold - p.ramp) - g
-            return np.all(high | low, axis=1)
-        case SelectOp():
-            c = args[0]
-            return np.all(np.abs(np.abs(c) - 1.0) <= SELECT_EXACT_ATOL, axis=1)
-        case ClampOp() | PiecewiseLinearOp() | PiecewiseLinear2dOp():
-            return np.ones(n, dtype=bool)
-    raise ContractError(f"{describe(op)}: not a library op", op)
+    return EXACT_REGION(op, args, guard)
+
+
+@EXACT_REGION.rule(CompareOp)
+def _compare_exact(op: CompareOp, args: list[np.ndarray], guard: float) -> np.ndarray:
+    p = compare_params(op)
+    t = op.threshold.value.data
+    x = args[0]
+    g = guard * (1.0 + abs(t))
+    high = x >= max(t, p.threshold) + g
+    low = x <= min(t, p.threshold - p.ramp) - g
+    return np.all(high | low, axis=1)
+
+
+@EXACT_REGION.rule(SelectOp)
+def _select_exact(op: SelectOp, args: list[np.ndarray], guard: float) -> np.ndarray:
+    return np.all(np.abs(np.abs(args[0]) - 1.0) <= SELECT_EXACT_ATOL, axis=1)
+
+
+@EXACT_REGION.rule(ClampOp, PiecewiseLinearOp, PiecewiseLinear2dOp)
+def _exact_everywhere(op: Operation, args: list[np.ndarray], guard: float) -> np.ndarray:
+    return np.ones(args[0].shape[0], dtype=bool)
 
 
 def contract_mask(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
@@ -262,21 +293,22 @@ def contract_mask(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
     g = find_graph(module, graph)
     values = evaluate_values(module, inputs, graph)
     n = next(iter(values.values())).shape[0] if values else 0
-    tainted: dict[SSAValue, np.ndarray] = {}
-    clean = np.zeros(n, dtype=bool)
-    bad = np.zeros(n, dtype=bool)
-    for op in g.block.ops:
-        if isinstance(op, OutputOp):
-            bad |= tainted[op.value]
-            continue
-        ins = [tainted[v] for v in op.operands]
-        if isinstance(op, AttnOp):
+
+    def taint(op: Operation, ins: list[np.ndarray]) -> np.ndarray:
+        """Positions where `op`'s value strays from the oracle's (see above)."""
+        if type(op) is AttnOp:
             t = ins[0] | np.logical_or.accumulate(ins[1] | ins[2])
         else:
-            t = clean.copy()
+            t = np.zeros(n, dtype=bool)
             for a in ins:
                 t |= a
-        if isinstance(op, (CompareOp, SelectOp, ClampOp, PiecewiseLinearOp, PiecewiseLinear2dOp)):
+        if type(op) in LIBRARY_OPS:
             t |= ~exact_region(op, [values[v] for v in op.operands], guard)
-        tainted[op.results[0]] = t
+        return t
+
+    tainted = walk_graph(g, taint)
+    bad = np.zeros(n, dtype=bool)
+    for op in g.block.ops:
+        if type(op) is OutputOp:
+            bad |= tainted[op.value]
     return ~bad

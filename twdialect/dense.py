@@ -31,6 +31,12 @@ def dense(values) -> DenseIntOrFPElementsAttr:
     return attr
 
 
+def as_dense(values) -> DenseIntOrFPElementsAttr:
+    """`values` as a dense f32 attribute: an attribute passes through (a pass moving weights
+    from op to op), anything else is stored by `dense`. What the ops' typed constructors take."""
+    return values if isinstance(values, DenseIntOrFPElementsAttr) else dense(values)
+
+
 def to_numpy(attr: DenseIntOrFPElementsAttr, dtype=np.float64) -> np.ndarray:
     """The attribute's values as a numpy array of its declared shape (a copy in `dtype`)."""
     shape = tuple(attr.get_shape() or ())

@@ -4,6 +4,8 @@ Every value is a `!tw.vec<N>`: at each sequence position, N f32 numbers. Primiti
 the transformer machine executes directly (see `docs/architecture.md`); library ops carry an
 ideal meaning that the `decompose` pass lowers to primitives under a documented contract
 (`twdialect/contracts.py`). Weights are bytes-backed dense attributes (`twdialect.dense`).
+Every op class has a typed constructor (`LinearOp(x, weight, bias)`, weights as arrays or
+dense attributes) that derives the result type; the parser builds ops with `create`.
 
 Discardable attributes understood everywhere:
   `tw.annotation = "render/texture"`  hierarchical name, free at run time, carried into reports;
@@ -79,7 +81,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from twdialect.dense import shape_of, to_numpy
+from twdialect.dense import as_dense, shape_of, to_numpy
 
 # Limits (see the module docstring). Library ops decompose into (width x 2*width) matrices, so
 # MAX_WIDTH = 4096 keeps each one of them below 2^25 entries; MAX_DENSE_ELEMENTS (2^26 f32
@@ -329,6 +331,25 @@ class TwCanonicalization(HasCanonicalizationPatternsTrait):
         return ()
 
 
+# Weights as the typed constructors take them: an array (stored as f32) or a dense attribute.
+Weights = np.ndarray | Sequence | DenseIntOrFPElementsAttr
+
+
+def _fill(op: Operation, operands: Sequence[SSAValue] = (), result: Attribute | None = None,
+          properties: dict[str, Attribute] | None = None) -> None:
+    """Initialize `op` as `Operation.create` does. The typed constructors hand over arguments of
+    the right kinds, so IRDL's per-argument re-checks (a large share of building a 10^5-op
+    graph) are skipped; the graph verifier checks the finished graph. Properties go in the
+    order the parser builds them, so a built and a parsed module print alike."""
+    Operation.__init__(op, operands=operands, result_types=[] if result is None else [result],
+                       properties=properties or {})
+
+
+def _with_optional(properties: dict[str, Attribute], name: str, values: Weights | None) -> None:
+    if values is not None:
+        properties[name] = as_dense(values)
+
+
 # Scalar properties are pinned to i64 / f64 so the custom syntax can omit the type
 # (`max_len 16`, not `max_len 16 : i64`); the builder always makes these types.
 I64Prop = IntegerAttr[I64]
@@ -441,6 +462,13 @@ class InputOp(IRDLOperation):
     assembly_format = "$name $range (`integer` $integer^)? attr-dict `:` type($out)"
     traits = traits_def(TwCanonicalization())  # not Pure: inputs are the graph's interface, dce keeps them
 
+    def __init__(self, name: str, width: int, value_range: tuple[float, float],
+                 integer: bool = False):
+        props: dict[str, Attribute] = {"name": StringAttr(name), "range": RangeAttr(*value_range)}
+        if integer:
+            props["integer"] = UnitAttr()
+        _fill(self, result=VecType(width), properties=props)
+
     def verify_(self) -> None:
         if not self.input_name.data:
             _fail(self, "input name must not be empty")
@@ -457,6 +485,9 @@ class OutputOp(IRDLOperation):
     output_name = prop_def(StringAttr, prop_name="name")
     value = operand_def(VecType)
     assembly_format = "$name $value attr-dict `:` type($value)"
+
+    def __init__(self, name: str, value: SSAValue):
+        _fill(self, [value], properties={"name": StringAttr(name)})
 
     def verify_(self) -> None:
         if not self.output_name.data:
@@ -477,6 +508,11 @@ class EmbeddingOp(IRDLOperation):
     assembly_format = "$name `table` $table attr-dict `:` type($out)"
     traits = traits_def(TwCanonicalization())  # not Pure: inputs are the graph's interface, dce keeps them
 
+    def __init__(self, name: str, table: Weights):
+        table = as_dense(table)
+        _fill(self, result=VecType(shape_of(table)[1]),
+              properties={"name": StringAttr(name), "table": table})
+
     def verify_(self) -> None:
         _check_matrix(self, self.table, "embedding table", None, width_of(self.out))
 
@@ -495,6 +531,9 @@ class PosEncodingOp(IRDLOperation):
     out = result_def(VecType)
     assembly_format = "`max_len` $max_len attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, width: int, max_len: int):
+        _fill(self, result=VecType(width), properties={"max_len": int_prop(max_len)})
 
     def verify_(self) -> None:
         if self.max_len.value.data < 1:
@@ -516,6 +555,10 @@ class LiteralOp(IRDLOperation):
     assembly_format = "$value attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, value: Weights):
+        value = as_dense(value)
+        _fill(self, result=VecType(shape_of(value)[0]), properties={"value": value})
+
     def verify_(self) -> None:
         _check_vector(self, self.value, "literal value", width_of(self.out))
 
@@ -531,6 +574,11 @@ class LinearOp(IRDLOperation):
     out = result_def(VecType)
     assembly_format = "$x `weight` $weight (`bias` $bias^)? attr-dict `:` type($x) `->` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, x: SSAValue, weight: Weights, bias: Weights | None = None):
+        props = {"weight": as_dense(weight)}
+        _with_optional(props, "bias", bias)
+        _fill(self, [x], VecType(shape_of(props["weight"])[1]), props)
 
     def verify_(self) -> None:
         _check_matrix(self, self.weight, "weight", width_of(self.x), width_of(self.out))
@@ -549,6 +597,9 @@ class ReluOp(IRDLOperation):
     assembly_format = "$x attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, x: SSAValue):
+        _fill(self, [x], x.type)
+
     def verify_(self) -> None:
         if self.x.type != self.out.type:
             _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
@@ -566,6 +617,9 @@ class AddOp(IRDLOperation):
     assembly_format = "$lhs `,` $rhs attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        _fill(self, [lhs, rhs], lhs.type)
+
     def verify_(self) -> None:
         if not (self.lhs.type == self.rhs.type == self.out.type):
             _fail(self, f"operand widths must match the result: {self.lhs.type}, "
@@ -581,6 +635,10 @@ class ConcatOp(IRDLOperation):
     out = result_def(VecType)
     assembly_format = "`(` $ins `)` attr-dict `:` type($ins) `->` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, ins: Sequence[SSAValue]):
+        ins = list(ins)
+        _fill(self, ins, VecType(sum(width_of(v) for v in ins)))
 
     def verify_(self) -> None:
         if not self.ins:
@@ -613,6 +671,11 @@ class AttnOp(IRDLOperation):
     )
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, query: SSAValue, key: SSAValue, value: SSAValue, wq: Weights, wk: Weights,
+                 wv: Weights, wo: Weights):
+        props = {"wq": as_dense(wq), "wk": as_dense(wk), "wv": as_dense(wv), "wo": as_dense(wo)}
+        _fill(self, [query, key, value], VecType(shape_of(props["wo"])[1]), props)
+
     def verify_(self) -> None:
         _check_matrix(self, self.wq, "wq", width_of(self.query), None)
         d_qk = shape_of(self.wq)[1]
@@ -640,6 +703,14 @@ class MlpOp(IRDLOperation):
     )
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, x: SSAValue, w1: Weights, w2: Weights, *, b1: Weights | None = None,
+                 b2: Weights | None = None):
+        props = {"w1": as_dense(w1)}
+        _with_optional(props, "b1", b1)
+        props["w2"] = as_dense(w2)
+        _with_optional(props, "b2", b2)
+        _fill(self, [x], VecType(shape_of(props["w2"])[1]), props)
+
     @property
     def hidden(self) -> int:
         return shape_of(self.w1)[1]
@@ -665,6 +736,9 @@ class SliceOp(IRDLOperation):
     assembly_format = "$x `[` $start `]` attr-dict `:` type($x) `->` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, x: SSAValue, start: int, length: int):
+        _fill(self, [x], VecType(length), {"start": int_prop(start)})
+
     def verify_(self) -> None:
         s = self.start.value.data
         if s < 0 or s + width_of(self.out) > width_of(self.x):
@@ -686,6 +760,9 @@ class AfterOp(IRDLOperation):
     out = result_def(T)
     assembly_format = "$x `,` `(` $deps `)` attr-dict `:` type($out) `,` type($deps)"
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, x: SSAValue, deps: Sequence[SSAValue]):
+        _fill(self, [x, *deps], x.type)
 
     def verify_(self) -> None:
         if not self.deps:
@@ -713,6 +790,9 @@ class CompareOp(IRDLOperation):
     assembly_format = "$x `,` $threshold `ramp` $ramp attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, x: SSAValue, threshold: float, ramp: float):
+        _fill(self, [x], x.type, {"threshold": float_prop(threshold), "ramp": float_prop(ramp)})
+
     def verify_(self) -> None:
         if self.x.type != self.out.type:
             _fail(self, f"result type {self.out.type} must equal operand type {self.x.type}")
@@ -736,6 +816,9 @@ class SelectOp(IRDLOperation):
     assembly_format = "$cond `,` $if_true `,` $if_false attr-dict `:` type($cond) `,` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
 
+    def __init__(self, cond: SSAValue, if_true: SSAValue, if_false: SSAValue):
+        _fill(self, [cond, if_true, if_false], if_true.type)
+
     def verify_(self) -> None:
         n = width_of(self.out)
         if width_of(self.if_true) != n or width_of(self.if_false) != n:
@@ -757,6 +840,9 @@ class ClampOp(IRDLOperation):
     out = result_def(T)
     assembly_format = "$x `,` $lo `,` $hi attr-dict `:` type($out)"
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, x: SSAValue, lo: float, hi: float):
+        _fill(self, [x], x.type, {"lo": float_prop(lo), "hi": float_prop(hi)})
 
     def verify_(self) -> None:
         if self.x.type != self.out.type:
@@ -783,6 +869,10 @@ class PiecewiseLinearOp(IRDLOperation):
         "$x `breakpoints` $breakpoints `values` $values attr-dict `:` type($x) `->` type($out)"
     )
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, x: SSAValue, breakpoints: Weights, values: Weights):
+        props = {"breakpoints": as_dense(breakpoints), "values": as_dense(values)}
+        _fill(self, [x], VecType(shape_of(props["values"])[1]), props)
 
     def verify_(self) -> None:
         if width_of(self.x) != 1:
@@ -815,6 +905,10 @@ class PiecewiseLinear2dOp(IRDLOperation):
         "`->` type($out)"
     )
     traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, x: SSAValue, y: SSAValue, xs: Weights, ys: Weights, table: Weights):
+        props = {"xs": as_dense(xs), "ys": as_dense(ys), "table": as_dense(table)}
+        _fill(self, [x, y], VecType(shape_of(props["table"])[2]), props)
 
     def verify_(self) -> None:
         for v, nm in ((self.x, "x"), (self.y, "y")):

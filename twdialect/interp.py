@@ -5,11 +5,20 @@ their *ideal* meaning (select picks exactly, compare is a hard step); `decompose
 to primitives under the contracts in `twdialect/contracts.py`. Inputs are checked against the
 graph's declared promises by `twdialect.inputs.check_inputs`, the same check the compiled model
 makes, so the two accept and refuse the same inputs.
+
+It also holds what every analysis of a graph shares (as xDSL's interpreter registers `@impl`
+functions per op): `OpRules`, one table of per-op rules per analysis, keyed by op class, and
+`walk_graph`, the one walk that applies a table to a graph's values in order. The oracle is
+the table `ORACLE`; value ranges and integrality (`twdialect.ranges`) and the library ops'
+contracts (`twdialect.contracts`) are tables too, and `tests/test_op_coverage.py` checks that
+each one has a rule for every op it applies to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -47,6 +56,76 @@ from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
     check_inputs,
     check_steps,
 )
+
+
+T = TypeVar("T")
+
+
+class OpRules:
+    """One analysis as a table: for each op class, the rule that gives what the analysis says
+    of an op's value from what it said of the operands (`rule(op, operand facts, *context)`).
+
+        ORACLE = OpRules("oracle", ...)
+        @ORACLE.rule(ReluOp)
+        def _relu(op, args, run): return np.maximum(args[0], 0.0)
+
+    Lookup is by exact class (an xDSL op class is final; `isinstance` would be slow on big
+    graphs). An op without a rule raises the analysis's own error naming the op."""
+
+    def __init__(self, analysis: str, missing: Callable[[Operation], Exception]):
+        self.analysis = analysis
+        self._missing = missing
+        self._rules: dict[type[Operation], Callable] = {}
+
+    def rule(self, *op_classes: type[Operation]) -> Callable[[Callable], Callable]:
+        """Register the decorated function as the rule of every class in `op_classes`."""
+        def register(fn: Callable) -> Callable:
+            for cls in op_classes:
+                if cls in self._rules:
+                    raise ValueError(f"{self.analysis}: a second rule for {cls.name}")
+                self._rules[cls] = fn
+            return fn
+        return register
+
+    def covers(self, op_class: type[Operation]) -> bool:
+        return op_class in self._rules
+
+    def __call__(self, op: Operation, *args):
+        rule = self._rules.get(type(op))
+        if rule is None:
+            raise self._missing(op)
+        return rule(op, *args)
+
+
+def walk_graph(graph: GraphOp, visit: Callable[[Operation, list[T]], T]) -> dict[SSAValue, T]:
+    """{value: visit(op, [operand facts])} for every value of `graph`, in block order (the
+    verifier promises every operand is defined earlier). Outputs define no value; callers
+    that need them read `graph.block.ops`."""
+    facts: dict[SSAValue, T] = {}
+    for op in graph.block.ops:
+        if type(op) is OutputOp:
+            continue
+        facts[op.results[0]] = visit(op, [facts[v] for v in op.operands])
+    return facts
+
+
+def walk_to(value: SSAValue, facts: dict[SSAValue, T], visit: Callable[[Operation, list[T]], T]
+            ) -> T:
+    """`walk_graph`'s fact of `value`, computing only the ancestors `facts` lacks and keeping
+    them there (a cache that grows with a graph still being built or rewritten)."""
+    stack = [value]
+    while stack:  # post-order over the ancestors not yet known
+        top = stack[-1]
+        if top in facts:
+            stack.pop()
+            continue
+        missing = [v for v in top.owner.operands if v not in facts]
+        if missing:
+            stack.extend(missing)
+            continue
+        facts[top] = visit(top.owner, [facts[v] for v in top.owner.operands])
+        stack.pop()
+    return facts[value]
 
 
 def find_graph(module: ModuleOp | GraphOp, graph: str = "main") -> GraphOp:
@@ -138,46 +217,112 @@ def _opt(op: Operation, name: str, n: int) -> np.ndarray:
     return to_numpy(a) if a is not None else np.zeros(n)
 
 
+# --------------------------------------------------------------------------------------
+# The oracle's rules: the ideal value of each op, given its operands' values (each (n, width))
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the oracle reads besides operand values: the number of positions and the values
+    fed to the graph's sources (token ids already looked up in their tables)."""
+
+    n_positions: int
+    feeds: Mapping[str, np.ndarray]
+
+
+ORACLE = OpRules("oracle", lambda op: EvaluationError(
+    f"{describe(op)}: the interpreter has no meaning for this op"))
+
+
+@ORACLE.rule(InputOp, EmbeddingOp)
+def _fed(op: InputOp | EmbeddingOp, args, run: Run) -> np.ndarray:
+    return run.feeds[op.input_name.data]
+
+
+@ORACLE.rule(PosEncodingOp)
+def _positions(op: PosEncodingOp, args, run: Run) -> np.ndarray:
+    return position_features(run.n_positions, width_of(op.out))
+
+
+@ORACLE.rule(LiteralOp)
+def _literal(op: LiteralOp, args, run: Run) -> np.ndarray:
+    return np.broadcast_to(_p(op, "value"), (run.n_positions, width_of(op.out))).copy()
+
+
+@ORACLE.rule(LinearOp)
+def _linear(op: LinearOp, args, run: Run) -> np.ndarray:
+    m = _p(op, "weight")
+    return args[0] @ m + _opt(op, "bias", m.shape[1])
+
+
+@ORACLE.rule(AddOp)
+def _add(op: AddOp, args, run: Run) -> np.ndarray:
+    return args[0] + args[1]
+
+
+@ORACLE.rule(ReluOp)
+def _relu(op: ReluOp, args, run: Run) -> np.ndarray:
+    return np.maximum(args[0], 0.0)
+
+
+@ORACLE.rule(ConcatOp)
+def _concat(op: ConcatOp, args, run: Run) -> np.ndarray:
+    return np.concatenate(args, axis=1)
+
+
+@ORACLE.rule(SliceOp)
+def _slice(op: SliceOp, args, run: Run) -> np.ndarray:
+    start = op.start.value.data
+    return args[0][:, start:start + width_of(op.out)]
+
+
+@ORACLE.rule(AfterOp)
+def _after(op: AfterOp, args, run: Run) -> np.ndarray:
+    return args[0]
+
+
+@ORACLE.rule(MlpOp)
+def _mlp(op: MlpOp, args, run: Run) -> np.ndarray:
+    w1, w2 = _p(op, "w1"), _p(op, "w2")
+    h = np.maximum(args[0] @ w1 + _opt(op, "b1", w1.shape[1]), 0.0)
+    return h @ w2 + _opt(op, "b2", w2.shape[1])
+
+
+@ORACLE.rule(AttnOp)
+def _attn(op: AttnOp, args, run: Run) -> np.ndarray:
+    return causal_attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"))
+
+
+@ORACLE.rule(CompareOp)
+def _compare(op: CompareOp, args, run: Run) -> np.ndarray:
+    return np.where(args[0] >= op.threshold.value.data, 1.0, -1.0)
+
+
+@ORACLE.rule(SelectOp)
+def _select(op: SelectOp, args, run: Run) -> np.ndarray:
+    return np.where(args[0] > 0, args[1], args[2])
+
+
+@ORACLE.rule(ClampOp)
+def _clamp(op: ClampOp, args, run: Run) -> np.ndarray:
+    return np.clip(args[0], op.lo.value.data, op.hi.value.data)
+
+
+@ORACLE.rule(PiecewiseLinearOp)
+def _pwl(op: PiecewiseLinearOp, args, run: Run) -> np.ndarray:
+    return pwl_1d(args[0][:, 0], _p(op, "breakpoints"), _p(op, "values"))
+
+
+@ORACLE.rule(PiecewiseLinear2dOp)
+def _pwl_2d(op: PiecewiseLinear2dOp, args, run: Run) -> np.ndarray:
+    return pwl_2d(args[0][:, 0], args[1][:, 0], _p(op, "xs"), _p(op, "ys"), _p(op, "table"))
+
+
 def evaluate_op(op: Operation, args: list[np.ndarray], n: int, feeds: Mapping) -> np.ndarray:
-    """The ideal value of one op given its operand values (each (n, width))."""
-    match op:
-        case LinearOp():
-            m = _p(op, "weight")
-            return args[0] @ m + _opt(op, "bias", m.shape[1])
-        case AddOp():
-            return args[0] + args[1]
-        case ReluOp():
-            return np.maximum(args[0], 0.0)
-        case ConcatOp():
-            return np.concatenate(args, axis=1)
-        case SliceOp():
-            start = op.start.value.data
-            return args[0][:, start:start + width_of(op.out)]
-        case AfterOp():
-            return args[0]
-        case LiteralOp():
-            return np.broadcast_to(_p(op, "value"), (n, width_of(op.out))).copy()
-        case MlpOp():
-            w1, w2 = _p(op, "w1"), _p(op, "w2")
-            h = np.maximum(args[0] @ w1 + _opt(op, "b1", w1.shape[1]), 0.0)
-            return h @ w2 + _opt(op, "b2", w2.shape[1])
-        case AttnOp():
-            return causal_attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"))
-        case CompareOp():
-            return np.where(args[0] >= op.threshold.value.data, 1.0, -1.0)
-        case SelectOp():
-            return np.where(args[0] > 0, args[1], args[2])
-        case ClampOp():
-            return np.clip(args[0], op.lo.value.data, op.hi.value.data)
-        case PiecewiseLinearOp():
-            return pwl_1d(args[0][:, 0], _p(op, "breakpoints"), _p(op, "values"))
-        case PiecewiseLinear2dOp():
-            return pwl_2d(args[0][:, 0], args[1][:, 0], _p(op, "xs"), _p(op, "ys"), _p(op, "table"))
-        case InputOp() | EmbeddingOp():
-            return feeds[op.input_name.data]
-        case PosEncodingOp():
-            return position_features(n, width_of(op.out))
-    raise EvaluationError(f"{describe(op)}: the interpreter has no meaning for this op")
+    """The ideal value of one op given its operand values (each (n, width)); `feeds` holds the
+    sources' values by name (only a source reads it)."""
+    return ORACLE(op, args, Run(n, feeds))
 
 
 def _feeds(graph: GraphOp, checked: CheckedInputs) -> dict[str, np.ndarray]:
@@ -191,14 +336,8 @@ def _feeds(graph: GraphOp, checked: CheckedInputs) -> dict[str, np.ndarray]:
 
 
 def _values(graph: GraphOp, checked: CheckedInputs) -> dict[SSAValue, np.ndarray]:
-    feeds = _feeds(graph, checked)
-    n = checked.n_positions
-    values: dict[SSAValue, np.ndarray] = {}
-    for op in graph.block.ops:
-        if isinstance(op, OutputOp):
-            continue
-        values[op.results[0]] = evaluate_op(op, [values[v] for v in op.operands], n, feeds)
-    return values
+    run = Run(checked.n_positions, _feeds(graph, checked))
+    return walk_graph(graph, lambda op, args: ORACLE(op, args, run))
 
 
 def _outputs(graph: GraphOp, checked: CheckedInputs) -> dict[str, np.ndarray]:

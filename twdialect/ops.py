@@ -8,8 +8,11 @@
     module = g.module
 
 Every function appends one op (or a few) to the innermost open `Graph` and returns the new
-SSA value. Ops are created without re-running IRDL checks (fast: big graphs are built here);
-`Graph.__exit__` verifies the finished graph unless `verify=False`.
+SSA value. Ops are made by their typed constructors (`LinearOp(x, weight, bias)`), which skip
+IRDL's re-checks (fast: big graphs are built here); `Graph.__exit__` verifies the finished
+graph unless `verify=False`. A graph holds all of its building state (annotation path, scope
+tag, names taken, range cache); the only state outside it is which graph is innermost open,
+per thread, as xDSL's `ImplicitBuilder` keeps its current builder.
 
 Arguments are checked at the call: a bad one raises `BuilderError` (a `TwError`) whose message
 starts with the function (`tw.linear: matrix ...`) and names the argument, so a misuse never
@@ -24,6 +27,7 @@ import builtins
 import contextlib
 import gc
 import numbers
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -35,9 +39,9 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     f64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Operation, SSAValue
 
-from twdialect.dense import dense, to_numpy
+from twdialect.dense import to_numpy
 from twdialect.errors import TwError
 from twdialect.dialect import (
     FLOAT32_MAX,
@@ -65,13 +69,11 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
-    RangeAttr,
     ReluOp,
     SelectOp,
     SliceOp,
     AfterOp,
     VecType,
-    float_prop,
     int_prop,
     width_of,
 )
@@ -79,12 +81,8 @@ from twdialect.dialect import (
 Value = SSAValue
 
 # --------------------------------------------------------------------------------------
-# Builder state: the open graphs, the annotation path and the scope tag
+# The graph being built, and which one is innermost open
 # --------------------------------------------------------------------------------------
-
-_graphs: list[Graph] = []
-_annotation: list[str] = []
-_scope: list[tuple[str, int]] = []
 
 
 class BuilderError(TwError):
@@ -94,6 +92,21 @@ class BuilderError(TwError):
 
 def fail(fn: str, message: str):
     raise BuilderError(f"tw.{fn}: {message}")
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """The cyclic GC paused for a block: building and compiling a graph allocate many small
+    long-lived objects and no garbage cycles worth collecting, and the GC would rescan the
+    growing heap again and again (superlinear at 10^5 ops). The one home of that rule (the
+    builder and `lowering.compile` both use it)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Graph:
@@ -116,27 +129,29 @@ class Graph:
         self._owned: set[Operation] = set()  # ops built here: values from elsewhere are refused
         self._input_names: set[str] = set()
         self._output_names: set[str] = set()
+        self.annotation: list[str] = []  # the `annotate` path, outermost first
+        self.scope: list[tuple[str, int]] = []  # the open `sequential_scope` iterations
+        # Value-range boxes of values built here, filled on demand by the ops library
+        # (`twdialect.ranges.box_of`), so repeated queries cost O(new ops).
+        self.value_boxes: dict[SSAValue, tuple[np.ndarray, np.ndarray]] = {}
+        self._outer: Graph | None = None  # the graph that was innermost when this one opened
         self._entered = False
 
     def __enter__(self) -> Graph:
         if self._entered:
             fail("Graph", f"@{self.name} was already built; open a new tw.Graph")
         self._entered = True
-        _graphs.append(self)
-        # Building allocates many small long-lived objects; the cyclic GC would rescan them all
-        # again and again (superlinear on 10^5-op graphs). Nothing here makes garbage cycles.
-        self._gc_was_enabled = gc.isenabled()
-        gc.disable()
+        self._outer, _innermost.graph = _innermost.graph, self
+        self._gc = gc_paused()  # (building makes many long-lived objects: see gc_paused)
+        self._gc.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        _graphs.remove(self)
-        if self._gc_was_enabled:
-            gc.enable()
+        _innermost.graph, self._outer = self._outer, None
+        self._gc.__exit__(None, None, None)
         if exc_type is not None:
             return
-        graph = GraphOp.create(properties={"sym_name": StringAttr(self.name)},
-                               regions=[Region(Block(self.ops))])
+        graph = GraphOp(self.name, self.ops)
         self.op = graph
         if self.module is None:
             self.module = ModuleOp([graph])
@@ -148,24 +163,38 @@ class Graph:
     def owns(self, value: SSAValue) -> bool:
         return value.owner in self._owned
 
+    def append(self, op: Operation) -> Operation:
+        """Add `op`, tagged with the open annotation path and scope iteration."""
+        if self.annotation:
+            op.attributes[ANNOTATION] = StringAttr("/".join(self.annotation))
+        if self.scope:
+            name, it = self.scope[-1]
+            op.attributes[SCOPE] = StringAttr(name)
+            op.attributes[ITERATION] = int_prop(it)
+        self.ops.append(op)
+        self._owned.add(op)
+        return op
+
+
+class _Innermost(threading.local):
+    """The innermost open graph of this thread (None outside any `with tw.Graph(...)`); each
+    open graph remembers the one it hides, so closing it restores that one."""
+
+    graph: Graph | None = None
+
+
+_innermost = _Innermost()
+
 
 def _current(fn: str = "Graph") -> Graph:
-    if not _graphs:
+    graph = _innermost.graph
+    if graph is None:
         fail(fn, "no graph is open: build tw ops inside `with tw.Graph(...)`")
-    return _graphs[-1]
+    return graph
 
 
 def _emit(op: Operation, fn: str = "Graph") -> Operation:
-    if _annotation:
-        op.attributes[ANNOTATION] = StringAttr("/".join(_annotation))
-    if _scope:
-        name, it = _scope[-1]
-        op.attributes[SCOPE] = StringAttr(name)
-        op.attributes[ITERATION] = int_prop(it)
-    graph = _current(fn)
-    graph.ops.append(op)
-    graph._owned.add(op)
-    return op
+    return _current(fn).append(op)
 
 
 def _one(op: Operation, fn: str = "Graph") -> Value:
@@ -326,13 +355,13 @@ def annotate(name: str) -> Iterator[None]:
 
     Re-entering a component that is already on the path adds nothing (no `a/b/a/b`)."""
     check_name("annotate", name)
-    parts = [p for p in name.split("/") if p]
-    added = [p for p in parts if p not in _annotation]
-    _annotation.extend(added)
+    path = _current("annotate").annotation
+    added = [p for p in name.split("/") if p and p not in path]
+    path.extend(added)
     try:
         yield
     finally:
-        del _annotation[len(_annotation) - len(added):]
+        del path[len(path) - len(added):]
 
 
 def sequential_scope(factories: Sequence[Callable[[], Value]], name: str = "scope") -> list[Value]:
@@ -350,13 +379,14 @@ def sequential_scope(factories: Sequence[Callable[[], Value]], name: str = "scop
         if not callable(factory):
             fail("sequential_scope", f"factories[{i}] must be callable, got "
                  f"{type(factory).__name__}")
+    scope = _current("sequential_scope").scope
     terminals = []
     for i, factory in enumerate(factories):
-        _scope.append((name, i))
+        scope.append((name, i))
         try:
             t = factory()
         finally:
-            _scope.pop()
+            scope.pop()
         check_value("sequential_scope", t, f"the value factories[{i}] returns")
         tags = t.owner.attributes
         if tags.get(SCOPE) != StringAttr(name) or tags.get(ITERATION) != int_prop(i):
@@ -390,12 +420,9 @@ def input(name: str, width: int, value_range: tuple[float, float],  # noqa: A001
     lo, hi = check_pair("input", value_range, "value_range")
     if not isinstance(integer, (bool, np.bool_)):
         fail("input", f"integer must be a bool, got {integer!r}")
-    props = {"name": StringAttr(name), "range": RangeAttr(lo, hi)}
-    if integer:
-        if np.ceil(lo) > np.floor(hi):
-            fail("input", f"value_range ({lo}, {hi}) holds no integer but integer=True")
-        props["integer"] = UnitAttr()
-    out = _one(InputOp.create(result_types=[VecType(n)], properties=props), "input")
+    if integer and np.ceil(lo) > np.floor(hi):
+        fail("input", f"value_range ({lo}, {hi}) holds no integer but integer=True")
+    out = _one(InputOp(name, n, (lo, hi), bool(integer)), "input")
     _current()._input_names.add(name)
     return out
 
@@ -404,9 +431,7 @@ def embedding(name: str, table) -> Value:
     """A token input: the integer id at each position selects a row of `table` (V x D)."""
     _new_input_name("embedding", name)
     t = _matrix("embedding", table, name="table")
-    out = _one(EmbeddingOp.create(result_types=[VecType(t.shape[1])],
-                                  properties={"name": StringAttr(name), "table": dense(t)}),
-               "embedding")
+    out = _one(EmbeddingOp(name, t), "embedding")
     _current()._input_names.add(name)
     return out
 
@@ -415,8 +440,7 @@ def pos_encoding(width: int, max_len: int = 1024) -> Value:
     """Position features: [i, i*i, sin/cos pairs...] (see `tw.pos_encoding`)."""
     n = check_width("pos_encoding", width)
     m = check_int("pos_encoding", max_len, "max_len", 1, 2**63 - 1)
-    return _one(PosEncodingOp.create(result_types=[VecType(n)],
-                                     properties={"max_len": int_prop(m)}), "pos_encoding")
+    return _one(PosEncodingOp(n, m), "pos_encoding")
 
 
 def output(name: str, value: Value, margin: float | None = None) -> None:
@@ -426,14 +450,14 @@ def output(name: str, value: Value, margin: float | None = None) -> None:
     exceeds it."""
     check_name("output", name)
     check_value("output", value, "value")
-    attrs = {}
+    sink = OutputOp(name, value)
     if margin is not None:
-        attrs[MARGIN] = FloatAttr(check_number("output", margin, "margin", positive=True), f64)
+        sink.attributes[MARGIN] = FloatAttr(check_number("output", margin, "margin",
+                                                         positive=True), f64)
     graph = _current("output")
     if name in graph._output_names:
         fail("output", f"name: the graph already has an output \"{name}\"")
-    _emit(OutputOp.create(operands=[value], properties={"name": StringAttr(name)},
-                          attributes=attrs), "output")
+    _emit(sink, "output")
     graph._output_names.add(name)
 
 
@@ -444,30 +468,26 @@ def output(name: str, value: Value, margin: float | None = None) -> None:
 
 def literal(values) -> Value:
     v = _row("literal", values, name="values")
-    return _one(LiteralOp.create(result_types=[VecType(v.size)], properties={"value": dense(v)}),
-                "literal")
+    return _one(LiteralOp(v), "literal")
 
 
 def linear(x: Value, matrix, bias=None) -> Value:
     """y = x @ matrix + bias; `matrix` is (width(x), out)."""
     check_value("linear", x, "x")
     m = _matrix("linear", matrix, width_of(x), "matrix")
-    props = {"weight": dense(m)}
-    if bias is not None:
-        props["bias"] = dense(_row("linear", bias, m.shape[1], "bias"))
-    return _one(LinearOp.create(operands=[x], result_types=[VecType(m.shape[1])], properties=props),
-                "linear")
+    b = None if bias is None else _row("linear", bias, m.shape[1], "bias")
+    return _one(LinearOp(x, m, b), "linear")
 
 
 def relu(x: Value) -> Value:
     check_value("relu", x, "x")
-    return _one(ReluOp.create(operands=[x], result_types=[x.type]), "relu")
+    return _one(ReluOp(x), "relu")
 
 
 def add(a: Value, b: Value) -> Value:
     check_value("add", a, "a")
     check_value("add", b, "b", width_of(a))
-    return _one(AddOp.create(operands=[a, b], result_types=[a.type]), "add")
+    return _one(AddOp(a, b), "add")
 
 
 def concat(*values) -> Value:
@@ -481,7 +501,7 @@ def concat(*values) -> Value:
     if total > MAX_WIDTH:
         fail("concat", f"values are {total} wide together, above the limit of {MAX_WIDTH} "
              "(MAX_WIDTH)")
-    return _one(ConcatOp.create(operands=list(values), result_types=[VecType(total)]), "concat")
+    return _one(ConcatOp(values), "concat")
 
 
 def slice(x: Value, start: int, length: int) -> Value:  # noqa: A001
@@ -492,15 +512,14 @@ def slice(x: Value, start: int, length: int) -> Value:  # noqa: A001
     length = check_int("slice", length, "length", 1, n - start)
     if start == 0 and length == n:
         return x
-    return _one(SliceOp.create(operands=[x], result_types=[VecType(length)],
-                               properties={"start": int_prop(start)}), "slice")
+    return _one(SliceOp(x, start, length), "slice")
 
 
 def after(x: Value, *deps: Value) -> Value:
     """x, but available only once every value in `deps` is (an ordering-only edge)."""
     check_value("after", x, "x")
     deps = check_values("after", list(deps), "deps")
-    return _one(AfterOp.create(operands=[x, *deps], result_types=[x.type]), "after")
+    return _one(AfterOp(x, deps), "after")
 
 
 def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo) -> Value:
@@ -513,9 +532,7 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo) -> Value:
     o = _matrix("attn", wo, v.shape[1], "wo")
     if q.shape[1] != k.shape[1]:
         fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
-    return _one(AttnOp.create(operands=[query, key, value], result_types=[VecType(o.shape[1])],
-                              properties={"wq": dense(q), "wk": dense(k), "wv": dense(v),
-                                          "wo": dense(o)}), "attn")
+    return _one(AttnOp(query, key, value, q, k, v, o), "attn")
 
 
 def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
@@ -523,16 +540,9 @@ def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
     check_value("mlp", x, "x")
     m1 = _matrix("mlp", w1, width_of(x), "w1", None)
     m2 = _matrix("mlp", w2, m1.shape[1], "w2")
-    # Property order as the parser builds it (w1, b1, w2, b2): generic text is then identical
-    # for a built and a re-parsed module.
-    props = {"w1": dense(m1)}
-    if b1 is not None:
-        props["b1"] = dense(_row("mlp", b1, m1.shape[1], "b1"))
-    props["w2"] = dense(m2)
-    if b2 is not None:
-        props["b2"] = dense(_row("mlp", b2, m2.shape[1], "b2"))
-    return _one(MlpOp.create(operands=[x], result_types=[VecType(m2.shape[1])], properties=props),
-                "mlp")
+    r1 = None if b1 is None else _row("mlp", b1, m1.shape[1], "b1")
+    r2 = None if b2 is None else _row("mlp", b2, m2.shape[1], "b2")
+    return _one(MlpOp(x, m1, m2, b1=r1, b2=r2), "mlp")
 
 
 # --------------------------------------------------------------------------------------
@@ -545,9 +555,7 @@ def compare(x: Value, threshold: float, ramp: float = 0.1) -> Value:
     check_value("compare", x, "x")
     t = check_number("compare", threshold, "threshold")
     r = check_number("compare", ramp, "ramp", positive=True)
-    return _one(CompareOp.create(operands=[x], result_types=[x.type],
-                                 properties={"threshold": float_prop(t), "ramp": float_prop(r)}),
-                "compare")
+    return _one(CompareOp(x, t, r), "compare")
 
 
 def select(cond: Value, if_true: Value, if_false: Value) -> Value:
@@ -558,8 +566,7 @@ def select(cond: Value, if_true: Value, if_false: Value) -> Value:
     check_value("select", cond, "cond")
     if width_of(cond) not in (1, n):
         fail("select", f"cond must be 1 or {n} wide (the branches' width), got {width_of(cond)}")
-    return _one(SelectOp.create(operands=[cond, if_true, if_false], result_types=[if_true.type]),
-                "select")
+    return _one(SelectOp(cond, if_true, if_false), "select")
 
 
 def clamp(x: Value, lo: float, hi: float) -> Value:
@@ -568,9 +575,7 @@ def clamp(x: Value, lo: float, hi: float) -> Value:
     hi_ = check_number("clamp", hi, "hi")
     if not lo_ <= hi_:
         fail("clamp", f"lo {lo_} exceeds hi {hi_}")
-    return _one(ClampOp.create(operands=[x], result_types=[x.type],
-                               properties={"lo": float_prop(lo_), "hi": float_prop(hi_)}),
-                "clamp")
+    return _one(ClampOp(x, lo_, hi_), "clamp")
 
 
 def accept_error(x: Value, tolerance: float) -> Value:
@@ -619,9 +624,7 @@ def piecewise_linear(x: Value, breakpoints, values) -> Value:
     bp = _grid("piecewise_linear", breakpoints, "breakpoints")
     v = _tabulate("piecewise_linear", values, "values", (bp.size,),
                   lambda f, idx: f(float(bp[idx[0]])))
-    return _one(PiecewiseLinearOp.create(operands=[x], result_types=[VecType(v.shape[1])],
-                                         properties={"breakpoints": dense(bp), "values": dense(v)}),
-                "piecewise_linear")
+    return _one(PiecewiseLinearOp(x, bp, v), "piecewise_linear")
 
 
 def piecewise_linear_2d(x: Value, y: Value, xs, ys, table) -> Value:
@@ -634,9 +637,7 @@ def piecewise_linear_2d(x: Value, y: Value, xs, ys, table) -> Value:
     gy = _grid("piecewise_linear_2d", ys, "ys")
     t = _tabulate("piecewise_linear_2d", table, "table", (gx.size, gy.size),
                   lambda f, idx: f(float(gx[idx[0]]), float(gy[idx[1]])))
-    return _one(PiecewiseLinear2dOp.create(
-        operands=[x, y], result_types=[VecType(t.shape[2])],
-        properties={"xs": dense(gx), "ys": dense(gy), "table": dense(t)}), "piecewise_linear_2d")
+    return _one(PiecewiseLinear2dOp(x, y, gx, gy, t), "piecewise_linear_2d")
 
 
 # --------------------------------------------------------------------------------------

@@ -12,6 +12,9 @@ inside [-1, 1] too.
 
 Every arithmetic op (linear, add, mlp, attn) widens its box outward by a tiny padding that
 covers float64 rounding of the oracle's own arithmetic, so the boxes hold without tolerance.
+
+Both analyses here are tables of per-op rules (`RANGES`, `INTEGRALITY`: `OpRules` of
+`twdialect.interp`) applied by the shared walk (`walk_graph`, `walk_to`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from twdialect.dialect import (
     LinearOp,
     LiteralOp,
     MlpOp,
-    OutputOp,
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
@@ -45,7 +47,7 @@ from twdialect.dialect import (
     describe,
     width_of,
 )
-from twdialect.interp import find_graph, pwl_1d
+from twdialect.interp import OpRules, find_graph, pwl_1d, walk_graph, walk_to
 
 Box = tuple[np.ndarray, np.ndarray]
 
@@ -128,82 +130,132 @@ def _pwl_2d_box(x: Box, y: Box, xs: np.ndarray, ys: np.ndarray, table: np.ndarra
     return sub.min(axis=0), sub.max(axis=0)
 
 
+RANGES = OpRules("value ranges", lambda op: RangeError(
+    f"{describe(op)}: no value-range rule for this op", op))
+
+
 def op_box(op: Operation, boxes: list[Box]) -> Box:
     """The output box of one op given its operands' boxes."""
-    match op:
-        case InputOp():
-            lo, hi = op.range.bounds
-            w = width_of(op.out)
-            return np.full(w, lo), np.full(w, hi)
-        case EmbeddingOp():
-            t = _prop(op, "table")
-            return t.min(axis=0), t.max(axis=0)
-        case PosEncodingOp():
-            return pos_encoding_box(width_of(op.out), op.max_len.value.data)
-        case LiteralOp():
-            v = _prop(op, "value")
-            return v.copy(), v.copy()
-        case LinearOp():
-            (lo, hi), = boxes
-            return affine_box(lo, hi, _prop(op, "weight"), _opt_prop(op, "bias"))
-        case ReluOp():
-            (lo, hi), = boxes
-            return np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-        case AddOp():
-            (alo, ahi), (blo, bhi) = boxes
-            return _pad(alo + blo, ahi + bhi, np.maximum(np.abs(alo), np.abs(ahi))
-                        + np.maximum(np.abs(blo), np.abs(bhi)))
-        case ConcatOp():
-            return (np.concatenate([b[0] for b in boxes]), np.concatenate([b[1] for b in boxes]))
-        case SliceOp():
-            (lo, hi), = boxes
-            s = op.start.value.data
-            e = s + width_of(op.out)
-            return lo[s:e].copy(), hi[s:e].copy()
-        case AfterOp():
-            return boxes[0][0].copy(), boxes[0][1].copy()
-        case MlpOp():
-            (lo, hi), = boxes
-            hlo, hhi = affine_box(lo, hi, _prop(op, "w1"), _opt_prop(op, "b1"))
-            return affine_box(np.maximum(hlo, 0.0), np.maximum(hhi, 0.0), _prop(op, "w2"),
-                              _opt_prop(op, "b2"))
-        case AttnOp():
-            # Softmax weights are a convex combination over positions j <= i, so each output
-            # row lies in the hull of the rows (v_j Wv) Wo: bound v Wv, then apply Wo; bound
-            # v (Wv Wo) directly as well and keep the intersection of the two sound boxes.
-            vlo, vhi = boxes[2]
-            wv, wo = _prop(op, "wv"), _prop(op, "wo")
-            mlo, mhi = affine_box(vlo, vhi, wv)
-            lo1, hi1 = affine_box(mlo, mhi, wo)
-            lo2, hi2 = affine_box(vlo, vhi, wv @ wo)
-            lo, hi = np.maximum(lo1, lo2), np.minimum(hi1, hi2)
-            return _pad(lo, hi, np.maximum(np.abs(lo), np.abs(hi)))
-        case CompareOp():
-            (lo, hi), = boxes
-            t = op.threshold.value.data
-            out_lo = np.where(lo >= t, 1.0, -1.0)
-            out_hi = np.where(hi >= t, 1.0, -1.0)
-            return out_lo, out_hi
-        case SelectOp():
-            (clo, chi), (alo, ahi), (blo, bhi) = boxes
-            n = alo.size
-            clo, chi = np.broadcast_to(clo, n), np.broadcast_to(chi, n)
-            true_only, false_only = clo > 0, chi <= 0
-            lo = np.where(true_only, alo, np.where(false_only, blo, np.minimum(alo, blo)))
-            hi = np.where(true_only, ahi, np.where(false_only, bhi, np.maximum(ahi, bhi)))
-            return lo, hi
-        case ClampOp():
-            (lo, hi), = boxes
-            a, b = op.lo.value.data, op.hi.value.data
-            return np.clip(lo, a, b), np.clip(hi, a, b)
-        case PiecewiseLinearOp():
-            (lo, hi), = boxes
-            return _pwl_1d_box(float(lo[0]), float(hi[0]), _prop(op, "breakpoints"),
-                               _prop(op, "values"))
-        case PiecewiseLinear2dOp():
-            return _pwl_2d_box(boxes[0], boxes[1], _prop(op, "xs"), _prop(op, "ys"),
-                               _prop(op, "table"))
-    raise RangeError(f"{describe(op)}: no value-range rule for this op", op)
+    return RANGES(op, boxes)
+
+
+@RANGES.rule(InputOp)
+def _input_box(op: InputOp, boxes: list[Box]) -> Box:
+    lo, hi = op.range.bounds
+    w = width_of(op.out)
+    return np.full(w, lo), np.full(w, hi)
+
+
+@RANGES.rule(EmbeddingOp)
+def _embedding_box(op: EmbeddingOp, boxes: list[Box]) -> Box:
+    t = _prop(op, "table")
+    return t.min(axis=0), t.max(axis=0)
+
+
+@RANGES.rule(PosEncodingOp)
+def _positions_box(op: PosEncodingOp, boxes: list[Box]) -> Box:
+    return pos_encoding_box(width_of(op.out), op.max_len.value.data)
+
+
+@RANGES.rule(LiteralOp)
+def _literal_box(op: LiteralOp, boxes: list[Box]) -> Box:
+    v = _prop(op, "value")
+    return v.copy(), v.copy()
+
+
+@RANGES.rule(LinearOp)
+def _linear_box(op: LinearOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    return affine_box(lo, hi, _prop(op, "weight"), _opt_prop(op, "bias"))
+
+
+@RANGES.rule(ReluOp)
+def _relu_box(op: ReluOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    return np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+
+
+@RANGES.rule(AddOp)
+def _add_box(op: AddOp, boxes: list[Box]) -> Box:
+    (alo, ahi), (blo, bhi) = boxes
+    return _pad(alo + blo, ahi + bhi, np.maximum(np.abs(alo), np.abs(ahi))
+                + np.maximum(np.abs(blo), np.abs(bhi)))
+
+
+@RANGES.rule(ConcatOp)
+def _concat_box(op: ConcatOp, boxes: list[Box]) -> Box:
+    return np.concatenate([b[0] for b in boxes]), np.concatenate([b[1] for b in boxes])
+
+
+@RANGES.rule(SliceOp)
+def _slice_box(op: SliceOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    s = op.start.value.data
+    e = s + width_of(op.out)
+    return lo[s:e].copy(), hi[s:e].copy()
+
+
+@RANGES.rule(AfterOp)
+def _after_box(op: AfterOp, boxes: list[Box]) -> Box:
+    return boxes[0][0].copy(), boxes[0][1].copy()
+
+
+@RANGES.rule(MlpOp)
+def _mlp_box(op: MlpOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    hlo, hhi = affine_box(lo, hi, _prop(op, "w1"), _opt_prop(op, "b1"))
+    return affine_box(np.maximum(hlo, 0.0), np.maximum(hhi, 0.0), _prop(op, "w2"),
+                      _opt_prop(op, "b2"))
+
+
+@RANGES.rule(AttnOp)
+def _attn_box(op: AttnOp, boxes: list[Box]) -> Box:
+    """Softmax weights are a convex combination over positions j <= i, so each output row lies
+    in the hull of the rows (v_j Wv) Wo: bound v Wv, then apply Wo; bound v (Wv Wo) directly as
+    well and keep the intersection of the two sound boxes."""
+    vlo, vhi = boxes[2]
+    wv, wo = _prop(op, "wv"), _prop(op, "wo")
+    mlo, mhi = affine_box(vlo, vhi, wv)
+    lo1, hi1 = affine_box(mlo, mhi, wo)
+    lo2, hi2 = affine_box(vlo, vhi, wv @ wo)
+    lo, hi = np.maximum(lo1, lo2), np.minimum(hi1, hi2)
+    return _pad(lo, hi, np.maximum(np.abs(lo), np.abs(hi)))
+
+
+@RANGES.rule(CompareOp)
+def _compare_box(op: CompareOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    t = op.threshold.value.data
+    return np.where(lo >= t, 1.0, -1.0), np.where(hi >= t, 1.0, -1.0)
+
+
+@RANGES.rule(SelectOp)
+def _select_box(op: SelectOp, boxes: list[Box]) -> Box:
+    (clo, chi), (alo, ahi), (blo, bhi) = boxes
+    n = alo.size
+    clo, chi = np.broadcast_to(clo, n), np.broadcast_to(chi, n)
+    true_only, false_only = clo > 0, chi <= 0
+    lo = np.where(true_only, alo, np.where(false_only, blo, np.minimum(alo, blo)))
+    hi = np.where(true_only, ahi, np.where(false_only, bhi, np.maximum(ahi, bhi)))
+    return lo, hi
+
+
+@RANGES.rule(ClampOp)
+def _clamp_box(op: ClampOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    a, b = op.lo.value.data, op.hi.value.data
+    return np.clip(lo, a, b), np.clip(hi, a, b)
+
+
+@RANGES.rule(PiecewiseLinearOp)
+def _pwl_box(op: PiecewiseLinearOp, boxes: list[Box]) -> Box:
+    (lo, hi), = boxes
+    return _pwl_1d_box(float(lo[0]), float(hi[0]), _prop(op, "breakpoints"), _prop(op, "values"))
+
+
+@RANGES.rule(PiecewiseLinear2dOp)
+def _pwl_2d_box_rule(op: PiecewiseLinear2dOp, boxes: list[Box]) -> Box:
+    return _pwl_2d_box(boxes[0], boxes[1], _prop(op, "xs"), _prop(op, "ys"), _prop(op, "table"))
 
 
 def value_ranges(graph: GraphOp | ModuleOp, name: str = "main",
@@ -214,24 +266,35 @@ def value_ranges(graph: GraphOp | ModuleOp, name: str = "main",
     A bound that overflows to infinity raises `RangeError` naming the op when `strict`;
     otherwise it is kept as -inf/+inf and consumers that need finite ranges decide."""
     g = find_graph(graph, name) if not isinstance(graph, GraphOp) else graph
-    ranges: dict[SSAValue, Box] = {}
-    for op in g.block.ops:
-        if isinstance(op, OutputOp):
-            continue
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below
-            lo, hi = op_box(op, [ranges[v] for v in op.operands])
-        lo = np.asarray(lo, dtype=np.float64).reshape(-1)
-        hi = np.asarray(hi, dtype=np.float64).reshape(-1)
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-            if not strict:
-                lo = np.where(np.isnan(lo), -np.inf, lo)
-                hi = np.where(np.isnan(hi), np.inf, hi)
-                ranges[op.results[0]] = (lo, hi)
-                continue
-            raise RangeError(f"{describe(op)}: value range is not finite "
-                             f"(lo={lo.tolist()}, hi={hi.tolist()})", op)
-        ranges[op.results[0]] = (lo, hi)
-    return ranges
+    return walk_graph(g, lambda op, boxes: _checked_box(op, boxes, strict))
+
+
+def _checked_box(op: Operation, boxes: list[Box], strict: bool) -> Box:
+    """`op_box` as flat float64 arrays; a non-finite bound raises (`strict`) or is kept as
+    -inf/+inf."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below
+        lo, hi = op_box(op, boxes)
+    lo = np.asarray(lo, dtype=np.float64).reshape(-1)
+    hi = np.asarray(hi, dtype=np.float64).reshape(-1)
+    if np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)):
+        return lo, hi
+    if strict:
+        raise RangeError(f"{describe(op)}: value range is not finite "
+                         f"(lo={lo.tolist()}, hi={hi.tolist()})", op)
+    return np.where(np.isnan(lo), -np.inf, lo), np.where(np.isnan(hi), np.inf, hi)
+
+
+def box_of(value: SSAValue, boxes: dict[SSAValue, Box]) -> Box:
+    """The box of `value` in a graph still being built, computing only what the cache `boxes`
+    lacks (and keeping it there); bounds may be infinite (no finiteness check). A missing rule
+    raises RangeError."""
+    return walk_to(value, boxes, _raw_box)
+
+
+def _raw_box(op: Operation, boxes: list[Box]) -> Box:
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo, hi = op_box(op, boxes)
+    return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------
@@ -251,48 +314,97 @@ def _affine_integer(x_int: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> n
     return out if b is None else out & _is_int(b)
 
 
+INTEGRALITY = OpRules("integrality", lambda op: RangeError(
+    f"{describe(op)}: no integrality rule for this op", op))
+
+
 def op_integer(op: Operation, ins: list[np.ndarray]) -> np.ndarray:
     """Per output component: True where the oracle's value is an integer whenever the operands'
     True components are (sound, conservative: False means "not known")."""
-    w = width_of(op.results[0])
-    match op:
-        case InputOp():
-            return np.full(w, op.integer is not None)
-        case EmbeddingOp():
-            return _is_int(_prop(op, "table")).all(axis=0)
-        case PosEncodingOp():
-            return np.arange(w) < 2  # i and i*i
-        case LiteralOp():
-            return _is_int(_prop(op, "value"))
-        case LinearOp():
-            return _affine_integer(ins[0], _prop(op, "weight"), _opt_prop(op, "bias"))
-        case ReluOp() | AfterOp():
-            return ins[0].copy()
-        case AddOp():
-            return ins[0] & ins[1]
-        case ConcatOp():
-            return np.concatenate(ins)
-        case SliceOp():
-            s = op.start.value.data
-            return ins[0][s:s + w].copy()
-        case MlpOp():
-            hidden = _affine_integer(ins[0], _prop(op, "w1"), _opt_prop(op, "b1"))
-            return _affine_integer(hidden, _prop(op, "w2"), _opt_prop(op, "b2"))
-        case CompareOp():
-            return np.ones(w, dtype=bool)  # the oracle's compare is -1 or +1
-        case SelectOp():
-            return ins[1] & ins[2]
-        case ClampOp():
-            bounds = _is_int(np.array([op.lo.value.data, op.hi.value.data])).all()
-            return ins[0] & bounds
-        case PiecewiseLinearOp():
-            # Integer at integer x when every breakpoint, value and slope is an integer and
-            # the ends are flat (they are: the table is constant beyond its breakpoints).
-            bp, v = _prop(op, "breakpoints"), _prop(op, "values")
-            slopes = np.diff(v, axis=0) / np.diff(bp)[:, None] if bp.size > 1 else v[:0]
-            ok = bool(ins[0][0]) and _is_int(bp).all()
-            return ok & _is_int(v).all(axis=0) & _is_int(slopes).all(axis=0)
-    return np.zeros(w, dtype=bool)  # attn averages, 2-d tables interpolate: not known
+    return INTEGRALITY(op, ins)
+
+
+@INTEGRALITY.rule(InputOp)
+def _input_integer(op: InputOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.full(width_of(op.out), op.integer is not None)
+
+
+@INTEGRALITY.rule(EmbeddingOp)
+def _embedding_integer(op: EmbeddingOp, ins: list[np.ndarray]) -> np.ndarray:
+    return _is_int(_prop(op, "table")).all(axis=0)
+
+
+@INTEGRALITY.rule(PosEncodingOp)
+def _positions_integer(op: PosEncodingOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.arange(width_of(op.out)) < 2  # i and i*i
+
+
+@INTEGRALITY.rule(LiteralOp)
+def _literal_integer(op: LiteralOp, ins: list[np.ndarray]) -> np.ndarray:
+    return _is_int(_prop(op, "value"))
+
+
+@INTEGRALITY.rule(LinearOp)
+def _linear_integer(op: LinearOp, ins: list[np.ndarray]) -> np.ndarray:
+    return _affine_integer(ins[0], _prop(op, "weight"), _opt_prop(op, "bias"))
+
+
+@INTEGRALITY.rule(ReluOp, AfterOp)
+def _first_operand_integer(op: ReluOp | AfterOp, ins: list[np.ndarray]) -> np.ndarray:
+    return ins[0].copy()
+
+
+@INTEGRALITY.rule(AddOp)
+def _add_integer(op: AddOp, ins: list[np.ndarray]) -> np.ndarray:
+    return ins[0] & ins[1]
+
+
+@INTEGRALITY.rule(ConcatOp)
+def _concat_integer(op: ConcatOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(ins)
+
+
+@INTEGRALITY.rule(SliceOp)
+def _slice_integer(op: SliceOp, ins: list[np.ndarray]) -> np.ndarray:
+    s = op.start.value.data
+    return ins[0][s:s + width_of(op.out)].copy()
+
+
+@INTEGRALITY.rule(MlpOp)
+def _mlp_integer(op: MlpOp, ins: list[np.ndarray]) -> np.ndarray:
+    hidden = _affine_integer(ins[0], _prop(op, "w1"), _opt_prop(op, "b1"))
+    return _affine_integer(hidden, _prop(op, "w2"), _opt_prop(op, "b2"))
+
+
+@INTEGRALITY.rule(CompareOp)
+def _compare_integer(op: CompareOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.ones(width_of(op.out), dtype=bool)  # the oracle's compare is -1 or +1
+
+
+@INTEGRALITY.rule(SelectOp)
+def _select_integer(op: SelectOp, ins: list[np.ndarray]) -> np.ndarray:
+    return ins[1] & ins[2]
+
+
+@INTEGRALITY.rule(ClampOp)
+def _clamp_integer(op: ClampOp, ins: list[np.ndarray]) -> np.ndarray:
+    bounds = _is_int(np.array([op.lo.value.data, op.hi.value.data])).all()
+    return ins[0] & bounds
+
+
+@INTEGRALITY.rule(PiecewiseLinearOp)
+def _pwl_integer(op: PiecewiseLinearOp, ins: list[np.ndarray]) -> np.ndarray:
+    """Integer at integer x when every breakpoint, value and slope is an integer and the ends
+    are flat (they are: the table is constant beyond its breakpoints)."""
+    bp, v = _prop(op, "breakpoints"), _prop(op, "values")
+    slopes = np.diff(v, axis=0) / np.diff(bp)[:, None] if bp.size > 1 else v[:0]
+    ok = bool(ins[0][0]) and _is_int(bp).all()
+    return ok & _is_int(v).all(axis=0) & _is_int(slopes).all(axis=0)
+
+
+@INTEGRALITY.rule(AttnOp, PiecewiseLinear2dOp)
+def _not_known_integer(op: AttnOp | PiecewiseLinear2dOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.zeros(width_of(op.out), dtype=bool)  # attn averages, 2-d tables interpolate
 
 
 def integer_components(graph: GraphOp | ModuleOp, name: str = "main") -> dict[SSAValue, np.ndarray]:
@@ -300,9 +412,4 @@ def integer_components(graph: GraphOp | ModuleOp, name: str = "main") -> dict[SS
     (inputs declared `integer`, integer embedding tables, positions, integer weights...).
     One walk over the block."""
     g = find_graph(graph, name) if not isinstance(graph, GraphOp) else graph
-    known: dict[SSAValue, np.ndarray] = {}
-    for op in g.block.ops:
-        if isinstance(op, OutputOp) or not op.results:
-            continue
-        known[op.results[0]] = op_integer(op, [known[v] for v in op.operands])
-    return known
+    return walk_graph(g, op_integer)

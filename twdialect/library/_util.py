@@ -163,30 +163,14 @@ def ones_literal() -> SSAValue:
 
 
 def value_box(op: str, v: SSAValue) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) of `v` from the value-range analysis (`twdialect.ranges`) of the graph being
-    built. Boxes are cached on the open graph, so repeated calls cost O(new ops)."""
-    from twdialect.ranges import RangeError, op_box
+    """(lo, hi) of `v` from the value-range analysis (`twdialect.ranges.box_of`) of the graph
+    being built, cached on the open graph (`Graph.value_boxes`): repeated calls cost O(new ops)."""
+    from twdialect.ranges import RangeError, box_of
 
-    graph = tw._current()
-    cache: dict = graph.__dict__.setdefault("_library_boxes", {})
-    stack = [v]
-    while stack:  # post-order over the value's not yet boxed ancestors
-        u = stack[-1]
-        if u in cache:
-            stack.pop()
-            continue
-        missing = [o for o in u.owner.operands if o not in cache]
-        if missing:
-            stack.extend(missing)
-            continue
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                lo, hi = op_box(u.owner, [cache[o] for o in u.owner.operands])
-        except RangeError as e:
-            fail(op, f"cannot bound an operand ({e}); pass max_abs")
-        cache[u] = (np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))
-        stack.pop()
-    return cache[v]
+    try:
+        return box_of(v, tw._current(op).value_boxes)
+    except RangeError as e:
+        fail(op, f"cannot bound an operand ({e}); pass max_abs")
 
 
 def inferred_max_abs(op: str, values) -> float:
