@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from passes import run_pipeline  # noqa: E402
-from passes.optimize import DEFAULT_PIPELINE  # noqa: E402
+from passes.optimize import DEFAULT_SPEC  # noqa: E402
 from twdialect import ops as tw  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402
@@ -240,7 +240,7 @@ PIPELINES = {
     "fuse-linears{allow-inflate=true}": "fuse-linears{allow-inflate=true}",
     "fuse-linears{fanout=false}": "fuse-linears{fanout=false}",
     "balance-sums": "balance-sums",
-    "default": DEFAULT_PIPELINE,
+    "default": DEFAULT_SPEC,
 }
 
 # (pass, graph) cases. Targeted cases first, then synthetic graphs under every pipeline.
@@ -256,8 +256,8 @@ CASES: list[Case] = [
     Case("fuse/concat_of_affines_6", "fuse-linears", concat_of_affines),
     Case("fuse/serial_linear_sums_16", "fuse-linears,canonicalize", serial_linear_sums),
     Case("fuse/attention_inputs", "fuse-linears", attention_inputs),
-    Case("default/serial_sum_64", DEFAULT_PIPELINE, serial_sum, d=512),
-    Case("default/affine_chain_8", DEFAULT_PIPELINE, affine_chain),
+    Case("default/serial_sum_64", DEFAULT_SPEC, serial_sum, d=512),
+    Case("default/affine_chain_8", DEFAULT_SPEC, affine_chain),
 ]
 # horizontal-fuse, select-tree-to-pwl2d, sequential-scope (docs/passes.md quotes these).
 CASES += [
@@ -281,13 +281,13 @@ CASES += [Case(f"scope/loop32_bulge128_K{k}", f"sequential-scope{{batch-size={k}
 for _spec_name, _spec in PIPELINES.items():
     CASES.append(Case(f"{_spec_name}/layered_2000", _spec, layered, d=2048, d_head=16))
     CASES.append(Case(f"{_spec_name}/random_60_x20", _spec, lambda: None))
-CASES.append(Case("default/library_40_x10", DEFAULT_PIPELINE, lambda: None))
+CASES.append(Case("default/library_40_x10", DEFAULT_SPEC, lambda: None))
 
 # The bundled token programs under every pipeline above, horizontal-fuse, and
 # select-tree-to-pwl2d ahead of the default (it must see selects before decompose lowers them).
 EXAMPLE_PIPELINES = dict(PIPELINES)
 EXAMPLE_PIPELINES["horizontal-fuse"] = "horizontal-fuse"
-EXAMPLE_PIPELINES["select-tree-to-pwl2d,default"] = "select-tree-to-pwl2d," + DEFAULT_PIPELINE
+EXAMPLE_PIPELINES["select-tree-to-pwl2d,default"] = "select-tree-to-pwl2d," + DEFAULT_SPEC
 EXAMPLE_PROMPTS = 50  # random prompts per program for the exactness check
 EXAMPLE_SEED = 2026
 
@@ -303,7 +303,7 @@ CASES += example_cases()
 
 # Candidate orders measured against the default (docs/passes.md quotes the results).
 ORDER_CANDIDATES = [
-    DEFAULT_PIPELINE,
+    DEFAULT_SPEC,
     "decompose,fuse-linears,balance-sums,cse,dce",
     "decompose,cse,canonicalize,fuse-linears,balance-sums,canonicalize,dce",
     "decompose,canonicalize,balance-sums,fuse-linears,canonicalize,cse,dce",
@@ -504,7 +504,7 @@ def main(argv=None) -> None:
                 print(json.dumps({"order": spec, "graph": name, **row}, sort_keys=True),
                       flush=True)
     specs = ["canonicalize", "fuse-linears", "balance-sums", "horizontal-fuse",
-             "select-tree-to-pwl2d", "sequential-scope", "decompose", DEFAULT_PIPELINE]
+             "select-tree-to-pwl2d", "sequential-scope", "decompose", DEFAULT_SPEC]
     for n_ops in args.timing_ops:
         for row in timing(n_ops, specs):
             print(json.dumps(row, sort_keys=True), flush=True)

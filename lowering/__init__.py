@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 
 import numpy as np
@@ -19,28 +17,26 @@ from lowering.machine import GeometryError, Machine
 from lowering.tasks import LoweringError
 from twdialect import ArgumentError
 from twdialect.dialect import GraphOp
+from twdialect.ops import gc_paused
 
 
-def prepare(module, pipeline: str | None = None):
-    """A lowered-ready copy of `module` (a ModuleOp, or one tw.graph): the pipeline applied,
-    library ops decomposed. A lone GraphOp is copied into a module of its own first (the
-    passes rewrite the graphs of a module: on a bare graph `decompose` did nothing)."""
-    from passes import run_pipeline
-    from twdialect.dialect import LIBRARY_OPS
+def prepare(module, pipeline: str | tuple | None = None):
+    """A lowered-ready copy of `module` (a ModuleOp, or one tw.graph): the pipeline (see
+    `check_pipeline`) applied, then `decompose` where library ops remain. A lone GraphOp is
+    copied into a module of its own first (the passes rewrite the graphs of a module: on a bare
+    graph `decompose` did nothing)."""
+    from passes import needs_decompose, run_pipeline
 
     check_module("prepare", module)
-    pipeline = check_pipeline("prepare", pipeline)
-    has_library = any(isinstance(op, LIBRARY_OPS) for op in module.walk())
-    if not pipeline and not has_library:
+    passes = check_pipeline("prepare", pipeline)
+    if not passes and not needs_decompose(module):
         return module  # the lowering only reads the graph: no copy needed
-    if isinstance(module, GraphOp):
-        module = ModuleOp([module.clone()])
-    else:
-        module = module.clone()
-    if pipeline:
-        run_pipeline(module, pipeline)
-    if any(isinstance(op, LIBRARY_OPS) for op in module.walk()):
-        run_pipeline(module, "decompose")
+    module = ModuleOp([module.clone()]) if isinstance(module, GraphOp) else module.clone()
+    run_pipeline(module, passes)
+    if needs_decompose(module):
+        from passes.decompose import DecomposePass
+
+        run_pipeline(module, (DecomposePass(),))
     return module
 
 
@@ -51,28 +47,27 @@ def check_module(fn: str, module) -> None:
                             f"parse_module or tw.Graph), got {type(module).__name__}")
 
 
-def check_pipeline(fn: str, pipeline) -> str | None:
-    """`pipeline` as a spec to run (None for none; "default" is DEFAULT_PIPELINE), checked
-    before any work: a bad spec is a PipelineError naming the pass or option."""
-    from passes import PipelineError, parse_pipeline
+def check_pipeline(fn: str, pipeline) -> tuple:
+    """`pipeline` as the passes to run, checked before any work: None or "" for none,
+    "default" for DEFAULT_PIPELINE, a spec string such as "canonicalize,cse", or a tuple of
+    pass objects. A bad one is a PipelineError naming `fn`, or the pass or option."""
+    from passes import PipelineError, pipeline_passes
 
     if pipeline is None:
-        return None
-    if not isinstance(pipeline, str):
+        return ()
+    if not isinstance(pipeline, (str, tuple, list)):
         raise PipelineError(f"{fn}: pipeline must be a string such as \"default\" or "
-                            f"\"canonicalize,cse\", or None, got {type(pipeline).__name__}")
-    if not pipeline.strip():
-        return None
-    if pipeline.strip() == "default":
+                            f"\"canonicalize,cse\", a tuple of passes, or None, got "
+                            f"{type(pipeline).__name__}")
+    if isinstance(pipeline, str) and pipeline.strip() == "default":
         from passes.optimize import DEFAULT_PIPELINE
 
-        pipeline = DEFAULT_PIPELINE
-    parse_pipeline(pipeline)
-    return pipeline
+        return DEFAULT_PIPELINE
+    return pipeline_passes(pipeline)
 
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
-            pipeline: str | None = None, graph: str = "main", verbose: bool = False,
+            pipeline: str | tuple | None = None, graph: str = "main", verbose: bool = False,
             on_margin: str = "error"):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
 
@@ -82,8 +77,9 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
 
     `module` is a ModuleOp or one GraphOp (then `graph` is not consulted, as in
     `twdialect.evaluate`). Every argument is checked before any work, each failure a TwError
-    naming it: the module's kind, the graph name (one the module holds), the pipeline's syntax
-    and passes, and the geometry (`Machine`: whole numbers; `d_hidden=None` is 4 * d)."""
+    naming it: the module's kind, the graph name (one the module holds), the pipeline (a spec
+    string, "default", or a tuple of passes: `check_pipeline`), and the geometry (`Machine`:
+    whole numbers; `d_hidden=None` is 4 * d)."""
     from twdialect.interp import find_graph
 
     check_module("compile", module)
@@ -98,7 +94,7 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     pipeline = check_pipeline("compile", pipeline)
     machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
     find_graph(module, graph)  # a graph the module lacks is named before the passes run
-    with _gc_paused():
+    with gc_paused():
         return _compile(module, machine, pipeline, graph, verbose, on_margin)
 
 
@@ -135,19 +131,6 @@ def check_float32_magnitudes(graph) -> None:
         if m > FLOAT32_MAX:
             raise LoweringError(f"{describe(v.owner)}: its value can reach {m:.4g}, beyond "
                                 f"float32's {FLOAT32_MAX:.4g}: declare narrower input ranges")
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Compiling allocates many long-lived objects and no garbage cycles worth collecting;
-    the cyclic GC would otherwise rescan the growing heap (superlinear at 10^5 ops)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, UnitAttr, i64
-from xdsl.passes import ModulePass
 
 from lowering.machine import Machine
-from twdialect.analysis import accumulating_adds
+from passes.graph_pass import GraphPass, graphs_of
+from twdialect.analysis import accumulating_adds, is_attention_slot, layer_of, sublayer_name
 from twdialect.dialect import AttnOp, GraphOp, int_prop
 
 
@@ -30,12 +30,12 @@ def annotate_schedule(sched) -> None:
         if s < 0:
             continue
         op = t.op
-        op.attributes["tw.layer"] = int_prop(s // 2)
-        op.attributes["tw.sublayer"] = StringAttr("attn" if s % 2 == 0 else "mlp")
+        op.attributes["tw.layer"] = int_prop(layer_of(s))
+        op.attributes["tw.sublayer"] = StringAttr(sublayer_name(s))
         from lowering.rules import task_cost
 
         cost = task_cost(tg, t, sched.machine)
-        if s % 2 == 0:
+        if is_attention_slot(s):
             if isinstance(op, AttnOp):
                 op.attributes["tw.heads"] = int_prop(cost.heads)
             else:
@@ -53,7 +53,7 @@ def annotate_schedule(sched) -> None:
             tg.groups[gid].source.attributes["tw.cols"] = _cols(sched.cols[gid])
     for s, gid in sched.cancels:
         owner = tg.groups[gid].value.owner
-        owner.attributes["tw.cancel"] = StringAttr(f"L{s // 2}.{'attn' if s % 2 == 0 else 'mlp'}")
+        owner.attributes["tw.cancel"] = StringAttr(f"L{layer_of(s)}.{sublayer_name(s)}")
     g.attributes["tw.n_layers"] = int_prop(sched.n_layers)
     g.attributes["tw.floor"] = int_prop(sched.floor)
     m = sched.machine
@@ -65,7 +65,7 @@ def _cols(cols) -> DenseArrayBase:
 
 
 @dataclass(frozen=True)
-class LowerToTransformerPass(ModulePass):
+class LowerToTransformerPass(GraphPass):
     name = "lower-to-transformer"
 
     d: int = 256
@@ -73,16 +73,29 @@ class LowerToTransformerPass(ModulePass):
     d_hidden: int = 0  # 0: 4 * d (Machine's default)
     graph: str = ""  # empty: every graph in the module
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from lowering.schedule import schedule
-        from lowering.tasks import LoweringError, TaskGraph
+    def machine(self) -> Machine:
+        """The options' geometry (a GeometryError names a bad one)."""
+        return Machine(self.d, self.d_head, self.d_hidden or None)
 
-        machine = Machine(self.d, self.d_head, self.d_hidden or None)
-        graphs = [g for g in op.body.block.ops if isinstance(g, GraphOp)]
-        chosen = [g for g in graphs if not self.graph or g.sym_name.data == self.graph]
-        if self.graph and not chosen:
+    def check_options(self) -> None:
+        self.machine()
+
+    def graphs(self, module: ModuleOp) -> list[GraphOp]:
+        """The graph named by option `graph`, or every graph when it is empty."""
+        graphs = graphs_of(module)
+        if not self.graph:
+            return graphs
+        chosen = [g for g in graphs if g.sym_name.data == self.graph]
+        if not chosen:
+            from lowering.tasks import LoweringError
+
             names = ", ".join("@" + g.sym_name.data for g in graphs) or "none"
             raise LoweringError(f"lower-to-transformer: option graph={self.graph}: no such graph "
                                 f"in the module (graphs: {names})")
-        for g in chosen:
-            annotate_schedule(schedule(TaskGraph(g), machine))
+        return chosen
+
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> None:
+        from lowering.schedule import schedule
+        from lowering.tasks import TaskGraph
+
+        annotate_schedule(schedule(TaskGraph(graph), self.machine()))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowering.schedule import GroupRanges, Schedule
+from twdialect.analysis import is_attention_slot
 from lowering.tasks import Refs
 from twdialect.dense import to_numpy
 from twdialect.f32_error import mlp_error_bound
@@ -78,7 +79,7 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
                 for k, c in enumerate(sched.cols[old].tolist()):
                     # refilled in this very sublayer: (-old + new) rounds at ulp(old)
                     same = EPS * mag[old]
-                    left = err[old] if s % 2 and signs is not None and signs[k] != 0 else 0.0
+                    left = err[old] if not is_attention_slot(s) and signs is not None and signs[k] != 0 else 0.0
                     leftover[c] = (s, same, left)
             last_slot = s
         t = tg.tasks[tid]

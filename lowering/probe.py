@@ -15,6 +15,7 @@ import torch
 
 from lowering.layer import component_rows
 from lowering.model import CompiledTransformer
+from twdialect.analysis import layer_of, sublayer_name
 from twdialect.dialect import describe
 from twdialect.interp import evaluate_values
 
@@ -90,7 +91,6 @@ def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: st
         tol = atol * max(1.0, float(np.abs(want).max()) if want.size else 1.0)
         checked += 1
         if err > tol:
-            return ProbeReport(checked, describe(by_value[v]), s // 2,
-                               "attn" if s % 2 == 0 else "mlp", err)
+            return ProbeReport(checked, describe(by_value[v]), layer_of(s), sublayer_name(s), err)
         worst = max(worst, err)
     return ProbeReport(checked, None, None, None, worst)

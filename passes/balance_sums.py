@@ -26,14 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 
-from twdialect.analysis import EITHER, WRITER_OPS, critical_path, next_slot
+from twdialect.analysis import EITHER, accumulates, critical_path, next_slot
 from twdialect.dense import to_numpy
 from twdialect.dialect import AddOp, ConcatOp, GraphOp, LinearOp, LiteralOp, width_of
 from passes.fuse_linears import same_schedule_tags
+from passes.graph_pass import GraphPass
 
 
 def sum_terms(op: Operation) -> list[SSAValue] | None:
@@ -60,11 +59,6 @@ def _is_literal_term(term) -> bool:
     return isinstance(term, SSAValue) and _is_literal(term)
 
 
-def _accumulates(value: SSAValue) -> bool:
-    """Can an add read `value` for free (see `twdialect.analysis.accumulating_adds`)?"""
-    return _is_literal(value) or (isinstance(value.owner, WRITER_OPS) and value.has_one_use())
-
-
 def _expandable(value: SSAValue, root: Operation) -> bool:
     owner = value.owner
     if not isinstance(owner, Operation) or not value.has_one_use():
@@ -76,17 +70,12 @@ def _expandable(value: SSAValue, root: Operation) -> bool:
 
 
 @dataclass(frozen=True)
-class BalanceSums(ModulePass):
+class BalanceSums(GraphPass):
     """Rebuild serial chains of adds (and identity-stacked sum linears) as balanced trees."""
 
     name = "balance-sums"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for graph in op.walk():
-            if isinstance(graph, GraphOp):
-                self.run_on_graph(graph)
-
-    def run_on_graph(self, graph: GraphOp) -> int:
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
         """Rebalance every sum tree of `graph`; returns how many trees were rebuilt."""
         floor = critical_path(graph)
         slots, ready = dict(floor.slots), dict(floor.ready)
@@ -129,7 +118,7 @@ class BalanceSums(ModulePass):
         # (ready slot, accumulates?, tie-break, term); pairing terms that cannot accumulate
         # first turns them into adds, whose single-use results then accumulate.
         terms: list[SSAValue | tuple[int, int]] = list(leaves)
-        heap = [(ready[v], _accumulates(v), i, i) for i, v in enumerate(leaves)]
+        heap = [(ready[v], accumulates(v), i, i) for i, v in enumerate(leaves)]
         heapq.heapify(heap)
         plan_ready: list[int] = []
         while len(heap) > 1:

@@ -6,11 +6,10 @@ Every pattern strictly shrinks the graph (it replaces its root by an operand, by
 one op with fewer operand edges), so no sequence of them can loop:
   identity linear (square identity weight, zero/absent bias)  -> its input
   zero linear (all-zero weight)                               -> literal bias (or zeros)
-  linear / relu / mlp / slice of a literal                     -> literal (constant folding)
+  linear / relu / mlp / add / concat / slice of literals only  -> literal (constant folding:
+                                                                 the oracle's rule for the op)
   add with a zero literal                                      -> the other operand
-  add of two literals                                          -> literal
   concat of a single operand                                   -> that operand
-  concat of literals only                                      -> literal
   concat with a concat operand                                 -> flattened concat
   slice of the whole value                                     -> the value
   slice of a slice                                             -> one slice of the source
@@ -19,8 +18,9 @@ one op with fewer operand edges), so no sequence of them can loop:
                                                                  literal rows join the bias
   add(v, v), v read by nothing else, written by a linear / mlp -> that writer, output doubled
   / relu / attn
-Literals are folded in float64 and stored as f32 (the storage type of every dense attribute).
-Folded ops keep the root's discardable attributes (annotation, scope tags)."""
+Literals are folded in float64 by the oracle (`twdialect.interp.evaluate_op`, as xDSL's
+constant-fold-interp runs its interpreter) and stored as f32 (the storage type of every dense
+attribute). Folded ops keep the root's discardable attributes (annotation, scope tags)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,9 @@ from twdialect.dialect import (
     MlpOp,
     ReluOp,
     SliceOp,
-    VecType,
-    int_prop,
     width_of,
 )
+from twdialect.interp import evaluate_op
 
 
 def literal_value(value: SSAValue) -> np.ndarray | None:
@@ -59,8 +58,7 @@ def optional_vector(op: Operation, name: str, n: int) -> np.ndarray:
 
 def make_literal(row: np.ndarray, like: Operation) -> LiteralOp:
     """A literal holding `row`, carrying `like`'s discardable attributes."""
-    row = np.asarray(row, dtype=np.float64).reshape(-1)
-    lit = LiteralOp.create(result_types=[VecType(row.size)], properties={"value": dense(row)})
+    lit = LiteralOp(np.asarray(row, dtype=np.float64).reshape(-1))
     lit.attributes.update(like.attributes)
     return lit
 
@@ -90,45 +88,33 @@ class ZeroLinear(RewritePattern):
         rewriter.replace(op, make_literal(optional_vector(op, "bias", width_of(op.out)), op))
 
 
-class FoldLinearOfLiteral(RewritePattern):
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
-        x = literal_value(op.x)
-        if x is None:
+# The ops folded when every operand is a literal. Each is position-local (its value at a
+# position reads its operands there only), so one row evaluated by the oracle stands for every
+# position; attention mixes positions and sources read the run, so neither is ever folded.
+# Library ops keep their identity for `decompose`; `tw.after` keeps its ordering edge.
+FOLDABLE_OPS = (LinearOp, ReluOp, MlpOp, AddOp, ConcatOp, SliceOp)
+
+
+class FoldLiteralOperands(RewritePattern):
+    """op(literal, ...) -> literal: the oracle's rule for the op run on one position."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /):
+        if type(op) not in FOLDABLE_OPS:
             return
-        w = to_numpy(op.weight)
-        rewriter.replace(op, make_literal(x @ w + optional_vector(op, "bias", w.shape[1]), op))
-
-
-class FoldReluOfLiteral(RewritePattern):
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: ReluOp, rewriter: PatternRewriter, /):
-        x = literal_value(op.x)
-        if x is None:
+        rows = [literal_value(v) for v in op.operands]
+        if any(row is None for row in rows):
             return
-        rewriter.replace(op, make_literal(np.maximum(x, 0.0), op))
+        value = evaluate_op(op, [row[None, :] for row in rows], 1, {})
+        rewriter.replace(op, make_literal(value[0], op))
 
 
-class FoldMlpOfLiteral(RewritePattern):
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: MlpOp, rewriter: PatternRewriter, /):
-        x = literal_value(op.x)
-        if x is None:
-            return
-        w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
-        hidden = np.maximum(x @ w1 + optional_vector(op, "b1", w1.shape[1]), 0.0)
-        rewriter.replace(op, make_literal(hidden @ w2 + optional_vector(op, "b2", w2.shape[1]), op))
-
-
-class AddOfLiterals(RewritePattern):
-    """add(lit, lit) -> literal; add(x, zeros) / add(zeros, x) -> x."""
+class AddOfZero(RewritePattern):
+    """add(x, zeros) / add(zeros, x) -> x."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: AddOp, rewriter: PatternRewriter, /):
         lhs, rhs = literal_value(op.lhs), literal_value(op.rhs)
-        if lhs is not None and rhs is not None:
-            rewriter.replace(op, make_literal(lhs + rhs, op))
-        elif rhs is not None and not np.any(rhs):
+        if rhs is not None and not np.any(rhs):
             _replace_by_value(rewriter, op, op.lhs)
         elif lhs is not None and not np.any(lhs):
             _replace_by_value(rewriter, op, op.rhs)
@@ -152,9 +138,8 @@ class AddOfItself(RewritePattern):
         owner = v.owner
         if isinstance(owner, ReluOp):
             n = width_of(v)
-            new = MlpOp.create(operands=[owner.x], result_types=[VecType(n)],
-                               properties={"w1": dense(np.eye(n)), "w2": dense(2.0 * np.eye(n))},
-                               attributes=dict(owner.attributes))
+            new = MlpOp(owner.x, np.eye(n), 2.0 * np.eye(n))
+            new.attributes.update(owner.attributes)
         elif type(owner) in _OUTPUT_PROPS:
             new = owner.clone()
             for name in _OUTPUT_PROPS[type(owner)]:
@@ -168,8 +153,7 @@ class AddOfItself(RewritePattern):
 
 
 class SimplifyConcat(RewritePattern):
-    """concat(x) -> x; concat(..., concat(a, b), ...) -> concat(..., a, b, ...);
-    concat(lit, lit, ...) -> literal."""
+    """concat(x) -> x; concat(..., concat(a, b), ...) -> concat(..., a, b, ...)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ConcatOp, rewriter: PatternRewriter, /):
@@ -181,17 +165,13 @@ class SimplifyConcat(RewritePattern):
             flat: list[SSAValue] = []
             for v in ins:
                 flat.extend(v.owner.ins if isinstance(v.owner, ConcatOp) else [v])
-            new = ConcatOp.create(operands=flat, result_types=[op.out.type])
+            new = ConcatOp(flat)
             new.attributes.update(op.attributes)
             rewriter.replace(op, new)
-            return
-        rows = [literal_value(v) for v in ins]
-        if all(r is not None for r in rows):
-            rewriter.replace(op, make_literal(np.concatenate(rows), op))
 
 
 class SimplifySlice(RewritePattern):
-    """Whole-value slice -> value; slice of slice / literal / one concat operand -> simpler."""
+    """Whole-value slice -> value; slice of slice / of one concat operand -> simpler."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: SliceOp, rewriter: PatternRewriter, /):
@@ -199,10 +179,6 @@ class SimplifySlice(RewritePattern):
         source = op.x
         if start == 0 and length == width_of(source):
             _replace_by_value(rewriter, op, source)
-            return
-        row = literal_value(source)
-        if row is not None:
-            rewriter.replace(op, make_literal(row[start:start + length], op))
             return
         inner = source.owner
         if isinstance(inner, SliceOp):
@@ -221,8 +197,7 @@ class SimplifySlice(RewritePattern):
         if start == 0 and width_of(op.out) == width_of(source):
             _replace_by_value(rewriter, op, source)
             return
-        new = SliceOp.create(operands=[source], result_types=[op.out.type],
-                             properties={"start": int_prop(start)})
+        new = SliceOp(source, start, width_of(op.out))
         new.attributes.update(op.attributes)
         rewriter.replace(op, new)
 
@@ -260,14 +235,16 @@ class FoldLiteralConcatOperands(RewritePattern):
         rewriter.replace(op, new_ops)
 
 
-# op class -> tuple of RewritePattern instances.
+# op class -> tuple of RewritePattern instances, tried in order until one rewrites (a whole-value
+# view is dropped before its literal operand would be copied into a new literal).
+_FOLD = FoldLiteralOperands()
 PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
-    LinearOp: (IdentityLinear(), ZeroLinear(), FoldLinearOfLiteral(), FoldLiteralConcatOperands()),
-    ReluOp: (FoldReluOfLiteral(),),
-    MlpOp: (FoldMlpOfLiteral(), FoldLiteralConcatOperands()),
-    AddOp: (AddOfLiterals(), AddOfItself()),
-    ConcatOp: (SimplifyConcat(),),
-    SliceOp: (SimplifySlice(),),
+    LinearOp: (IdentityLinear(), ZeroLinear(), _FOLD, FoldLiteralConcatOperands()),
+    ReluOp: (_FOLD,),
+    MlpOp: (_FOLD, FoldLiteralConcatOperands()),
+    AddOp: (_FOLD, AddOfZero(), AddOfItself()),
+    ConcatOp: (SimplifyConcat(), _FOLD),
+    SliceOp: (SimplifySlice(), _FOLD),
 }
 
 

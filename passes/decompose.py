@@ -22,9 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from twdialect.contracts import (
@@ -59,6 +57,7 @@ from twdialect.dialect import (
 from twdialect.interp import pwl_2d
 from twdialect.f32_error import mlp_error_bound, mlp_output_box
 from twdialect.ranges import Box, integer_components, value_ranges
+from passes.graph_pass import GraphPass
 
 
 class DecomposeError(TwError):
@@ -619,35 +618,28 @@ def _centre(op: Operation) -> float:
     return 0.0
 
 
-def decompose_graph(graph: GraphOp, lattice_neurons: int = LATTICE_MAX_NEURONS,
-                    tolerance: float = DEFAULT_TOLERANCE) -> int:
-    """Replace every library op of `graph` in place; returns how many were replaced."""
-    library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
-    if not library:
-        return 0
-    ranges = value_ranges(graph, strict=False)
-    integers = integer_components(graph)
-    for op in library:
-        new_ops = decompose_op(op, ranges, integers, lattice_neurons, tolerance)
-        result = new_ops[-1].results[0]
-        old = op.results[0]
-        inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
-        for new in new_ops:
-            new.attributes.update(inherited)
-        if SCOPE_TERMINAL in op.attributes:
-            new_ops[-1].attributes[SCOPE_TERMINAL] = op.attributes[SCOPE_TERMINAL]
-        result.name_hint = old.name_hint
-        ranges[result] = ranges[old]
-        if old in integers:
-            integers[result] = integers[old]
-        Rewriter.insert_op(new_ops, InsertPoint.before(op))
-        old.replace_all_uses_with(result)
-        Rewriter.erase_op(op)
-    return len(library)
+def _replace(op: Operation, new_ops: list[Operation], ranges: dict[SSAValue, Box],
+             integers: dict[SSAValue, np.ndarray]) -> None:
+    """Put `new_ops` in place of library op `op`: its attributes (the scope terminal mark on the
+    final op only), its name, and its ranges (later selects of the sweep read them)."""
+    result = new_ops[-1].results[0]
+    old = op.results[0]
+    inherited = {k: v for k, v in op.attributes.items() if k != SCOPE_TERMINAL}
+    for new in new_ops:
+        new.attributes.update(inherited)
+    if SCOPE_TERMINAL in op.attributes:
+        new_ops[-1].attributes[SCOPE_TERMINAL] = op.attributes[SCOPE_TERMINAL]
+    result.name_hint = old.name_hint
+    ranges[result] = ranges[old]
+    if old in integers:
+        integers[result] = integers[old]
+    Rewriter.insert_op(new_ops, InsertPoint.before(op))
+    old.replace_all_uses_with(result)
+    Rewriter.erase_op(op)
 
 
 @dataclass(frozen=True)
-class DecomposePass(ModulePass):
+class DecomposePass(GraphPass):
     """Lower compare/select/clamp/piecewise_linear(_2d) to `tw.mlp` chains (see module doc)."""
 
     name = "decompose"
@@ -659,11 +651,21 @@ class DecomposePass(ModulePass):
     # max(1, |output|); a library op whose bound exceeds it is refused.
     tolerance: float = DEFAULT_TOLERANCE
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def check_options(self) -> None:
         if self.lattice_neurons < 0:
             raise DecomposeError("decompose: lattice-neurons must be >= 0, got "
                                  f"{self.lattice_neurons}")
         if not self.tolerance > 0:
             raise DecomposeError(f"decompose: tolerance must be > 0, got {self.tolerance}")
-        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            decompose_graph(graph, self.lattice_neurons, self.tolerance)
+
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
+        """Replace every library op of `graph` in place; returns how many were replaced."""
+        library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
+        if not library:
+            return 0
+        ranges = value_ranges(graph, strict=False)
+        integers = integer_components(graph)
+        for op in library:
+            _replace(op, decompose_op(op, ranges, integers, self.lattice_neurons, self.tolerance),
+                     ranges, integers)
+        return len(library)

@@ -56,9 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from passes.fuse_linears import (
     concat_like,
@@ -68,6 +66,7 @@ from passes.fuse_linears import (
     op_params,
     same_schedule_tags,
 )
+from passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding
@@ -155,7 +154,7 @@ def _is_addend(value: SSAValue) -> bool:
 
 
 @dataclass(frozen=True)
-class FormMlps(ModulePass):
+class FormMlps(GraphPass):
     """Fold the linears around each `tw.relu` (and after each `tw.mlp`) into MLP sublayers."""
 
     name = "form-mlps"
@@ -169,12 +168,7 @@ class FormMlps(ModulePass):
     allow_inflate: bool = False
     """Absorb into an existing mlp's w2 even when the block has more parameters than the reader."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for graph in op.walk():
-            if isinstance(graph, GraphOp):
-                self.run_on_graph(graph)
-
-    def run_on_graph(self, graph: GraphOp) -> FormStats:
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> FormStats:
         return _Former(self, graph).run()
 
 

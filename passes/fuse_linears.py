@@ -44,10 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.passes import ModulePass
 
+from passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding
@@ -331,7 +330,7 @@ class FuseStats:
 
 
 @dataclass(frozen=True)
-class FuseLinears(ModulePass):
+class FuseLinears(GraphPass):
     """Compose linear -> linear / linear -> mlp / mlp -> linear and concat-fed linears."""
 
     name = "fuse-linears"
@@ -348,12 +347,7 @@ class FuseLinears(ModulePass):
     depth_inflate_params: int = 4096
     """The most parameters a fold may add when it lowers its reader's floor slot (0: never)."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for graph in op.walk():
-            if isinstance(graph, GraphOp):
-                self.run_on_graph(graph)
-
-    def run_on_graph(self, graph: GraphOp) -> FuseStats:
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> FuseStats:
         stats = FuseStats(check=FoldCheck(graph))
         self._fold_single_use(graph.block, stats)
         if self.fanout and self._duplicate_fanout(graph, stats):

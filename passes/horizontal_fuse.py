@@ -47,11 +47,10 @@ from functools import lru_cache
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from passes import PassOptionError
+from passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, is_free_add
 from twdialect.dense import dense, shape_of, to_numpy
 from twdialect.dialect import (
@@ -80,7 +79,7 @@ _SHARED_TAGS = (ANNOTATION, SCOPE, ITERATION)
 
 
 @dataclass(frozen=True)
-class HorizontalFusePass(ModulePass):
+class HorizontalFusePass(GraphPass):
     """Merge same-slot standalone linears (and same-q/k attentions) into one head each.
 
     Options: `max-group` caps the number of ops in one group (0: no cap beyond `d-head`);
@@ -96,31 +95,29 @@ class HorizontalFusePass(ModulePass):
     d_head: int = 16
     pooled_heads: bool = True
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def check_options(self) -> None:
         if self.d_head < 1:
             raise PassOptionError(f"horizontal-fuse: d-head must be at least 1, got {self.d_head}")
         if self.max_group < 0:
             raise PassOptionError(f"horizontal-fuse: max-group must be >= 0, got {self.max_group}")
-        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            fuse_graph(graph, self.max_group or self.d_head, self.d_head, self.pooled_heads)
 
-
-def fuse_graph(graph: GraphOp, max_group: int, d_head: int, pooled: bool = True) -> int:
-    """Fuse one graph in place; returns the number of groups formed."""
-    slots = critical_path(graph).slots
-    linear_groups, attn_groups = _collect_groups(graph, slots, max_group, d_head, pooled)
-    # The new ops and the readers of replaced results: the only ops that can end up reading
-    # a value defined below them (by id; the dict keeps them alive).
-    touched: dict[int, Operation] = {}
-    for group in linear_groups:
-        _fuse_linears(group, touched)
-    for group in attn_groups:
-        _fuse_attns(group, touched)
-    if touched:
-        # The fused op sits where the last member was; consumers of earlier members that came
-        # before it move after it (stable Kahn order, deterministic).
-        _restore_def_before_use(graph.block, touched)
-    return len(linear_groups) + len(attn_groups)
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
+        """Fuse one graph in place; returns the number of groups formed."""
+        slots = critical_path(graph).slots
+        linear_groups, attn_groups = _collect_groups(graph, slots, self.max_group or self.d_head,
+                                                     self.d_head, self.pooled_heads)
+        # The new ops and the readers of replaced results: the only ops that can end up reading
+        # a value defined below them (by id; the dict keeps them alive).
+        touched: dict[int, Operation] = {}
+        for group in linear_groups:
+            _fuse_linears(group, touched)
+        for group in attn_groups:
+            _fuse_attns(group, touched)
+        if touched:
+            # The fused op sits where the last member was; consumers of earlier members that
+            # came before it move after it (stable Kahn order, deterministic).
+            _restore_def_before_use(graph.block, touched)
+        return len(linear_groups) + len(attn_groups)
 
 
 # --------------------------------------------------------------------------------------
@@ -436,4 +433,4 @@ def _restore_def_before_use(block: Block, touched: dict[int, Operation]) -> None
             block.insert_op_after(d, behind)
 
 
-__all__ = ["HorizontalFusePass", "fuse_graph"]
+__all__ = ["HorizontalFusePass"]

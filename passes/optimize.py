@@ -1,7 +1,10 @@
 """`optimize`: the default pipeline, as one pass.
 
-    DEFAULT_PIPELINE =
-        "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
+    DEFAULT_PIPELINE = (DecomposePass(), CanonicalizePass(), FuseLinears(), FormMlps(),
+                        FuseLinears(), BalanceSums(), CanonicalizePass(),
+                        CommonSubexpressionElimination(), DeadCodeElimination())
+    DEFAULT_SPEC = "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,"
+                   "canonicalize,cse,dce"       (its text form, for the command line)
 
 Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md):
   decompose       the lowering reads primitives only, and the later passes see through the
@@ -30,33 +33,31 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.transforms.canonicalize import CanonicalizePass
+from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
-from twdialect.dialect import LIBRARY_OPS
+import passes
+from passes import PassOptionError, Pipeline, pipeline_passes, pipeline_spec
+from passes.balance_sums import BalanceSums
+from passes.decompose import DecomposePass
+from passes.form_mlps import FormMlps
+from passes.fuse_linears import FuseLinears
 
-DEFAULT_PIPELINE = (
-    "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,canonicalize,cse,dce"
+DEFAULT_PIPELINE: Pipeline = (
+    DecomposePass(),
+    CanonicalizePass(),
+    FuseLinears(),
+    FormMlps(),
+    FuseLinears(),
+    BalanceSums(),
+    CanonicalizePass(),
+    CommonSubexpressionElimination(),
+    DeadCodeElimination(),
 )
-
-
-def has_library_ops(module: ModuleOp) -> bool:
-    return any(isinstance(op, LIBRARY_OPS) for op in module.walk())
-
-
-def pipeline_stages(spec: str) -> list[str]:
-    """Split a pipeline string on its top-level commas (options in braces stay attached)."""
-    stages, depth, cur = [], 0, []
-    for ch in spec:
-        if ch == "," and depth == 0:
-            stages.append("".join(cur).strip())
-            cur = []
-            continue
-        depth += ch == "{"
-        depth -= ch == "}"
-        cur.append(ch)
-    if "".join(cur).strip():
-        stages.append("".join(cur).strip())
-    return [s for s in stages if s]
+# Its text form, for the command line and the `pipeline` option below.
+DEFAULT_SPEC = pipeline_spec(DEFAULT_PIPELINE)
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,12 @@ class Optimize(ModulePass):
 
     name = "optimize"
 
-    pipeline: str = DEFAULT_PIPELINE
+    pipeline: str = DEFAULT_SPEC
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from passes import PassOptionError, parse_pipeline
-
-        stages = pipeline_stages(self.pipeline)
-        if "optimize" in (s.split("{")[0].strip() for s in stages):
+        stages = pipeline_passes(self.pipeline)
+        if any(isinstance(p, Optimize) for p in stages):
             raise PassOptionError("optimize: its pipeline must not contain `optimize` itself")
-        if not has_library_ops(op):
-            stages = [s for s in stages if s.split("{")[0].strip() != "decompose"]
-        if stages:
-            parse_pipeline(",".join(stages)).apply(ctx, op)
+        if not passes.needs_decompose(op):  # the one rule, shared with lowering.prepare
+            stages = tuple(p for p in stages if not isinstance(p, DecomposePass))
+        PassPipeline(stages).apply(ctx, op)

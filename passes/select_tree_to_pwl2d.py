@@ -41,13 +41,12 @@ from functools import cached_property
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from passes import PassOptionError
-from twdialect.analysis import MLP, CriticalPath, critical_path, next_slot
+from passes.graph_pass import GraphPass
+from twdialect.analysis import MLP, CriticalPath, critical_path, earliest_slot
 from twdialect.dense import dense, to_numpy
 from twdialect.dialect import (
     CompareOp,
@@ -66,7 +65,7 @@ from twdialect.ranges import RangeError, value_ranges
 
 
 @dataclass(frozen=True)
-class SelectTreeToPwl2dPass(ModulePass):
+class SelectTreeToPwl2dPass(GraphPass):
     """Rewrite each maximal eligible select tree into one piecewise-linear table op.
 
     Option `max-breakpoints`: most grid lines per axis (the table has at most its square
@@ -76,12 +75,34 @@ class SelectTreeToPwl2dPass(ModulePass):
 
     max_breakpoints: int = 64
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def check_options(self) -> None:
         if self.max_breakpoints < 2:
             raise PassOptionError("select-tree-to-pwl2d: max-breakpoints must be at least 2, got "
-                             f"{self.max_breakpoints}")
-        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            rewrite_graph(graph, self.max_breakpoints)
+                                  f"{self.max_breakpoints}")
+
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
+        """Rewrite every eligible tree in `graph`, roots first; returns how many were
+        rewritten."""
+        max_bp = self.max_breakpoints
+        ops = list(graph.block.ops)
+        analyses = _Analyses(graph)
+        count = 0
+        # Reverse block order visits a tree's root before its inner selects; trees rewritten
+        # later lie earlier in the block and cannot read a rewritten root, so the critical path
+        # and the ranges of their variables stay those of the graph as found.
+        for root in reversed(ops):
+            if not isinstance(root, SelectOp) or root.parent is None:  # None: erased with a tree
+                continue
+            try:
+                tree = _match(root, max_bp)
+                if _deepens(tree, analyses.critical_path):
+                    continue
+                new = _replacement(tree, analyses, max_bp)
+            except _Reject:
+                continue
+            _rewrite(tree, new, graph.block)
+            count += 1
+        return count
 
 
 # --------------------------------------------------------------------------------------
@@ -388,7 +409,7 @@ class _Analyses:
     """Whole-graph analyses, each run once and only on first need: a graph without an
     eligible tree pays for neither. The critical path is first needed before any rewrite;
     the ranges of a tree's variables are the same before and after rewrites of later trees
-    (see `rewrite_graph`)."""
+    (see `SelectTreeToPwl2dPass.run_on_graph`)."""
 
     graph: GraphOp
 
@@ -405,34 +426,11 @@ class _Analyses:
             return None
 
 
-def rewrite_graph(graph: GraphOp, max_bp: int = 64) -> int:
-    """Rewrite every eligible tree in `graph`, roots first; returns how many were rewritten."""
-    ops = list(graph.block.ops)
-    analyses = _Analyses(graph)
-    count = 0
-    # Reverse block order visits a tree's root before its inner selects; trees rewritten later
-    # lie earlier in the block and cannot read a rewritten root, so the critical path and the
-    # ranges of their variables stay those of the graph as found.
-    for root in reversed(ops):
-        if not isinstance(root, SelectOp) or root.parent is None:  # None: erased with a tree
-            continue
-        try:
-            tree = _match(root, max_bp)
-            if _deepens(tree, analyses.critical_path):
-                continue
-            new = _replacement(tree, analyses, max_bp)
-        except _Reject:
-            continue
-        _rewrite(tree, new, graph.block)
-        count += 1
-    return count
-
-
 def _deepens(tree: _Tree, cp: CriticalPath) -> bool:
     """Whether the table would sit in a later slot than the root (a leaf variable is ready
     late). Checked before the table is built: it is the cheaper test."""
     ready = max(cp.ready[v] for v in tree.variables)
-    return next_slot(ready, MLP) + 2 * (len(tree.variables) - 1) > cp.slots[tree.root]
+    return earliest_slot(ready, MLP, len(tree.variables)) > cp.slots[tree.root]
 
 
 def _rewrite(tree: _Tree, new: Operation, block: Block) -> None:
@@ -472,4 +470,4 @@ def _erase_dead_leaves(tree: _Tree, block: Block) -> None:
         work = below
 
 
-__all__ = ["SelectTreeToPwl2dPass", "rewrite_graph"]
+__all__ = ["SelectTreeToPwl2dPass"]

@@ -66,10 +66,10 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from passes import PassOptionError
+from passes.graph_pass import GraphPass, graphs_of
 from twdialect.analysis import critical_path, first_use_before_def, sort_block_topologically
 from twdialect.dialect import (
     ITERATION,
@@ -98,7 +98,7 @@ TRIAL_OPS = 1000  # a trial of N ops costs N * max(1, N / TRIAL_OPS) (the schedu
 
 
 @dataclass(frozen=True)
-class SequentialScopePass(ModulePass):
+class SequentialScopePass(GraphPass):
     """Route each iteration's entry reads through `tw.after` on the terminal K iterations back."""
 
     name = "sequential-scope"
@@ -110,27 +110,41 @@ class SequentialScopePass(ModulePass):
     headroom: int = 1
     search_budget: int = SEARCH_BUDGET
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if isinstance(self.batch_size, str):
-            if self.batch_size != "auto":
-                raise PassOptionError(f"sequential-scope: batch-size must be an integer or 'auto', "
-                                 f"got {self.batch_size!r}")
-            if self.d < 1 or self.headroom < 1 or self.d_head < 1:
-                raise PassOptionError(f"sequential-scope: d, d-head and headroom must be positive, "
-                                 f"got d={self.d} d-head={self.d_head} headroom={self.headroom}")
-            if self.d_hidden < 0 or self.search_budget < 0:
-                raise PassOptionError(f"sequential-scope: d-hidden and search-budget must be >= 0, "
-                                 f"got d-hidden={self.d_hidden} "
-                                 f"search-budget={self.search_budget}")
-            if self.search_budget and self.d % self.d_head:
-                raise PassOptionError(f"sequential-scope: d={self.d} must be a multiple of "
-                                 f"d-head={self.d_head}")
-        elif self.batch_size < 1:
-            raise PassOptionError(f"sequential-scope: batch-size must be at least 1, got "
-                             f"{self.batch_size}")
-        for graph in [g for g in op.body.block.ops if isinstance(g, GraphOp)]:
-            gate_graph(graph, self.batch_size, self.d, self.headroom, self.d_head,
-                       self.d_hidden, self.search_budget)
+    def check_options(self) -> None:
+        if not isinstance(self.batch_size, str):
+            if self.batch_size < 1:
+                raise PassOptionError(f"sequential-scope: batch-size must be at least 1, got "
+                                      f"{self.batch_size}")
+            return
+        if self.batch_size != "auto":
+            raise PassOptionError(f"sequential-scope: batch-size must be an integer or 'auto', "
+                                  f"got {self.batch_size!r}")
+        # Only the automatic choice reads the geometry and the search budget.
+        if self.d < 1 or self.headroom < 1 or self.d_head < 1:
+            raise PassOptionError(f"sequential-scope: d, d-head and headroom must be positive, "
+                                  f"got d={self.d} d-head={self.d_head} headroom={self.headroom}")
+        if self.d_hidden < 0 or self.search_budget < 0:
+            raise PassOptionError(f"sequential-scope: d-hidden and search-budget must be >= 0, "
+                                  f"got d-hidden={self.d_hidden} "
+                                  f"search-budget={self.search_budget}")
+        if self.search_budget and self.d % self.d_head:
+            raise PassOptionError(f"sequential-scope: d={self.d} must be a multiple of "
+                                  f"d-head={self.d_head}")
+
+    def run_on_graph(self, ctx: Context, graph: GraphOp) -> dict[str, int]:
+        """Gate every scope of `graph`; returns {scope name: K used} (K == 0: not gated)."""
+        scopes = find_scopes(graph)
+        if not scopes:
+            return {}
+        if self.batch_size == "auto":
+            choices = choose_batch_sizes(graph, self.d, self.headroom, self.d_head,
+                                         self.d_hidden, self.search_budget, scopes)
+            chosen = {name: c.k for name, c in choices.items()}
+        else:
+            k = int(self.batch_size)
+            chosen = {s.name: k if k < len(s.indices) else 0 for s in scopes}
+        _apply(graph, chosen, scopes)
+        return chosen
 
 
 @dataclass
@@ -347,7 +361,7 @@ def _trial(graph: GraphOp, ks: dict[str, int], d: int, d_head: int, d_hidden: in
 
     copy = graph.clone()
     _apply(copy, ks)
-    copy = _only_graph(prepare(ModuleOp([copy])))
+    copy = graphs_of(prepare(ModuleOp([copy])))[0]
     if bound is not None:
         floor = critical_path(copy).n_layers
         if floor >= bound:
@@ -361,10 +375,6 @@ def _trial(graph: GraphOp, ks: dict[str, int], d: int, d_head: int, d_hidden: in
         return _Trial(unlowerable=True)
 
 
-def _only_graph(module: ModuleOp) -> GraphOp:
-    return next(g for g in module.body.block.ops if isinstance(g, GraphOp))
-
-
 def _already_gated(scope: Scope) -> bool:
     """Some iteration already reads through a tw.after on a terminal of this scope."""
     terminals = set(scope.terminals.values())
@@ -374,22 +384,6 @@ def _already_gated(scope: Scope) -> bool:
                 if isinstance(v.owner, AfterOp) and any(t in terminals for t in v.owner.deps):
                     return True
     return False
-
-
-def gate_graph(graph: GraphOp, batch_size: int | str, d: int = 256, headroom: int = 1,
-               d_head: int = 16, d_hidden: int = 0,
-               search_budget: int = SEARCH_BUDGET) -> dict[str, int]:
-    """Gate every scope of `graph`; returns {scope name: K used} (K == 0: not gated)."""
-    scopes = find_scopes(graph)
-    if not scopes:
-        return {}
-    if batch_size == "auto":
-        choices = choose_batch_sizes(graph, d, headroom, d_head, d_hidden, search_budget, scopes)
-        chosen = {name: c.k for name, c in choices.items()}
-    else:
-        chosen = {s.name: int(batch_size) if batch_size < len(s.indices) else 0 for s in scopes}
-    _apply(graph, chosen, scopes)
-    return chosen
 
 
 def _apply(graph: GraphOp, ks: dict[str, int], scopes: list[Scope] | None = None) -> None:
@@ -432,5 +426,4 @@ def _gate_scope(scope: Scope, k: int) -> int:
 
 
 __all__ = ["SequentialScopePass", "SequentialScopeError", "Choice", "auto_batch_size",
-           "candidate_batch_sizes", "choose_batch_sizes", "find_scopes", "gate_graph",
-           "peak_width"]
+           "candidate_batch_sizes", "choose_batch_sizes", "find_scopes", "peak_width"]

@@ -814,7 +814,7 @@ def make_graph_payload(rng: np.random.Generator) -> dict:
 
 def run_graph(payload: dict) -> tuple[str, str, str]:
     """Every pass singly, the default pipeline, and two compiles against the oracle."""
-    from passes.optimize import DEFAULT_PIPELINE
+    from passes.optimize import DEFAULT_SPEC
     from twdialect import evaluate, parse_module
     from twdialect.contracts import contract_mask
 
@@ -826,7 +826,7 @@ def run_graph(payload: dict) -> tuple[str, str, str]:
         stage = "oracle"
         want = evaluate(module, feeds, n_positions=N_POSITIONS)
         mask = contract_mask(module, feeds)
-        for spec in SINGLE_PASSES + (DEFAULT_PIPELINE,):
+        for spec in SINGLE_PASSES + (DEFAULT_SPEC,):
             stage = f"pass {spec}"
             copy = module.clone()
             try:

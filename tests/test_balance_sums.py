@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from passes import run_pipeline
 from passes.balance_sums import BalanceSums
-from twdialect import evaluate, print_module
+from twdialect import evaluate, make_context, print_module
 from twdialect import ops as tw
 from twdialect.analysis import critical_path
 from twdialect.interp import find_graph
@@ -97,7 +97,7 @@ def test_balanced_sum_is_left_alone_and_pass_is_idempotent():
     module = serial_sum(20)
     run_pipeline(module, "balance-sums")
     text = print_module(module)
-    assert BalanceSums().run_on_graph(find_graph(module)) == 0
+    assert BalanceSums().run_on_graph(make_context(), find_graph(module)) == 0
     assert print_module(module) == text
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from passes.optimize import DEFAULT_PIPELINE
+from passes.optimize import DEFAULT_SPEC
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "passes_effect.py"
 PROGRAM = "binary_increment"  # small: a few ms to compile, 2 layers
@@ -42,7 +42,7 @@ def test_example_cases_cover_every_program_and_pipeline(bench):
                      *bench.PIPELINES):
             assert f"example/{prog}/{pipe}" in names
     case = next(c for c in bench.CASES if c.name == f"example/{PROGRAM}/default")
-    assert case.pipeline == DEFAULT_PIPELINE
+    assert case.pipeline == DEFAULT_SPEC
 
 
 def test_default_pipeline_on_a_program_keeps_it_exact_and_no_deeper(bench, capsys):

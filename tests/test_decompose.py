@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from passes import run_pipeline
-from passes.decompose import DecomposeError, decompose_graph, pwl_coefficients
-from twdialect import evaluate, ops as tw, parse_module, print_module
+from passes.decompose import DecomposeError, DecomposePass, pwl_coefficients
+from twdialect import evaluate, make_context, ops as tw, parse_module, print_module
 from twdialect.contracts import (
     SELECT_COND_TOLERANCE,
     SELECT_MAX_MAGNITUDE,
@@ -488,7 +488,7 @@ def test_each_library_op_is_one_chain_and_costs_match():
             sublayers[ann] = sublayers.get(ann, 0) + cost.mlp_sublayers
             neurons[ann] = neurons.get(ann, 0) + cost.neurons
             n_library += 1
-    assert decompose_graph(graph) == n_library
+    assert DecomposePass().run_on_graph(make_context(), graph) == n_library
     # Per iteration: compare, select, clamp, piecewise_linear one chain each, pwl_2d two.
     assert sublayers == {"iter0": 6, "iter1": 6}
     for ann in sublayers:

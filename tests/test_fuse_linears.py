@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from passes import run_pipeline
 from passes.fuse_linears import FuseLinears
 from passes.optimize import DEFAULT_PIPELINE
-from twdialect import evaluate, print_module
+from twdialect import evaluate, make_context, print_module
 from twdialect import ops as tw
 from twdialect.analysis import critical_path
 from twdialect.dialect import LinearOp
@@ -229,7 +229,7 @@ def test_scope_boundaries_and_annotations():
 
 def test_pass_options_and_stats():
     module = _fanout_graph()
-    stats = FuseLinears().run_on_graph(find_graph(module))
+    stats = FuseLinears().run_on_graph(make_context(), find_graph(module))
     assert (stats.folded, stats.duplicated) == (0, 1)
     with pytest.raises(Exception, match="fuse-linears"):
         run_pipeline(_fanout_graph(), "fuse-linears{no-such-option=1}")
@@ -310,7 +310,7 @@ def test_a_fold_whose_float32_bias_would_change_the_answer_is_refused():
     want = evaluate(module, xs)["y"].ravel()
     assert list(want) == [-1.0] * 9 + [1.0] * 7
     folded = module.clone()
-    stats = FuseLinears().run_on_graph(find_graph(_decomposed(folded)))
+    stats = FuseLinears().run_on_graph(make_context(), find_graph(_decomposed(folded)))
     assert stats.skipped_precision >= 1
     np.testing.assert_array_equal(evaluate(folded, xs)["y"].ravel(), want)
     ct = compile(module, d=64, d_head=16, d_hidden=256, pipeline="default")

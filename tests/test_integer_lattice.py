@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from passes.decompose import DecomposePass
 from passes.optimize import DEFAULT_PIPELINE
 
 from twdialect.errors import TwError
@@ -246,7 +247,7 @@ def test_random_integer_trees_compile_to_one_layer_and_match_everywhere(seed, de
     assert not [op for op in find_graph(module).block.ops if op.name == "tw.select"]
     # (random real tables: the float32 bound of a long hinge sum may pass 1e-4 where the
     # measured error checked below does not)
-    pipeline = DEFAULT_PIPELINE.replace("decompose", "decompose{tolerance=1.0e-3}", 1)
+    pipeline = (DecomposePass(tolerance=1.0e-3),) + DEFAULT_PIPELINE[1:]
     ct = compile(module, d=64, d_head=16, pipeline=pipeline)
     assert len(mlps(run_pipeline(module, "decompose{tolerance=1.0e-3}"))) == 1  # fit the budget
     assert ct.stats.n_layers == 1

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from passes import parse_pipeline, run_pipeline
-from passes.decompose import DecomposeError
-from passes.optimize import DEFAULT_PIPELINE, has_library_ops, pipeline_stages
+from passes import needs_decompose, parse_pipeline, pipeline_passes, run_pipeline
+from passes.decompose import DecomposeError, DecomposePass
+from passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC
 from twdialect import evaluate, print_module
 from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.interp import find_graph
@@ -20,12 +20,12 @@ N_POS = 5
 
 
 
-def test_default_pipeline_parses_and_starts_with_decompose():
-    stages = pipeline_stages(DEFAULT_PIPELINE)
-    assert stages[0] == "decompose"
-    assert {"canonicalize", "fuse-linears", "balance-sums", "cse", "dce"} <= set(stages)
-    parse_pipeline(DEFAULT_PIPELINE)
-    assert pipeline_stages("a{x=1,y=2},b") == ["a{x=1,y=2}", "b"]
+def test_default_pipeline_starts_with_decompose_and_its_spec_reads_back():
+    assert isinstance(DEFAULT_PIPELINE[0], DecomposePass)
+    names = [p.name for p in DEFAULT_PIPELINE]
+    assert {"canonicalize", "fuse-linears", "balance-sums", "cse", "dce"} <= set(names)
+    assert DEFAULT_SPEC.split(",") == names  # every stage at its defaults: bare names
+    assert pipeline_passes(DEFAULT_SPEC) == DEFAULT_PIPELINE
 
 
 @settings(max_examples=40, deadline=None)
@@ -40,7 +40,7 @@ def test_primitive_graphs_keep_meaning_and_never_get_deeper(seed, n_ops):
     before = evaluate(module, inputs)
     without_cse = module.clone()
     floor = critical_path(find_graph(module)).floor
-    run_pipeline(without_cse, DEFAULT_PIPELINE.replace(",cse", ""))
+    run_pipeline(without_cse, tuple(p for p in DEFAULT_PIPELINE if p.name != "cse"))
     assert critical_path(find_graph(without_cse)).floor <= floor
     deduplicated = module.clone()
     run_pipeline(deduplicated, "cse,dce")
@@ -66,7 +66,7 @@ def test_library_graphs_match_plain_decomposition(seed, n_ops):
         return
     inputs = sample_inputs(module, N_POS, seed)
     run_pipeline(module, "optimize")
-    assert not has_library_ops(module)
+    assert not needs_decompose(module)
     assert_same(evaluate(plain, inputs), evaluate(module, inputs, n_positions=N_POS))
 
 
@@ -130,5 +130,5 @@ def test_sweep_default_pipeline():
 def test_a_pipeline_that_is_not_a_string_is_a_pipeline_error(spec):
     from passes import PipelineError
 
-    with pytest.raises(PipelineError, match="a pipeline is a string"):
+    with pytest.raises(PipelineError, match="a pipeline is a string .* or a tuple of passes"):
         run_pipeline(random_graph(1, 5, library=False), spec)

@@ -16,12 +16,12 @@ from passes.sequential_scope import (
     auto_batch_size,
     candidate_batch_sizes,
     choose_batch_sizes,
+    SequentialScopePass,
     find_scopes,
-    gate_graph,
     last_reads,
     peak_width,
 )
-from twdialect import evaluate, ops as tw, print_module
+from twdialect import evaluate, make_context, ops as tw, print_module
 from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.dialect import ITERATION, SCOPE, SCOPE_TERMINAL, AfterOp, int_prop
 from twdialect.interp import find_graph
@@ -133,12 +133,14 @@ def test_auto_peak_width_counts_live_intermediates():
     (scope,) = find_scopes(g)
     # Two wide mlp results are live at once (one read while the next is written).
     assert peak_width(scope, slots, last_reads(g, slots)) == 16
-    assert gate_graph(g, "auto", d=64, search_budget=0) == {"loop": 64 // 16}  # the rule
+    rule = SequentialScopePass(d=64, search_budget=0)
+    assert rule.run_on_graph(make_context(), g) == {"loop": 64 // 16}
 
 
 def test_rule_gates_with_its_k():
     # Peak 9: the 8-wide mlp result is still read while the scalar terminal is written.
-    expected = gate_graph(find_graph(loop(10, wide=8)), "auto", d=32, search_budget=0)
+    rule = SequentialScopePass(d=32, search_budget=0)
+    expected = rule.run_on_graph(make_context(), find_graph(loop(10, wide=8)))
     assert expected == {"loop": 32 // 9}
     m = check_values(loop(10, wide=8), "sequential-scope{batch-size=auto d=32 search-budget=0}")
     assert_gated(m, 3)
