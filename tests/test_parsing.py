@@ -266,3 +266,12 @@ def test_pipeline_errors_name_the_pass_and_option(spec: str, message: str) -> No
         parse_pipeline(spec)
     assert message in str(info.value) and "\n" not in str(info.value)
 
+
+
+def test_a_name_that_is_not_utf8_is_a_located_parse_error() -> None:
+    """Hex escapes that make no UTF-8 text (found by the fuzz harness, seed 94) are refused by
+    the parser where they stand, not by a UnicodeDecodeError from deep inside xDSL."""
+    text = ('builtin.module {\n  tw.graph @"gr\\C1ph" {\n    %x = tw.input "x" <-1.0, 1.0> : '
+            '!tw.vec<1>\n    tw.output "y" %x : !tw.vec<1>\n  }\n}\n')
+    with pytest.raises(ParseError, match="not valid UTF-8"):
+        parse_module(text)

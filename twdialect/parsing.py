@@ -160,6 +160,22 @@ def lex_string_literal(self: MLIRLexer, start_pos: int):
     return Token(MLIRTokenKind.STRING_LIT, literal)
 
 
+def wrap_string_contents(original: property) -> property:
+    """xDSL's `StringLiteral.string_contents` (a property), refusing with a located ParseError
+    the bytes that are no UTF-8 (hex escapes such as \\C1 alone), where xDSL raised a bare
+    UnicodeDecodeError from wherever a name was read (a graph's symbol, an input's name)."""
+
+    def string_contents(self: StringLiteral) -> str:
+        try:
+            return original.fget(self)
+        except UnicodeDecodeError as e:
+            raise ParseError(self, f"string literal is not valid UTF-8 text ({e.reason} at byte "
+                                   f"{e.start} of its contents): names and strings are text; "
+                                   "escape each byte of a UTF-8 sequence") from None
+
+    return property(string_contents)
+
+
 def wrap_lex(original):
     def lex(self: MLIRLexer):
         """xDSL's `lex`, with a readable message for a character no token starts with."""

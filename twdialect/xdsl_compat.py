@@ -128,7 +128,7 @@ def patches() -> list[tuple[object, str, Callable[[Callable], Callable]]]:
     from xdsl.parser.generic_parser import GenericParser
     from xdsl.printer import Printer
     from xdsl.utils import arg_spec
-    from xdsl.utils.mlir_lexer import MLIRLexer
+    from xdsl.utils.mlir_lexer import MLIRLexer, StringLiteral
 
     from twdialect import parsing as p
 
@@ -137,6 +137,7 @@ def patches() -> list[tuple[object, str, Callable[[Callable], Callable]]]:
         (MLIRLexer, "lex", p.wrap_lex),
         (MLIRLexer, "_lex_prefixed_ident", p.wrap_lex_prefixed_ident),
         (MLIRLexer, "_lex_number", p.wrap_lex_number),
+        (StringLiteral, "string_contents", p.wrap_string_contents),
         (GenericParser, "_consume_token", _replaced_by(p.consume_token)),
         (Parser, "_parse_block", p.wrap_parse_block),
         (Parser, "parse_module", p.wrap_parse_top_level),
