@@ -10,20 +10,26 @@
   Views (concat, slice, after) only rearrange references.
 * A **task** is one writer op to place: its placement kind (`twdialect.analysis.PLACEMENT`), the
   groups it reads, the group it writes, and its extra ordering dependencies (`tw.after`).
+
+What each op class contributes is one small function, found by exact class in `CASES` (as
+`lowering/rules.py` `RULES` and `twdialect.analysis.PLACEMENT` are): a new op the lowering
+accepts gets one entry there.
 """
 
 from __future__ import annotations
 
 from twdialect.errors import TwError
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from twdialect.analysis import WRITER_OPS, free_adds, placement_kind
+from twdialect.analysis import WRITER_OPS, FreeAdds, free_adds, placement_kind
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
     LIBRARY_OPS,
+    AddOp,
     AfterOp,
     ConcatOp,
     EmbeddingOp,
@@ -125,82 +131,31 @@ class TaskGraph:
 
     def _build(self) -> None:
         adds = free_adds(self.graph)
-        accumulating = adds.accumulating
-        self.into = into = adds.into
-        # Accumulating adds (and adds into a dying addend): the root add names the group; the
-        # addends that write into it inherit it. Walk in reverse so a root precedes its addends.
-        target: dict[SSAValue, SSAValue] = {}
-        for op in reversed(self.ops):
-            if op in accumulating:
-                root = target.get(op.results[0], op.results[0])
-                for v in op.operands:
-                    target[v] = root
-            elif op in into:
-                target[into[op]] = target.get(op.results[0], op.results[0])
-        group_of_value: dict[SSAValue, int] = {}
+        self._accumulating = adds.accumulating
+        self.into = adds.into
+        self._root = _group_roots(self.ops, adds)
+        self._group_of_root: dict[SSAValue, int] = {}
         for op in self.ops:
-            # Exact-type tests: isinstance on xDSL ops goes through ABC machinery (slow here).
-            ty = type(op)
-            if ty in LIBRARY_OPS:
-                raise LoweringError(f"{describe(op)}: library op left in the graph; run "
-                                    "`decompose` first (lowering.compile does it for you)")
-            if ty is OutputOp:
-                self.outputs.append((op.output_name.data, op.value))
-                continue
-            res = op.results[0]
-            w = width_of(res)
-            if ty is InputOp or ty is EmbeddingOp:
-                g = self._new_group(res, w, source=op)
-                self.sources.append(g)
-                self.refs[res] = Refs.of_group(g, w)
-                self.waits_of[res] = frozenset()
-            elif ty is PosEncodingOp:
-                refs = Refs.of_group(POS_GROUP, 1)
-                if w > 1:
-                    g = self._new_group(res, w - 1, source=op)
-                    self.sources.append(g)
-                    rest = Refs.of_group(g, w - 1)
-                    refs = Refs.cat([refs, rest])
-                self.refs[res] = refs
-                self.waits_of[res] = frozenset()
-            elif ty is LiteralOp:
-                self.refs[res] = Refs.constant(to_numpy(op.value))
-                self.waits_of[res] = frozenset()
-            elif ty is ConcatOp:
-                self.refs[res] = Refs.cat([self.refs[v] for v in op.ins])
-                self.waits_of[res] = frozenset().union(*(self.waits_of[v] for v in op.ins))
-            elif ty is SliceOp:
-                self.refs[res] = self.refs[op.x].sub(op.start.value.data, w)
-                self.waits_of[res] = self.waits_of[op.x]
-            elif ty is AfterOp:
-                self.refs[res] = self.refs[op.x]
-                self.waits_of[res] = self.waits_of[op.x].union(*(self.waits_of[d] for d in op.deps))
-            elif op in accumulating:
-                root = target.get(res, res)
-                g = group_of_value.get(root)
-                if g is None:
-                    g = group_of_value[root] = self._new_group(root, w)
-                for v in op.operands:
-                    if type(v.owner) is LiteralOp:
-                        lit = to_numpy(v.owner.value)
-                        grp = self.groups[g]
-                        grp.bias = lit if grp.bias is None else grp.bias + lit
-                self.refs[res] = Refs.of_group(g, w)
-                self.waits_of[res] = frozenset([g])
-            elif ty in WRITER_OPS:
-                root = target.get(res, res)
-                g = group_of_value.get(root)
-                if g is None:
-                    g = group_of_value[root] = self._new_group(root, w)
-                skip = into.get(op)
-                self._add_task(op, g, tuple(v for v in op.operands if v is not skip))
-                self.refs[res] = Refs.of_group(g, w)
-                self.waits_of[res] = frozenset([g])
-            else:
-                raise LoweringError(f"{describe(op)}: the lowering does not know this op")
+            # Exact-type lookup: isinstance on xDSL ops goes through ABC machinery (slow here).
+            case = CASES.get(type(op))
+            if case is None:
+                raise LoweringError(_refusal(op))
+            case(self, op)
         for _, v in self.outputs:
             for g in self.refs[v].groups():
                 self.groups[g].is_output = True
+
+    def _group_of(self, res: SSAValue) -> int:
+        """The group `res` is written into: its free-add root's, made on first use."""
+        root = self._root.get(res, res)
+        g = self._group_of_root.get(root)
+        if g is None:
+            g = self._group_of_root[root] = self._new_group(root, width_of(res))
+        return g
+
+    def _define(self, res: SSAValue, refs: Refs, waits: frozenset[int]) -> None:
+        self.refs[res] = refs
+        self.waits_of[res] = waits
 
     def _add_task(self, op: Operation, g: int, operands: tuple) -> None:
         reads: set[int] = set()
@@ -222,3 +177,109 @@ class TaskGraph:
         if r is None:
             r = self._in_refs[task.tid] = Refs.cat([self.refs[v] for v in task.operands])
         return r
+
+
+# --------------------------------------------------------------------------------------
+# One case per op class the lowering accepts (`CASES`)
+# --------------------------------------------------------------------------------------
+
+
+def _group_roots(ops: list[Operation], adds: FreeAdds) -> dict[SSAValue, SSAValue]:
+    """value -> the result naming the group it is written into, for the addends of free adds:
+    an accumulating add's addends inherit its root, an add into a dying addend hands its root
+    to that addend. Walked in reverse so a root precedes its addends."""
+    root: dict[SSAValue, SSAValue] = {}
+    for op in reversed(ops):
+        if op in adds.accumulating:
+            r = root.get(op.results[0], op.results[0])
+            for v in op.operands:
+                root[v] = r
+        elif op in adds.into:
+            root[adds.into[op]] = root.get(op.results[0], op.results[0])
+    return root
+
+
+def _refusal(op: Operation) -> str:
+    if type(op) in LIBRARY_OPS:
+        return (f"{describe(op)}: library op left in the graph; run `decompose` first "
+                "(lowering.compile does it for you)")
+    return f"{describe(op)}: the lowering does not know this op"
+
+
+def _output(tg: TaskGraph, op: OutputOp) -> None:
+    tg.outputs.append((op.output_name.data, op.value))
+
+
+def _source(tg: TaskGraph, op: InputOp | EmbeddingOp) -> None:
+    res = op.results[0]
+    g = tg._new_group(res, width_of(res), source=op)
+    tg.sources.append(g)
+    tg._define(res, Refs.of_group(g, width_of(res)), frozenset())
+
+
+def _pos_encoding(tg: TaskGraph, op: PosEncodingOp) -> None:
+    """Component 0 is the machine's own position column; the rest is a source group."""
+    res = op.results[0]
+    w = width_of(res)
+    refs = Refs.of_group(POS_GROUP, 1)
+    if w > 1:
+        g = tg._new_group(res, w - 1, source=op)
+        tg.sources.append(g)
+        refs = Refs.cat([refs, Refs.of_group(g, w - 1)])
+    tg._define(res, refs, frozenset())
+
+
+def _literal(tg: TaskGraph, op: LiteralOp) -> None:
+    tg._define(op.out, Refs.constant(to_numpy(op.value)), frozenset())
+
+
+def _concat(tg: TaskGraph, op: ConcatOp) -> None:
+    tg._define(op.out, Refs.cat([tg.refs[v] for v in op.ins]),
+               frozenset().union(*(tg.waits_of[v] for v in op.ins)))
+
+
+def _slice(tg: TaskGraph, op: SliceOp) -> None:
+    tg._define(op.out, tg.refs[op.x].sub(op.start.value.data, width_of(op.out)),
+               tg.waits_of[op.x])
+
+
+def _after(tg: TaskGraph, op: AfterOp) -> None:
+    """x's components, ready only once every dependency is."""
+    tg._define(op.out, tg.refs[op.x],
+               tg.waits_of[op.x].union(*(tg.waits_of[d] for d in op.deps)))
+
+
+def _writer(tg: TaskGraph, op: Operation) -> None:
+    """One task writing the op's group; an add into a dying addend reads only the other."""
+    res = op.results[0]
+    g = tg._group_of(res)
+    skip = tg.into.get(op)
+    tg._add_task(op, g, tuple(v for v in op.operands if v is not skip))
+    tg._define(res, Refs.of_group(g, width_of(res)), frozenset([g]))
+
+
+def _add(tg: TaskGraph, op: AddOp) -> None:
+    """An accumulating add has no task: its addends' writers add into its group, and its
+    literal addends join that group's bias. Any other add is a writer."""
+    if op not in tg._accumulating:
+        _writer(tg, op)
+        return
+    res = op.out
+    g = tg._group_of(res)
+    for v in op.operands:
+        if type(v.owner) is LiteralOp:
+            lit = to_numpy(v.owner.value)
+            grp = tg.groups[g]
+            grp.bias = lit if grp.bias is None else grp.bias + lit
+    tg._define(res, Refs.of_group(g, width_of(res)), frozenset([g]))
+
+
+# Keyed by exact op class. Library ops are absent on purpose: `decompose` lowers them first.
+# tests/test_op_coverage.py checks every primitive, view, source and sink has a case here.
+CASES: dict[type, Callable[[TaskGraph, Operation], None]] = {
+    OutputOp: _output,
+    InputOp: _source, EmbeddingOp: _source, PosEncodingOp: _pos_encoding,
+    LiteralOp: _literal, ConcatOp: _concat, SliceOp: _slice, AfterOp: _after,
+    AddOp: _add,
+    **{cls: _writer for cls in WRITER_OPS if cls is not AddOp},
+}

@@ -138,7 +138,7 @@ class BalanceSums(GraphPass):
         new_ops: list[AddOp] = []
         new_ready: dict[SSAValue, int] = {}
         for (a, b), r in zip(terms[len(leaves):], plan_ready):
-            add = AddOp.create(operands=[values[a], values[b]], result_types=[root.results[0].type])
+            add = AddOp(values[a], values[b])
             add.attributes.update(root.attributes)
             block.insert_op_before(add, root)
             values.append(add.out)

@@ -36,7 +36,7 @@ from twdialect.contracts import (
     f32,
     unit_grid_round,
 )
-from twdialect.dense import dense, shape_of, to_numpy
+from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import (
     MAX_DENSE_ELEMENTS,
     SCOPE_TERMINAL,
@@ -50,7 +50,6 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     SelectOp,
-    VecType,
     describe,
     width_of,
 )
@@ -92,8 +91,7 @@ class _Emitter:
     def concat(self, values: list[SSAValue]) -> SSAValue:
         if len(values) == 1:
             return values[0]
-        total = sum(width_of(v) for v in values)
-        op = ConcatOp.create(operands=values, result_types=[VecType(total)])
+        op = ConcatOp(values)
         self.ops.append(op)
         self.suffixes.append("in")
         return op.results[0]
@@ -102,12 +100,8 @@ class _Emitter:
             b2: np.ndarray, suffix: str = "h") -> SSAValue:
         # + 0.0 turns -0.0 into 0.0 (no sign noise in printed weights).
         w1, b1, w2, b2 = (np.asarray(a, dtype=np.float64) + 0.0 for a in (w1, b1, w2, b2))
-        props = {"w1": dense(w1), "w2": dense(w2)}
-        if np.any(b1 != 0):
-            props["b1"] = dense(b1)
-        if np.any(b2 != 0):
-            props["b2"] = dense(b2)
-        op = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
+        op = MlpOp(x, w1, w2, b1=b1 if np.any(b1 != 0) else None,
+                   b2=b2 if np.any(b2 != 0) else None)
         self.mlps.append((x, w1, b1, w2, b2))
         self.ops.append(op)
         self.suffixes.append(suffix)

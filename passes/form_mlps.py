@@ -70,7 +70,7 @@ from passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding
-from twdialect.dense import dense, to_numpy
+from twdialect.dense import to_numpy
 from twdialect.dialect import (
     SCOPE_TERMINAL,
     AddOp,
@@ -80,8 +80,6 @@ from twdialect.dialect import (
     MlpOp,
     ReluOp,
     SliceOp,
-    VecType,
-    int_prop,
     width_of,
 )
 
@@ -272,8 +270,7 @@ class _Former:
             start = 0
             for b in main:
                 n = b.w.shape[1]
-                sl = SliceOp.create(operands=[main_mlp.out], result_types=[VecType(n)],
-                                    properties={"start": int_prop(start)})
+                sl = SliceOp(main_mlp.out, start, n)
                 block.insert_op_before(sl, anchor)
                 b.value = sl.out
                 start += n
@@ -320,8 +317,7 @@ class _Former:
         """relu(concat(.., linear(u), ..)) through fuse-linears' concat fold on the identity
         MLP the relu is. Returns (new concat, w1, b1, has_b1, folded linears) or None."""
         h = width_of(relu.out)
-        base = MlpOp.create(operands=[concat.out], result_types=[relu.out.type],
-                            properties={"w1": dense(np.eye(h)), "w2": dense(np.eye(h))})
+        base = MlpOp(concat.out, np.eye(h), np.eye(h))
         base.attributes.update(relu.attributes)
 
         def absorb(v: SSAValue) -> bool:
@@ -421,13 +417,8 @@ class _Former:
     def _mlp(self, x: SSAValue, w1, b1, has_b1, blocks: list[_Block], attrs_from,
              old=None) -> MlpOp:
         w2 = np.hstack([b.w for b in blocks])
-        props = {"w1": dense(w1)}
-        if has_b1:
-            props["b1"] = dense(b1)
-        props["w2"] = dense(w2)
-        if any(b.has_bias for b in blocks):
-            props["b2"] = dense(np.concatenate([b.b for b in blocks]))
-        new = MlpOp.create(operands=[x], result_types=[VecType(w2.shape[1])], properties=props)
+        b2 = np.concatenate([b.b for b in blocks]) if any(b.has_bias for b in blocks) else None
+        new = MlpOp(x, w1, w2, b1=b1 if has_b1 else None, b2=b2)
         new.attributes.update(attrs_from.attributes)
         record_rounding(new, "in", w1, b1 if has_b1 else None)
         before = None
@@ -437,8 +428,7 @@ class _Former:
             gain_bias = np.concatenate([np.zeros(o) if b.gain is None else b.gain_bias
                                         for b in blocks])
             before = (old[0], old[1], gain, gain_bias)
-        record_rounding(new, "out", w2, np.concatenate([b.b for b in blocks])
-                        if any(b.has_bias for b in blocks) else None, before=before)
+        record_rounding(new, "out", w2, b2, before=before)
         return new
 
     def _finish_split(self, b: _Block, value: SSAValue) -> None:
@@ -457,10 +447,9 @@ class _Former:
             result = b.value
         else:
             new_ops, rest_in = concat_like(rest, concat)
-            lin = LinearOp.create(operands=[rest_in], result_types=[reader.out.type],
-                                  properties={"weight": dense(np.vstack(rows))})
+            lin = LinearOp(rest_in, np.vstack(rows))
             lin.attributes.update(reader.attributes)
-            add = AddOp.create(operands=[b.value, lin.out], result_types=[reader.out.type])
+            add = AddOp(b.value, lin.out)
             add.attributes.update(reader.attributes)
             new_ops += [lin, add]
             for new in new_ops:

@@ -50,7 +50,7 @@ from passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding
-from twdialect.dense import dense, shape_of, to_numpy
+from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import (
     ITERATION,
     AttnOp,
@@ -60,7 +60,6 @@ from twdialect.dialect import (
     GraphOp,
     LinearOp,
     MlpOp,
-    VecType,
     width_of,
 )
 
@@ -95,15 +94,13 @@ def input_side(op: LinearOp | MlpOp) -> tuple[np.ndarray, np.ndarray, bool]:
 def with_input_side(op: LinearOp | MlpOp, x: SSAValue, w: np.ndarray, b: np.ndarray,
                     has_bias: bool) -> Operation:
     """A copy of `op` reading `x` through matrix `w` (and bias `b` if `has_bias`)."""
-    key_w, key_b = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1")
-    props = dict(op.properties)
-    props[key_w] = dense(w)
-    props.pop(key_b, None)
-    if has_bias:
-        props[key_b] = dense(b)
-    new = type(op).create(operands=[x], result_types=[op.out.type], properties=props)
+    bias = b if has_bias else None
+    if isinstance(op, LinearOp):
+        new = LinearOp(x, w, bias)
+    else:
+        new = MlpOp(x, w, op.w2, b1=bias, b2=op.b2)
     new.attributes.update(op.attributes)
-    record_rounding(new, "in", w, b if has_bias else None)
+    record_rounding(new, "in", w, bias)
     return new
 
 
@@ -149,12 +146,7 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     b2 = _vector(mlp, "b2", w2.shape[1])
     new_w2 = w2 @ m
     new_b2 = b2 @ m + m_bias if m_has or mlp.b2 is not None else None
-    props = dict(mlp.properties)
-    props["w2"] = dense(new_w2)
-    props.pop("b2", None)
-    if new_b2 is not None:
-        props["b2"] = dense(new_b2)
-    new = MlpOp.create(operands=[mlp.x], result_types=[linear.out.type], properties=props)
+    new = MlpOp(mlp.x, mlp.w1, new_w2, b1=mlp.b1, b2=new_b2)
     new.attributes.update(linear.attributes)
     record_rounding(new, "out", new_w2, new_b2,
                     before=(w2, to_numpy(mlp.b2) if mlp.b2 is not None else None, m, m_bias))
@@ -166,7 +158,7 @@ def concat_like(values: list[SSAValue], like: Operation) -> tuple[list[Operation
     insert and the value to read."""
     if len(values) == 1:
         return [], values[0]
-    c = ConcatOp.create(operands=values, result_types=[VecType(sum(width_of(v) for v in values))])
+    c = ConcatOp(values)
     c.attributes.update(like.attributes)
     return [c], c.out
 
@@ -298,11 +290,7 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
             dead.extend([owner] + folded)
     if not dead:
         return None
-    props = dict(attn.properties)
-    for _, key in ATTN_INPUTS:
-        props[key] = dense(new_mats[key])
-    new_attn = AttnOp.create(operands=new_operands, result_types=[attn.out.type],
-                             properties=props)
+    new_attn = AttnOp(*new_operands, new_mats["wq"], new_mats["wk"], new_mats["wv"], attn.wo)
     new_attn.attributes.update(attn.attributes)
     return new_attn, new_ops, dead
 

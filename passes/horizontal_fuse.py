@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from xdsl.context import Context
@@ -52,7 +51,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from passes import PassOptionError
 from passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, is_free_add
-from twdialect.dense import dense, shape_of, to_numpy
+from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import (
     ANNOTATION,
     ITERATION,
@@ -64,15 +63,8 @@ from twdialect.dialect import (
     LinearOp,
     ReluOp,
     SliceOp,
-    VecType,
-    int_prop,
     width_of,
 )
-
-# Attributes are immutable and value-equal: build each width / offset once (construction
-# re-runs their verifiers, which dominated the pass's run time).
-_vec = lru_cache(maxsize=None)(VecType)
-_offset = lru_cache(maxsize=None)(int_prop)
 
 # Tags copied to the fused ops when every member carries the same value.
 _SHARED_TAGS = (ANNOTATION, SCOPE, ITERATION)
@@ -259,7 +251,7 @@ def _concat_of(values: list[SSAValue]) -> tuple[SSAValue, list[Operation], dict[
         at += width_of(v)
     if len(values) == 1:
         return values[0], [], offsets
-    cat = ConcatOp.create(operands=values, result_types=[_vec(at)])
+    cat = ConcatOp(values)
     return cat.results[0], [cat], offsets
 
 
@@ -267,8 +259,7 @@ def _slices_for(fused: SSAValue, results: list[SSAValue], widths: list[int]) -> 
     slices = []
     at = 0
     for r, w in zip(results, widths):
-        s = SliceOp.create(operands=[fused], result_types=[_vec(w)],
-                           properties={"start": _offset(at)})
+        s = SliceOp(fused, at, w)
         if r.name_hint:
             s.results[0].name_hint = r.name_hint
         slices.append(s)
@@ -317,10 +308,7 @@ def _fuse_linears(members: list[Operation], touched: dict[int, Operation]) -> No
             bias[col:col + w] = to_numpy(b, np.float32)
             has_bias = True
         col += w
-    props = {"weight": dense(matrix)}
-    if has_bias:
-        props["bias"] = dense(bias)
-    fused = LinearOp.create(operands=[x], result_types=[_vec(total_out)], properties=props)
+    fused = LinearOp(x, matrix, bias if has_bias else None)
     slices = _slices_for(fused.results[0], results, widths)
     _copy_shared_tags(members, prefix + [fused] + slices)
     _replace_members(members, results, prefix + [fused], slices, touched)
@@ -344,11 +332,7 @@ def _fuse_attns(members: list[Operation], touched: dict[int, Operation]) -> None
         wo[col_v:col_v + dv, col_o:col_o + o] = to_numpy(props["wo"], np.float32)
         col_v += dv
         col_o += o
-    fused = AttnOp.create(operands=[query, key, v],
-                          result_types=[_vec(sum(outs))],
-                          properties={"wq": first.properties["wq"],
-                                      "wk": first.properties["wk"],
-                                      "wv": dense(wv), "wo": dense(wo)})
+    fused = AttnOp(query, key, v, first.wq, first.wk, wv, wo)
     slices = _slices_for(fused.results[0], results, outs)
     _copy_shared_tags(members, prefix + [fused] + slices)
     _replace_members(members, results, prefix + [fused], slices, touched)

@@ -47,7 +47,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from passes import PassOptionError
 from passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, CriticalPath, critical_path, earliest_slot
-from twdialect.dense import dense, to_numpy
+from twdialect.dense import to_numpy
 from twdialect.dialect import (
     CompareOp,
     ConcatOp,
@@ -380,23 +380,18 @@ def _tabulate(tree: _Tree, coords: dict[SSAValue, np.ndarray]) -> np.ndarray:
 
 def _replacement(tree: _Tree, analyses: _Analyses, max_bp: int) -> Operation:
     axes = [_axis(tree, v, analyses, max_bp) for v in tree.variables]
-    out_type = tree.root.results[0].type  # the tree's !tw.vec<N> (building one costs more)
     width = width_of(tree.root.results[0])
     if len(axes) == 1:
         xs = axes[0]
         values = _tabulate(tree, {tree.variables[0]: xs})
-        return PiecewiseLinearOp.create(
-            operands=[tree.variables[0]], result_types=[out_type],
-            properties={"breakpoints": dense(xs), "values": dense(values)})
+        return PiecewiseLinearOp(tree.variables[0], xs, values)
     xs, ys = axes
     # The grid's vertices in row-major (x, y) order, as meshgrid(xs, ys, indexing="ij")
     # flattened (np.repeat: meshgrid and np.tile cost more than the rest of a small table).
     coords = {tree.variables[0]: np.repeat(xs, ys.size),
               tree.variables[1]: np.repeat(ys[None, :], xs.size, axis=0).reshape(-1)}
     table = _tabulate(tree, coords).reshape(xs.size, ys.size, width)
-    return PiecewiseLinear2dOp.create(
-        operands=list(tree.variables), result_types=[out_type],
-        properties={"xs": dense(xs), "ys": dense(ys), "table": dense(table)})
+    return PiecewiseLinear2dOp(*tree.variables, xs, ys, table)
 
 
 # --------------------------------------------------------------------------------------

@@ -417,7 +417,7 @@ def _gate_scope(scope: Scope, k: int) -> int:
                     continue  # already gated (the pass ran before)
                 gate = gate_of.get(x)
                 if gate is None:
-                    after = AfterOp.create(operands=[x, terminal], result_types=[x.type])
+                    after = AfterOp(x, [terminal])
                     Rewriter.insert_op(after, InsertPoint.before(op))
                     gate = gate_of[x] = after.out
                     gates += 1

@@ -2,9 +2,9 @@
 
 Each analysis is a table of per-op rules (`OpRules` in `twdialect/interp.py`): the oracle,
 value ranges, integrality, the library ops' decomposition costs and exact regions. The
-lowering keeps a rule per writer op kind (`lowering/rules.py`) and a case per op in its task
-graph (`lowering/tasks.py`). A new op class that one of them misses fails here, naming the
-(analysis, op) pair, instead of failing on the first graph that happens to use it.
+lowering keeps a rule per writer op kind (`lowering/rules.py`, `RULES`) and a case per op in
+its task graph (`lowering/tasks.py`, `CASES`). A new op class that one of them misses fails
+here, naming the (analysis, op) pair, instead of failing on the first graph that uses it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from lowering.rules import RULES
-from lowering.tasks import LoweringError, TaskGraph
+from lowering.tasks import CASES, LoweringError, TaskGraph
 from twdialect import dialect as d
 from twdialect import ops as tw
 from twdialect.contracts import DECOMPOSITION_COST, EXACT_REGION
@@ -122,6 +122,16 @@ def test_lowering_knows_each_primitive_view_and_source(cls):
         pytest.fail(f"(lowering/tasks.py, {cls.name}): {e}")
     for t in tasks:
         assert type(t.op) in RULES, f"(lowering/rules.py, {t.op.name}): no cost/writer rule"
+
+
+def test_lowering_cases_are_exactly_the_ops_it_accepts():
+    """`lowering/tasks.py` CASES has one case per primitive, view, source and sink, and none
+    for a library op (those reach the lowering only through `decompose`)."""
+    accepted = {c for c in TW_OPS if c is not d.GraphOp and c not in LIBRARY_OPS}
+    missing = sorted(c.name for c in accepted - set(CASES))
+    extra = sorted(c.name for c in set(CASES) - accepted)
+    assert not missing, f"(lowering/tasks.py CASES, op) missing for {missing}"
+    assert not extra, f"lowering/tasks.py CASES has a case for ops it must refuse: {extra}"
 
 
 @pytest.mark.parametrize("cls", LIBRARY_OPS, ids=_name)

@@ -25,6 +25,8 @@ asked to allocate gigabytes; float properties and ranges (f64) are finite.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -189,7 +191,10 @@ class TwAttributeException(VerifyException, TwError):
     op = None
 
 
+@functools.lru_cache(maxsize=4096)
 def vec(width: int) -> VecType:
+    """`!tw.vec<width>`, built once per width (attributes are immutable; passes that build many
+    ops spent a quarter of their time making the same types)."""
     return VecType(width)
 
 
@@ -467,7 +472,7 @@ class InputOp(IRDLOperation):
         props: dict[str, Attribute] = {"name": StringAttr(name), "range": RangeAttr(*value_range)}
         if integer:
             props["integer"] = UnitAttr()
-        _fill(self, result=VecType(width), properties=props)
+        _fill(self, result=vec(width), properties=props)
 
     def verify_(self) -> None:
         if not self.input_name.data:
@@ -510,7 +515,7 @@ class EmbeddingOp(IRDLOperation):
 
     def __init__(self, name: str, table: Weights):
         table = as_dense(table)
-        _fill(self, result=VecType(shape_of(table)[1]),
+        _fill(self, result=vec(shape_of(table)[1]),
               properties={"name": StringAttr(name), "table": table})
 
     def verify_(self) -> None:
@@ -533,7 +538,7 @@ class PosEncodingOp(IRDLOperation):
     traits = traits_def(Pure(), TwCanonicalization())
 
     def __init__(self, width: int, max_len: int):
-        _fill(self, result=VecType(width), properties={"max_len": int_prop(max_len)})
+        _fill(self, result=vec(width), properties={"max_len": int_prop(max_len)})
 
     def verify_(self) -> None:
         if self.max_len.value.data < 1:
@@ -557,7 +562,7 @@ class LiteralOp(IRDLOperation):
 
     def __init__(self, value: Weights):
         value = as_dense(value)
-        _fill(self, result=VecType(shape_of(value)[0]), properties={"value": value})
+        _fill(self, result=vec(shape_of(value)[0]), properties={"value": value})
 
     def verify_(self) -> None:
         _check_vector(self, self.value, "literal value", width_of(self.out))
@@ -578,7 +583,7 @@ class LinearOp(IRDLOperation):
     def __init__(self, x: SSAValue, weight: Weights, bias: Weights | None = None):
         props = {"weight": as_dense(weight)}
         _with_optional(props, "bias", bias)
-        _fill(self, [x], VecType(shape_of(props["weight"])[1]), props)
+        _fill(self, [x], vec(shape_of(props["weight"])[1]), props)
 
     def verify_(self) -> None:
         _check_matrix(self, self.weight, "weight", width_of(self.x), width_of(self.out))
@@ -638,7 +643,7 @@ class ConcatOp(IRDLOperation):
 
     def __init__(self, ins: Sequence[SSAValue]):
         ins = list(ins)
-        _fill(self, ins, VecType(sum(width_of(v) for v in ins)))
+        _fill(self, ins, vec(sum(width_of(v) for v in ins)))
 
     def verify_(self) -> None:
         if not self.ins:
@@ -674,7 +679,7 @@ class AttnOp(IRDLOperation):
     def __init__(self, query: SSAValue, key: SSAValue, value: SSAValue, wq: Weights, wk: Weights,
                  wv: Weights, wo: Weights):
         props = {"wq": as_dense(wq), "wk": as_dense(wk), "wv": as_dense(wv), "wo": as_dense(wo)}
-        _fill(self, [query, key, value], VecType(shape_of(props["wo"])[1]), props)
+        _fill(self, [query, key, value], vec(shape_of(props["wo"])[1]), props)
 
     def verify_(self) -> None:
         _check_matrix(self, self.wq, "wq", width_of(self.query), None)
@@ -709,7 +714,7 @@ class MlpOp(IRDLOperation):
         _with_optional(props, "b1", b1)
         props["w2"] = as_dense(w2)
         _with_optional(props, "b2", b2)
-        _fill(self, [x], VecType(shape_of(props["w2"])[1]), props)
+        _fill(self, [x], vec(shape_of(props["w2"])[1]), props)
 
     @property
     def hidden(self) -> int:
@@ -737,7 +742,7 @@ class SliceOp(IRDLOperation):
     traits = traits_def(Pure(), TwCanonicalization())
 
     def __init__(self, x: SSAValue, start: int, length: int):
-        _fill(self, [x], VecType(length), {"start": int_prop(start)})
+        _fill(self, [x], vec(length), {"start": int_prop(start)})
 
     def verify_(self) -> None:
         s = self.start.value.data
@@ -872,7 +877,7 @@ class PiecewiseLinearOp(IRDLOperation):
 
     def __init__(self, x: SSAValue, breakpoints: Weights, values: Weights):
         props = {"breakpoints": as_dense(breakpoints), "values": as_dense(values)}
-        _fill(self, [x], VecType(shape_of(props["values"])[1]), props)
+        _fill(self, [x], vec(shape_of(props["values"])[1]), props)
 
     def verify_(self) -> None:
         if width_of(self.x) != 1:
@@ -908,7 +913,7 @@ class PiecewiseLinear2dOp(IRDLOperation):
 
     def __init__(self, x: SSAValue, y: SSAValue, xs: Weights, ys: Weights, table: Weights):
         props = {"xs": as_dense(xs), "ys": as_dense(ys), "table": as_dense(table)}
-        _fill(self, [x, y], VecType(shape_of(props["table"])[2]), props)
+        _fill(self, [x, y], vec(shape_of(props["table"])[2]), props)
 
     def verify_(self) -> None:
         for v, nm in ((self.x, "x"), (self.y, "y")):
@@ -948,5 +953,11 @@ def float_prop(x: float) -> FloatAttr:
     return FloatAttr(float(x), f64)
 
 
+@functools.lru_cache(maxsize=4096)
+def _int_attr(x: int) -> IntegerAttr:
+    return IntegerAttr(x, i64)
+
+
 def int_prop(x: int) -> IntegerAttr:
-    return IntegerAttr(int(x), i64)
+    """An i64 property, built once per value (see `vec`)."""
+    return _int_attr(int(x))

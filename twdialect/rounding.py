@@ -66,6 +66,10 @@ def record(op: Operation, side: str, w: np.ndarray, b: np.ndarray | None,
 _BEFORE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+class _Unsampled(Exception):
+    """A value `FoldCheck` has no sample of: an operand-less op the sample run did not reach."""
+
+
 class FoldCheck:
     """Value ranges of a graph (computed on first use, extended to the ops a pass creates)."""
 
@@ -200,7 +204,7 @@ class FoldCheck:
         """Largest |v| per component over a fixed sample of the graph's inputs, run through the
         oracle: unlike an interval box it sees x A B = 0 when A B = 0 (a fold whose rounded
         product breaks that cancellation moves the output by far more than its size)."""
-        from twdialect.interp import evaluate_op, evaluate_values
+        from twdialect.interp import evaluate_values
         from twdialect.random_graphs import sample_inputs
 
         if self._samples is None:
@@ -218,30 +222,20 @@ class FoldCheck:
 
     def _sample_of(self, v: SSAValue) -> np.ndarray | None:
         """`v` on the sampled inputs (values a pass made: from their operands, by the oracle's
-        op rules); None where the oracle cannot tell."""
-        from twdialect.interp import evaluate_op
+        op rules, through the shared walk that keeps them in `_samples`); None where the
+        oracle cannot tell."""
+        from twdialect.interp import evaluate_op, walk_to
 
-        stack = [v]
-        while stack:
-            top = stack[-1]
-            if top in self._samples:
-                stack.pop()
-                continue
-            owner = top.owner
-            if not isinstance(owner, Operation) or not owner.operands:
-                return None
-            missing = [u for u in owner.operands if u not in self._samples]
-            if missing:
-                stack.extend(missing)
-                continue
-            stack.pop()
-            try:
-                with np.errstate(all="ignore"):
-                    self._samples[top] = evaluate_op(
-                        owner, [self._samples[u] for u in owner.operands], SAMPLE_POSITIONS, {})
-            except Exception:  # noqa: BLE001 - an op the oracle needs more context for
-                return None
-        return self._samples[v]
+        def run(op: Operation, args: list[np.ndarray]) -> np.ndarray:
+            if not args:  # a source (or literal) the sample run did not see: left unknown
+                raise _Unsampled(op)
+            with np.errstate(all="ignore"):
+                return evaluate_op(op, args, SAMPLE_POSITIONS, {})
+
+        try:
+            return walk_to(v, self._samples, run)
+        except Exception:  # noqa: BLE001 - an op the oracle needs more context for
+            return None
 
     def out_magnitude(self, op: Operation) -> np.ndarray:
         """Largest |output| per component of a candidate linear or mlp over its input box."""
