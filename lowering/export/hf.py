@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 
@@ -146,19 +147,13 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> No
     if all(len(t) == 1 for t in tokens):
         tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     else:  # (longest tokens first, so "<10>" is not read as "<1" "0>")
-        alts = "|".join(_regex_escape(t) for t in sorted(tokens, key=len, reverse=True))
+        alts = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(alts), behavior="isolated")
     tok.decoder = decoders.Fuse()
     special = {} if eos is None else {"eos_token": tokens[eos], "pad_token": tokens[eos]}
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
                                    clean_up_tokenization_spaces=False, **special)
     fast.save_pretrained(path)
-
-
-def _regex_escape(s: str) -> str:
-    import re
-
-    return re.escape(s)
 
 
 def load_transformers(path, graph=None, device: str = "cpu"):

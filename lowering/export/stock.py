@@ -141,7 +141,7 @@ class StockPlan:
 
         graph = self.ct.schedule.tg.graph if self.ct.schedule is not None else None
         lens = [op.max_len.value.data for op in (graph.block.ops if graph else [])
-                if isinstance(op, PosEncodingOp) and hasattr(op, "max_len")]
+                if isinstance(op, PosEncodingOp)]
         return max(lens) if lens else 1024
 
     # -- the tables ----------------------------------------------------------------------
