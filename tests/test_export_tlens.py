@@ -68,7 +68,7 @@ FRESH = r"""
 import json, sys, time
 import numpy as np, torch
 import examples
-from examples.token_program import generate
+from examples.token_program import generate, matches_reference
 from lowering.export.tlens import load_tlens
 
 job = json.load(open(sys.argv[1]))
