@@ -281,14 +281,17 @@ class ResidualStall(GeometryError):
 
 
 def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
-                       known_too_small: int = 0) -> int | None:
+                       known_too_small: int = 0, at=None) -> int | None:
     """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d, or
     none found within `SEARCH_BUDGET` schedules).
 
     A probe asks whether one of the `NARROWER_TRIES` widths at or below its width fits (as
     `schedule` itself retries them); a failed probe rules them out, so the bisection agrees
     with `schedule` however greedy scheduling varies with d, and no width is scheduled twice.
-    `known_too_small`: a width `schedule` has already refused (nothing at or below it fits)."""
+    `known_too_small`: a width `schedule` has already refused (nothing at or below it fits).
+    `at(d)`: the machine tried at width d (default: `machine` at width d, its d_hidden kept, as
+    a refusal's hint states it; a depth/width sweep scales d_hidden with d instead)."""
+    at = at or (lambda d: dataclasses.replace(machine, d=d))
     step = machine.d_head
     tried: dict[int, bool] = {}
 
@@ -297,7 +300,7 @@ def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
             if len(tried) >= SEARCH_BUDGET:
                 raise _OutOfBudget
             try:
-                _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
+                _schedule_twice(tg, at(d), max_stall)
                 tried[d] = True
             except GeometryError:
                 tried[d] = False

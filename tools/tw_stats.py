@@ -2,13 +2,16 @@
 
     tw-stats graph.mlir --d 256 --d-head 16 [--d-hidden 1024] [-p default] [--json]
                         [--probe N]
+    tw-stats graph.mlir --sweep-d --d-head 16 [-p default] [--d-max 4096] [--json]
 
 The report: layers against the critical-path floor, per-layer ops / heads / neurons /
 residual occupancy with fill, parameters (graph / allocated / capacity), a per-annotation
 breakdown and stage times. `--probe N` runs the compiled model beside the oracle on N positions
 of inputs that keep the graph's promises (numbers inside the declared ranges, integers where
 declared, token ids inside the vocabulary; at most the graph's `max_len` positions) and names
-the first op whose value diverges.
+the first op whose value diverges. `--sweep-d` prints the depth/width curve instead
+(`lowering.sweep`): per width, from the smallest d that fits to the width where the layers
+reach the floor, the layers, heads, neurons and stock parameters.
 
 Error contract (tools/cli.py, as tw-opt): a bad flag or option value, an unreadable file, a
 parse or verifier error (located `file:line:col`), a graph that does not fit the geometry:
@@ -46,6 +49,12 @@ def _parser() -> ArgumentParser:
                     help="compare with the oracle on N positions of random in-range inputs")
     ap.add_argument("--error-estimate", action="store_true",
                     help="print the static fp32 error estimate of the outputs (value ranges)")
+    ap.add_argument("--sweep-d", action="store_true",
+                    help="the depth/width curve instead of one report: layers, heads, neurons "
+                         "and params from the smallest d that fits to the width where the "
+                         "layers reach the floor (--d-head fixed; --d-hidden fixed if given)")
+    ap.add_argument("--d-max", type=bounded_int("--d-max", 3, MAX_DIM), default=None,
+                    help="with --sweep-d: the widest d to try (default 64x the smallest)")
     return ap
 
 
@@ -92,6 +101,8 @@ def run(argv: Sequence[str] | None) -> int:
     if args.pipeline and args.pipeline != "default":
         check_pipeline_names(args.pipeline)
     module = parse_file(args.file)
+    if args.sweep_d:
+        return _sweep(module, args)
 
     from lowering import compile  # noqa: A004
 
@@ -105,6 +116,25 @@ def run(argv: Sequence[str] | None) -> int:
             print(line)
     if args.probe:
         print(_probe_line(ct, ct.schedule.tg.graph, args))
+    return 0
+
+
+def _sweep(module, args) -> int:
+    """Print the depth/width curve (`lowering.sweep.width_sweep`), one line or JSON object a
+    width."""
+    import json
+
+    from lowering.sweep import width_sweep
+
+    curve = width_sweep(module, args.d_head, d_hidden=args.d_hidden, pipeline=args.pipeline,
+                        graph=args.graph, d_max=args.d_max)
+    for p in curve:
+        if args.json:
+            print(json.dumps(p.as_dict(), sort_keys=True))
+        else:
+            at_floor = "  (floor)" if p.n_layers <= p.floor else ""
+            print(f"d={p.d:<6d} layers={p.n_layers:<4d} floor={p.floor:<4d} heads={p.heads:<5d} "
+                  f"neurons={p.neurons:<6d} params={p.params}{at_floor}")
     return 0
 
 

@@ -1,0 +1,61 @@
+"""The depth/width curve of the bundled programs and layered random graphs (`lowering.sweep`):
+per width, from the smallest d that fits to the width where the layers reach the floor, the
+layers, heads, neurons, stock parameters and scheduling time. One JSON object per line.
+
+    python3 bench/width_sweep.py                       # primitive + library programs, 10^3/10^4
+    python3 bench/width_sweep.py --sizes 100000 --programs ""
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cases(programs: list[str], sizes: list[int]):
+    """(name, module, d_head, pipeline) of each case."""
+    import examples.library
+    import examples.primitive
+    from twdialect.random_graphs import layered_graph
+
+    for name in programs:
+        kind, _, prog = name.rpartition("/")
+        package = {"primitive": examples.primitive, "library": examples.library}[kind]
+        p = package.load(prog)
+        yield name, p.module, p.geometry.d_head, "default"
+    for n in sizes:
+        module, _ = layered_graph(n)
+        yield f"layered_{n}", module, 32, "default"
+
+
+def main() -> None:
+    from lowering.sweep import width_sweep
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", default="primitive/calculator,primitive/fibonacci,"
+                    "primitive/adder,library/calculator,library/sort_digits")
+    ap.add_argument("--sizes", default="1000,10000")
+    args = ap.parse_args()
+    programs = [p for p in args.programs.split(",") if p]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    for name, module, d_head, pipeline in cases(programs, sizes):
+        t = time.perf_counter()
+        curve = width_sweep(module, d_head, pipeline=pipeline)
+        total = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        for p in curve:
+            print(json.dumps({"case": name, **p.as_dict()}, sort_keys=True), flush=True)
+        print(json.dumps({"case": name, "points": len(curve), "smallest_d": curve[0].d,
+                          "floor_at_d": curve[-1].d if curve[-1].n_layers <= curve[-1].floor
+                          else None, "sweep_seconds": round(total, 2),
+                          "peak_rss_mb": round(rss, 1)}, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

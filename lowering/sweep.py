@@ -1,0 +1,129 @@
+"""The depth/width curve: what a graph costs at each residual width d.
+
+Users pick d from a budget (memory, an export's size, a GPU); the compiler should say what each
+choice costs. `width_sweep` prepares the graph and builds its task graph once, then schedules
+it at a rising series of widths, from the smallest d that fits (`smallest_fitting_d`, the same
+search a refusal quotes) up to the first width where the layers reach the critical-path
+floor (wider buys nothing), and reports per width: layers, heads, neurons and the parameters
+of the stock layout. `pick_width` reads a curve for a target depth or a parameter budget.
+
+Scheduling without writing weights is what makes a sweep cheap: the schedule alone knows the
+layers, heads and neurons (`materialize` only checks them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+from lowering.machine import GeometryError, Machine
+
+GROWTH = math.sqrt(2.0)  # each width of the default series is about sqrt(2) times the last
+MAX_POINTS = 24  # widths a default series may hold
+
+
+@dataclass(frozen=True)
+class WidthPoint:
+    d: int
+    d_head: int
+    d_hidden: int
+    n_layers: int
+    floor: int
+    heads: int  # summed over layers
+    neurons: int  # summed over layers
+    params: int  # the stock layout's weights and biases (as `ct.allocated_params()` counts)
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def stock_params(machine: Machine, heads: list[int], neurons: list[int]) -> int:
+    """Weights and biases of the stock layout of a schedule: per layer Q, K, V, O over its
+    heads with the output bias, and W1, b1, W2, b2 over its neurons."""
+    d, dh = machine.d, machine.d_head
+    return sum(4 * d * h * dh + d + 2 * d * n + n + d for h, n in zip(heads, neurons))
+
+
+def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
+                pipeline: str | None = None, graph: str = "main", d_max: int | None = None,
+                ) -> list[WidthPoint]:
+    """The curve of `graph` in `module` at head width `d_head`: one WidthPoint per width that
+    fits, narrowest first. `widths`: the widths to try (multiples of d_head; those that do
+    not fit are left out); default: the smallest that fits, then about GROWTH times wider
+    each step, until the layers reach the floor or `d_max` (default 64x the smallest).
+    `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
+    width is a GeometryError naming why."""
+    from lowering import check_module, check_pipeline, prepare
+    from lowering.schedule import schedule, smallest_fitting_d
+    from lowering.tasks import TaskGraph
+    from twdialect.interp import find_graph
+    from twdialect.ops import gc_paused
+
+    check_module("width_sweep", module)
+    with gc_paused():
+        prepared = prepare(module, check_pipeline("width_sweep", pipeline))
+        tg = TaskGraph(find_graph(prepared, graph))
+
+        def point(d: int) -> WidthPoint | None:
+            m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+            t = time.perf_counter()
+            try:
+                s = schedule(tg, m, suggest=False)
+            except GeometryError:
+                return None
+            return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
+                              s.n_layers, s.floor, int(sum(s.attn_heads)), int(sum(s.neurons)),
+                              stock_params(m, s.attn_heads, s.neurons),
+                              time.perf_counter() - t)
+
+        if widths is not None:
+            return [p for d in sorted(set(widths)) if (p := point(_whole(d, d_head)))]
+        start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
+        smallest = smallest_fitting_d(
+            tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden))
+        if smallest is None:
+            raise GeometryError(f"width_sweep: no width fits at d_head={d_head} (searched up to "
+                                f"64x {start.d}, or the search budget ran out)")
+        first = point(smallest)
+        # (`compile` at a width also tries narrower ones with that width's MLP: step down while
+        # it still fits, so the curve starts where `compile` starts refusing)
+        while smallest - d_head > Machine.RESERVED and (lower := point(smallest - d_head)):
+            smallest, first = smallest - d_head, lower
+        top = d_max or 64 * smallest
+        if top < smallest:
+            raise GeometryError(f"width_sweep: the smallest d that fits at d_head={d_head} is "
+                                f"{smallest}, above d_max={top}")
+        out, d = [], smallest
+        while d <= top and len(out) < MAX_POINTS:
+            p = first if d == smallest else point(d)
+            if p is not None:
+                out.append(p)
+                if p.n_layers <= p.floor:
+                    break
+            d = max(d + d_head, _whole(d * GROWTH, d_head))
+        return out
+
+
+def pick_width(curve: list[WidthPoint], max_layers: int | None = None,
+               max_params: int | None = None) -> WidthPoint | None:
+    """The narrowest point of `curve` with at most `max_layers` layers, or else the
+    shallowest point within `max_params` parameters (both given: the narrowest meeting both);
+    None when no point qualifies."""
+    ok = [p for p in curve
+          if (max_layers is None or p.n_layers <= max_layers)
+          and (max_params is None or p.params <= max_params)]
+    if not ok:
+        return None
+    if max_layers is not None:
+        return min(ok, key=lambda p: (p.d, p.n_layers))
+    return min(ok, key=lambda p: (p.n_layers, p.params))
+
+
+def _whole(d: float, step: int) -> int:
+    """d rounded up to a multiple of `step`."""
+    return int(math.ceil(d / step)) * step
+
+
+__all__ = ["WidthPoint", "width_sweep", "pick_width", "stock_params"]

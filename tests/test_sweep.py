@@ -1,0 +1,96 @@
+"""The depth/width curve (`lowering.sweep`, `tw-stats --sweep-d`): its first point is the
+smallest d that fits, each point is what `compile` gives at that width, every wider width fits
+too, and a target depth or parameter budget picks a point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import examples.primitive as primitive
+import lowering
+from lowering.machine import GeometryError
+from lowering.sweep import WidthPoint, pick_width, width_sweep
+from twdialect import print_module
+
+D_HEAD = 8
+
+
+@pytest.fixture(scope="module")
+def calculator():
+    """The primitive calculator: written node by node, it has residual pressure."""
+    return primitive.load("calculator").module
+
+
+@pytest.fixture(scope="module")
+def curve(calculator):
+    return width_sweep(calculator, D_HEAD)
+
+
+def test_first_point_is_the_smallest_width_that_fits(calculator, curve):
+    first = curve[0]
+    lowering.compile(calculator, d=first.d, d_head=D_HEAD)
+    with pytest.raises(GeometryError):
+        lowering.compile(calculator, d=first.d - D_HEAD, d_head=D_HEAD)
+
+
+def test_each_point_is_what_compile_gives(calculator, curve):
+    for p in (curve[0], curve[-1]):
+        ct = lowering.compile(calculator, d=p.d, d_head=D_HEAD)
+        assert (ct.n_layers, ct.stats.floor) == (p.n_layers, p.floor)
+        assert sum(ct.stats.heads_per_layer) == p.heads
+        assert sum(ct.stats.neurons_per_layer) == p.neurons
+        assert ct.allocated_params() == p.params
+
+
+def test_the_series_ends_at_the_floor(curve):
+    assert curve[-1].n_layers == curve[-1].floor
+    assert all(p.n_layers > p.floor for p in curve[:-1])
+    assert [p.d for p in curve] == sorted({p.d for p in curve})
+
+
+def test_every_wider_width_fits(calculator, curve):
+    """Feasibility is monotone in d: each width from the smallest on fits."""
+    widths = range(curve[0].d, curve[0].d + 12 * D_HEAD, D_HEAD)
+    assert [p.d for p in width_sweep(calculator, D_HEAD, widths=widths)] == list(widths)
+
+
+def test_given_widths_that_do_not_fit_are_left_out(calculator, curve):
+    got = width_sweep(calculator, D_HEAD, widths=[curve[0].d - D_HEAD, curve[0].d])
+    assert [p.d for p in got] == [curve[0].d]
+
+
+def _p(d, layers, params):
+    return WidthPoint(d, 4, 4 * d, layers, 2, 0, 0, params, 0.0)
+
+
+def test_pick_width_for_a_depth_or_a_budget():
+    curve = [_p(16, 9, 100), _p(24, 6, 200), _p(32, 4, 400), _p(48, 4, 700)]
+    assert pick_width(curve, max_layers=6).d == 24  # the narrowest that is shallow enough
+    assert pick_width(curve, max_layers=3) is None
+    assert pick_width(curve, max_params=450).d == 32  # the shallowest within budget
+    assert pick_width(curve, max_layers=9, max_params=150).d == 16
+    assert pick_width(curve, max_params=50) is None
+
+
+def test_a_d_max_below_the_smallest_is_refused(calculator, curve):
+    with pytest.raises(GeometryError, match=f"smallest d that fits at d_head={D_HEAD} is "
+                                            f"{curve[0].d}"):
+        width_sweep(calculator, D_HEAD, d_max=curve[0].d - D_HEAD)
+
+
+def test_tw_stats_sweep(tmp_path, calculator, curve):
+    path = tmp_path / "calc.mlir"
+    path.write_text(print_module(calculator))
+    cmd = [sys.executable, "-m", "tools.tw_stats", str(path), "--sweep-d", "--d-head",
+           str(D_HEAD)]
+    res = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [(r["d"], r["n_layers"]) for r in rows] == [(p.d, p.n_layers) for p in curve]
+    res = subprocess.run(cmd + ["--d-max", "8"], capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert "above d_max=8" in res.stderr
