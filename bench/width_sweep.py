@@ -4,6 +4,7 @@ layers, heads, neurons, stock parameters and scheduling time. One JSON object pe
 
     python3 bench/width_sweep.py                       # primitive + library programs, 10^3/10^4
     python3 bench/width_sweep.py --sizes 100000 --programs ""
+    python3 bench/width_sweep.py --programs raycaster --sizes ""   # the bundled 10^4-op workload
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ def cases(programs: list[str], sizes: list[int]):
     from twdialect.random_graphs import layered_graph
 
     for name in programs:
+        if name.startswith("raycaster"):  # examples/raycaster.py: "raycaster" (23,561 ops),
+            from examples import raycaster  # "raycaster_small" (441)
+
+            small = dict(n_columns=4, map=raycaster.SMALL_MAP, steps=8)
+            module, _ = raycaster.build(**(small if name.endswith("_small") else {}))
+            yield name, module, 16, "default"
+            continue
         kind, _, prog = name.rpartition("/")
         package = {"primitive": examples.primitive, "library": examples.library}[kind]
         p = package.load(prog)
@@ -39,7 +47,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="primitive/calculator,primitive/fibonacci,"
-                    "primitive/adder,library/calculator,library/sort_digits")
+                    "primitive/adder,library/calculator,library/sort_digits,raycaster_small",
+                    help="comma-separated; also 'raycaster' (23,561 ops: about 2 minutes)")
     ap.add_argument("--sizes", default="1000,10000")
     args = ap.parse_args()
     programs = [p for p in args.programs.split(",") if p]
