@@ -10,12 +10,17 @@ each tensor's bytes follow as its producer makes them.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from lowering.export.metadata import ExportError
+
+HEADER_LIMIT = 100 << 20  # (a safetensors header larger than this is not one of ours)
 DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64", np.dtype(np.float64): "F64"}
 
 
@@ -65,11 +70,6 @@ def write_safetensors(path, groups: Iterable[tuple[Sequence[Tensor], Callable[[]
 def ensure_space(path, nbytes: int, trimmed_params: int, where: str) -> None:
     """Refuse, before writing a byte, an export larger than the free space where it goes (a
     stock layout pads every layer to the widest: 10^5 ops compiled at d=2048 is ~260 GB)."""
-    import os
-    import shutil
-
-    from lowering.export.metadata import ExportError
-
     folder = os.path.dirname(os.path.abspath(os.fspath(path))) or "."
     while not os.path.isdir(folder):
         folder = os.path.dirname(folder)
@@ -79,3 +79,42 @@ def ensure_space(path, nbytes: int, trimmed_params: int, where: str) -> None:
                           f"float32 parameters; tw's trimmed model stores {trimmed_params}) and "
                           f"{free / 1e9:.3g} GB are free there; compile at a smaller d, or "
                           "export to onnx (trimmed)")
+
+
+def read_safetensors_header(weights_path, where: str) -> tuple[dict[str, str], dict[str, tuple]]:
+    """(metadata, {tensor name: shape}) from the header of a file `write_safetensors` wrote,
+    every entry checked for the dtype tw writes and for lying inside the file; anything else
+    is one ExportError line naming `where`."""
+    file_name = os.path.basename(os.fspath(weights_path))
+    try:
+        size = os.path.getsize(weights_path)
+        with open(weights_path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > min(HEADER_LIMIT, size - 8):
+                raise ValueError("header length")
+            header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("header")
+    except (OSError, ValueError, struct.error) as e:
+        raise ExportError(f"{where}: no readable {file_name} ({e.__class__.__name__})") from None
+    meta = header.pop("__metadata__", None) or {}
+    shapes, end = {}, 0
+    for name, entry in header.items():
+        ok = (isinstance(entry, dict) and entry.get("dtype") == "F32"
+              and isinstance(entry.get("shape"), list)
+              and all(isinstance(s, int) and s >= 0 for s in entry["shape"]))
+        offsets = entry.get("data_offsets") if ok else None
+        ok = (isinstance(offsets, list) and len(offsets) == 2
+              and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]
+              and offsets[1] - offsets[0] == 4 * int(np.prod(entry["shape"], dtype=np.int64)))
+        if not ok:
+            raise ExportError(f"{where}: {file_name} entry {name!r} is not a float32 tensor "
+                              "as tw writes them")
+        shapes[name] = tuple(entry["shape"])
+        end = max(end, offsets[1])
+    if 8 + n + end != size:
+        raise ExportError(f"{where}: {file_name} is {size} bytes, its header describes "
+                          f"{8 + n + end}")
+    if not isinstance(meta, dict):
+        meta = {}
+    return {str(k): str(v) for k, v in meta.items()}, shapes

@@ -36,21 +36,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import time
 
 import numpy as np
 
 from lowering.export.metadata import PREFIX, ExportError, check_metadata, export_metadata
 from lowering.export.stock import StockGeometry, StockPlan
-from lowering.export.streaming import Tensor, ensure_space, write_safetensors
+from lowering.export.streaming import (Tensor, ensure_space, read_safetensors_header,
+                                       write_safetensors)
 
 FORMAT = "tlens"
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 # The scores' divisor; W_Q is stored times this (a power of two: the product is exact).
 ATTN_SCALE = 2.0
-HEADER_LIMIT = 100 << 20  # (a safetensors header larger than this is not one of ours)
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -169,7 +168,7 @@ def load_tlens(path, graph=None, device: str = "cpu"):
     where = str(path)
     config = _read_config(path, where)
     weights_path = os.path.join(path, WEIGHTS)
-    meta, shapes = _read_header(weights_path, where)
+    meta, shapes = read_safetensors_header(weights_path, where)
     recorded = check_metadata(meta, FORMAT, where=where)["geometry"]
     if not isinstance(recorded, dict):
         raise ExportError(f"{where}: {WEIGHTS}'s tw.geometry is not a geometry")
@@ -204,43 +203,6 @@ def _read_config(path, where: str) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("tw"), dict):
         raise ExportError(f"{where}: {CONFIG} carries no tw metadata (not a tw export)")
     return config
-
-
-def _read_header(weights_path, where: str) -> tuple[dict[str, str], dict[str, tuple]]:
-    """(metadata, {tensor name: shape}) from a safetensors file's header, every entry
-    checked for the dtype tw writes and for lying inside the file."""
-    try:
-        size = os.path.getsize(weights_path)
-        with open(weights_path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > min(HEADER_LIMIT, size - 8):
-                raise ValueError("header length")
-            header = json.loads(f.read(n))
-        if not isinstance(header, dict):
-            raise ValueError("header")
-    except (OSError, ValueError, struct.error) as e:
-        raise ExportError(f"{where}: no readable {WEIGHTS} ({e.__class__.__name__})") from None
-    meta = header.pop("__metadata__", None) or {}
-    shapes, end = {}, 0
-    for name, entry in header.items():
-        ok = (isinstance(entry, dict) and entry.get("dtype") == "F32"
-              and isinstance(entry.get("shape"), list)
-              and all(isinstance(s, int) and s >= 0 for s in entry["shape"]))
-        offsets = entry.get("data_offsets") if ok else None
-        ok = (isinstance(offsets, list) and len(offsets) == 2
-              and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]
-              and offsets[1] - offsets[0] == 4 * int(np.prod(entry["shape"], dtype=np.int64)))
-        if not ok:
-            raise ExportError(f"{where}: {WEIGHTS} entry {name!r} is not a float32 tensor "
-                              "as tw writes them")
-        shapes[name] = tuple(entry["shape"])
-        end = max(end, offsets[1])
-    if 8 + n + end != size:
-        raise ExportError(f"{where}: {WEIGHTS} is {size} bytes, its header describes "
-                          f"{8 + n + end}")
-    if not isinstance(meta, dict):
-        meta = {}
-    return {str(k): str(v) for k, v in meta.items()}, shapes
 
 
 def _geometry_of(shapes: dict[str, tuple], recorded, where: str) -> StockGeometry:
