@@ -36,8 +36,9 @@ ahead under pressure, and closes it (a run of sublayers without progress is a st
 from __future__ import annotations
 
 import dataclasses
+import bisect
 import heapq
-import math
+import itertools
 import operator
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,11 +46,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lowering.layer import heads_needed
-from lowering.machine import GeometryError, Machine
+from lowering.machine import MAX_DIM, GeometryError, Machine
+from lowering.pressure import (
+    SAME_SUBLAYER_RATIO,  # noqa: F401 (re-exported)
+    GroupRanges,
+    LiveModel,
+    LowerBound,
+    OrderChoice,
+    OrderPressure,
+    block_order,
+    describe_groups,
+    lower_bound,
+    pressure_of,
+    walk,
+)
 from lowering.rules import Cost, cancel_cost, task_cost
 from lowering.tasks import POS_GROUP, Task, TaskGraph
 from twdialect.analysis import (
     ATTN,
+    runs_in,
     EITHER,
     MLP,
     critical_path,
@@ -62,11 +77,13 @@ from twdialect.dense import shape_of
 from twdialect.dialect import describe
 
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
-# A cancel in the same sublayer as the writer that reuses the columns lands as one residual
-# add of (-old + new), rounded at ulp(|old|): the new value keeps its low bits only while
-# |old| <= SAME_SUBLAYER_RATIO * max(1, |new|) (error <= 2^-24 * 64 ~ 4e-6 of the new scale).
-# Louder dead values are cancelled a sublayer ahead (exact: old + (-old) == 0).
-SAME_SUBLAYER_RATIO = 64.0
+LEAD_SHARE = 3  # an order-gated task may start a third of the floor (at least 2 sublayers)
+# before its virtual deadline
+UNGATED_LAYERS = 2  # floors' worth of layers past which the plain greedy schedule gives way
+MIN_SPREAD = 0.25  # the smallest spread (floors' worth of sublayers) the gated search tries
+FIRST_SPREAD = 8.0  # where it starts when no greedy schedule is known
+MAX_SPREAD = 1024.0
+CONGESTED = 1.5  # a trial this far above (1 + spread) floors congested the residual
 
 
 @dataclass
@@ -123,18 +140,6 @@ def check_fits(tg: TaskGraph, machine: Machine) -> None:
                             f"fits them: {fit}")
 
 
-def _needed_tasks(tg: TaskGraph) -> list[bool]:
-    """Tasks whose result reaches an output (reads or ordering edges); the rest is dead code."""
-    needed_groups = [g.is_output for g in tg.groups]
-    needed = [False] * len(tg.tasks)
-    for t in reversed(tg.tasks):
-        if needed_groups[t.out_group]:
-            needed[t.tid] = True
-            for g in t.waits:
-                needed_groups[g] = True
-    return needed
-
-
 def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int]:
     """ALAP: the latest slot of each task that keeps every output ready by `last_slot`."""
     deadline = [last_slot + 1 if g.is_output else 1 << 40 for g in tg.groups]
@@ -148,99 +153,174 @@ def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int
     return latest
 
 
-class GroupRanges:
-    """What the value ranges say of each group, computed on first use (only schedules that
-    reuse columns need it): the largest |value| its columns can hold, and each column's sign
-    when the range keeps to one side of zero (+1: >= 0, -1: <= 0, 0: either)."""
+def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
+    """Place every task, or refuse the width naming what binds and the smallest d that fits.
+
+    A width fits when its free columns hold the peak of the best order found
+    (`lowering/pressure.py`); then the order-gated scheduler cannot stall, and every wider
+    width fits too. The plain greedy scheduler is tried first (it is as shallow as the
+    critical path allows when room is ample); where it stalls or ends above its floor, the
+    order-gated one runs too, and the fewest layers win."""
+    check_fits(tg, machine)
+    pressure = Pressure(tg)
+    best = pressure.best_fitting(machine)
+    if best is None:
+        raise pressure.refusal(machine, suggest)
+    setup = Setup(tg, machine, pressure.model)
+    sched = _ungated(tg, machine, max_stall, setup, UNGATED_LAYERS * max(setup.floor, 1) + 2)
+    if sched is not None:
+        sched = _repair(tg, machine, max_stall, sched, pressure)
+    if sched is None or sched.n_layers > sched.floor:
+        sched = _gated(tg, machine, max_stall, pressure.choice.best(machine), setup, sched)
+    return sched
+
+
+def _gated(tg: TaskGraph, machine: Machine, max_stall: int, best: OrderPressure,
+           setup: Setup, known: Schedule | None) -> Schedule:
+    """The order-gated scheduler at a few spreads (`OrderGate.deadlines`), the fewest layers
+    kept (`known`, the plain greedy schedule if any, to beat).
+
+    A spread too small for the width congests the residual (every trial still completes, but
+    late); past that, a schedule takes about (1 + spread) floors. So the search starts at the
+    spread a known schedule leaves room for (else at `FIRST_SPREAD`), doubles it while
+    trials congest, then halves it while the layers keep falling; a trial is abandoned once
+    it passes the best so far."""
+    floor = max(setup.floor, 1)
+    best_sched = known
+
+    def trial(spread: float) -> Schedule | None:
+        nonlocal best_sched
+        bound = 2 * best_sched.n_layers - 1 if best_sched is not None else 1 << 40
+        try:
+            got = Scheduler(tg, machine, max_stall, gate=best, spread=spread, setup=setup,
+                            give_up_after=bound).run()
+        except Abandoned:
+            got = None
+        if got is not None and (best_sched is None or got.n_layers < best_sched.n_layers):
+            best_sched = got
+            return got
+        return None
+
+    def congested(spread: float, sched: Schedule | None) -> bool:
+        return sched is None or sched.n_layers > CONGESTED * (1 + spread) * floor
+
+    if known is not None:
+        spread = max(known.n_layers / floor - 1, MIN_SPREAD) / 2
+    else:
+        spread = FIRST_SPREAD
+        while congested(spread, trial(spread)) and spread < MAX_SPREAD \
+                and (1 + 2 * spread) * floor < best_sched.n_layers:  # (wider ones take longer)
+            spread *= 2
+        spread /= 2
+    worse = 0
+    while spread >= MIN_SPREAD and worse < 2:
+        worse = 0 if trial(spread) is not None else worse + 1
+        spread /= 2
+    if worse < 2:  # the smallest spreads did best: try none at all
+        trial(0.0)
+    return best_sched
+
+
+class Pressure:
+    """The residual pressure of one task graph (`lowering/pressure.py`), computed as far as a
+    question needs: the block order's peak first (usually enough), the other candidate orders
+    only when it does not fit."""
 
     def __init__(self, tg: TaskGraph):
         self.tg = tg
-        self.mag: list[float] | None = None
-        self._signs: list[np.ndarray] | None = None
+        self.model = LiveModel(tg)
+        self._choice: OrderChoice | None = None
+        self._block = None
 
-    def __getitem__(self, g: int) -> float:
-        if self.mag is None:
-            self._compute()
-        return self.mag[g]
+    @property
+    def choice(self) -> OrderChoice:
+        if self._choice is None:
+            self._choice = OrderChoice(self.model)
+        return self._choice
 
-    def signs(self, g: int) -> np.ndarray:
-        if self._signs is None:
-            self._compute()
-        return self._signs[g]
+    def best_fitting(self, machine: Machine) -> OrderPressure | None:
+        """The best order if its peak fits `machine` (the block order when it does), else None."""
+        if self._block is None:
+            self._block = walk(self.model, block_order(self.model))
+        p = pressure_of(self.model, self._block, machine, "block")
+        if p.peak <= machine.free_columns:
+            return p
+        p = self.choice.best(machine)
+        return p if p.peak <= machine.free_columns else None
 
-    def _compute(self) -> None:
-        from twdialect.dialect import PosEncodingOp
-        from twdialect.ranges import RangeError, value_ranges
-
-        tg = self.tg
-        unknown = [np.zeros(g.width, np.int8) for g in tg.groups]
+    def fits(self, machine: Machine) -> bool:
         try:
-            ranges = value_ranges(tg.graph, strict=False)
-        except RangeError:  # an op without a range rule: assume the worst
-            self.mag, self._signs = [math.inf] * len(tg.groups), unknown
-            return
+            check_fits(self.tg, machine)
+        except GeometryError:
+            return False
+        return self.best_fitting(machine) is not None
 
-        def maxabs(v) -> float:
-            lo, hi = ranges.get(v, (None, None))
-            if lo is None or not len(lo):
-                return 0.0 if lo is not None else math.inf
-            return float(max(np.abs(lo).max(), np.abs(hi).max()))
-
-        self.mag = [maxabs(g.value) for g in tg.groups]
-        for t in tg.tasks:  # partial sums of an accumulating group pass through its writers
-            self.mag[t.out_group] = max(self.mag[t.out_group], maxabs(t.op.results[0]))
-        self._signs = unknown
-        for g in tg.groups:
-            box = ranges.get(g.value)
-            if box is None:
-                continue
-            lo, hi = box
-            if type(g.source) is PosEncodingOp:  # component 0 is the machine's column
-                lo, hi = lo[1:], hi[1:]
-            self._signs[g.gid] = np.where(lo >= 0, 1, np.where(hi <= 0, -1, 0)).astype(np.int8)
-
-    def loud(self, g: int) -> bool:
-        return self[g] > SAME_SUBLAYER_RATIO
-
-    def may_reuse(self, old: int, new: int) -> bool:
-        """Whether `new` may take dead `old`'s columns in the sublayer that cancels them."""
-        return self[old] <= SAME_SUBLAYER_RATIO * max(1.0, self[new])
+    def refusal(self, machine: Machine, suggest: bool = True) -> ResidualStall:
+        """The width binds: the best order's peak, where it is reached and what is live there,
+        the lower bound and its cut, and (`suggest`) the smallest d that fits."""
+        tg, best = self.tg, self.choice.best(machine)
+        at = best.order[best.peak_at]
+        live = _live_at(self.model, best.order, best.peak_at)
+        bound = lower_bound(self.model, machine, [at])
+        msg = (f"residual width binds at d={machine.d}: {machine.free_columns} free columns, and "
+               f"the best order found needs {best.peak} at once (at {describe(tg.tasks[at].op)}, "
+               f"live: {describe_groups(tg, live)})")
+        if bound.columns >= best.peak:
+            msg += f"; no order needs fewer ({_bound_text(tg, bound)})"
+        else:
+            msg += f"; no order needs fewer than {bound.columns} ({_bound_text(tg, bound)})"
+        if suggest:
+            fit = smallest_fitting_d(tg, machine, pressure=self)
+            msg += (f"; smallest d that fits (d_head={machine.d_head}, d_hidden="
+                    f"{machine.d_hidden}): {fit}" if fit else
+                    "; no d up to MAX_DIM fits with this d_head and d_hidden")
+        return ResidualStall(msg)
 
 
-def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
-    """Place every task; on a residual-width stall the error names the smallest d that fits.
+def _bound_text(tg: TaskGraph, bound: LowerBound) -> str:
+    if bound.what == "inputs":
+        return f"the inputs are live together: {describe_groups(tg, bound.groups)}"
+    if bound.what == "outputs":
+        return f"the outputs are live together: {describe_groups(tg, bound.groups)}"
+    return (f"{bound.columns} columns at {describe(tg.tasks[bound.at].op)} in every order: "
+            f"{describe_groups(tg, bound.groups)}")
 
-    Feasibility is monotone in d: a greedy schedule can stall at d although a narrower
-    machine fits (it admits more work at once, then runs out of room), so a stall at d is
-    retried at the narrower widths (multiples of d_head, the nearest `NARROWER_TRIES`, which
-    bounds the time a hopeless width takes to refuse); the first that fits is used as it is
-    (its columns and heads exist at d too)."""
-    try:
-        return _repair(tg, machine, max_stall, _schedule_twice(tg, machine, max_stall))
-    except ResidualStall as e:
-        narrower = _fit_narrower(tg, machine, max_stall)
-        if narrower is not None:
-            return narrower
-        if not suggest:
-            raise
-        fit = smallest_fitting_d(tg, dataclasses.replace(machine, d=2 * machine.d), max_stall,
-                                 known_too_small=machine.d)
-        hint = f"smallest d that fits (d_head={machine.d_head}, d_hidden={machine.d_hidden}): {fit}" \
-            if fit else "no d up to 64x the requested one fits (or none found within " \
-            f"{SEARCH_BUDGET} trial schedules)"
-        raise GeometryError(f"{e}; {hint}") from None
+
+def _live_at(model: LiveModel, order: list[int], k: int) -> list[int]:
+    """Groups live before position `k` of `order`."""
+    st = model.start()
+    for tid in order[:k]:
+        st.run(tid)
+    sources = set(model.sources)
+    return [g for g in range(len(model.width)) if st.allocated[g] and (
+        model.is_output[g] or st.readers_left[g] or st.writers_left[g])
+        and (g in sources or model.writers[g])]
+
+
+def _ungated(tg: TaskGraph, machine: Machine, max_stall: int, setup: Setup | None = None,
+             max_layers: int = 1 << 40) -> Schedule | None:
+    """The plain greedy scheduler: the light admission reserve, then the full one (see
+    `Admission`); None where both stall or pass `max_layers`."""
+    setup = setup or Setup(tg, machine)
+    for full in (False, True):
+        try:
+            return Scheduler(tg, machine, max_stall, full_reserve=full, setup=setup,
+                             give_up_after=2 * max_layers - 1).run()
+        except (ResidualStall, Abandoned):
+            pass
+    return None
 
 
 REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor (full
 # reserve, then REPAIR_TRIES - 1 narrower widths)
-NARROWER_TRIES = 48  # narrower widths a stall is retried at (so feasibility is monotone)
 
 
-def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) -> Schedule:
+def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule,
+            pressure: Pressure) -> Schedule:
     """A schedule above its floor missed it under residual pressure; greedy admission is not
     monotone in the room it has, so a few stricter variants (the full admission reserve,
-    then one and two heads' worth of columns less) often get a layer or more back. The
-    fewest layers win; ties keep the first."""
+    then one and two heads' worth of columns less, where those widths fit) often get a layer
+    or more back. The fewest layers win; ties keep the first."""
     if sched.n_layers <= sched.floor:
         return sched
     variants = [(machine, True)] + [
@@ -248,8 +328,17 @@ def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) ->
         for k in range(1, REPAIR_TRIES) if machine.d - k * machine.d_head > machine.RESERVED]
     for m, full in variants:
         try:
-            other = Scheduler(tg, m, max_stall, full_reserve=True).run() if full else \
-                _schedule_twice(tg, m, max_stall)
+            bound = sched.n_layers - 1
+            if full:
+                other = Scheduler(tg, m, max_stall, full_reserve=True,
+                                  setup=Setup(tg, m, pressure.model),
+                                  give_up_after=2 * bound - 1).run()
+            else:
+                if not pressure.fits(m):
+                    continue
+                other = _ungated(tg, m, max_stall, Setup(tg, m, pressure.model), bound)
+                if other is None:
+                    continue
         except GeometryError:
             continue
         if other.n_layers < sched.n_layers:
@@ -260,94 +349,75 @@ def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule) ->
     return sched
 
 
-def _fit_narrower(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule | None:
-    """The widest narrower geometry whose schedule fits, re-targeted to `machine`."""
-    inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
-    d = machine.d - machine.d_head
-    lowest = max(inputs, machine.RESERVED + 1, machine.d - NARROWER_TRIES * machine.d_head)
-    while d >= lowest:
-        try:
-            sched = _schedule_twice(tg, dataclasses.replace(machine, d=d), max_stall)
-        except GeometryError:
-            d -= machine.d_head
-            continue
-        sched.machine = machine
-        return sched
-    return None
-
-
 class ResidualStall(GeometryError):
     """No ready op can get residual columns: the width binds."""
 
 
-def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
-                       known_too_small: int = 0, at=None) -> int | None:
-    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to 64x d, or
-    none found within `SEARCH_BUDGET` schedules).
+class Abandoned(GeometryError):
+    """A trial schedule passed the layers of a better one already found."""
 
-    A probe asks whether one of the `NARROWER_TRIES` widths at or below its width fits (as
-    `schedule` itself retries them); a failed probe rules them out, so the bisection agrees
-    with `schedule` however greedy scheduling varies with d, and no width is scheduled twice.
-    `known_too_small`: a width `schedule` has already refused (nothing at or below it fits).
-    `at(d)`: the machine tried at width d (default: `machine` at width d, its d_hidden kept, as
-    a refusal's hint states it; a depth/width sweep scales d_hidden with d instead)."""
+
+def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
+                       known_too_small: int = 0, at=None, pressure: Pressure | None = None,
+                       ) -> int | None:
+    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to MAX_DIM).
+
+    A width fits when the graph's ops fit its layers (`check_fits`) and its free columns hold
+    the best order's peak; both only get easier as d grows, so a bisection finds the
+    boundary. `known_too_small`: a width already refused. `at(d)`: the machine tried at
+    width d (default: `machine` at width d, its d_hidden kept, as a refusal's hint states it;
+    a depth/width sweep scales d_hidden with d instead). (`max_stall` is accepted for old
+    callers: the answer does not depend on it.)"""
     at = at or (lambda d: dataclasses.replace(machine, d=d))
+    pressure = pressure or Pressure(tg)
     step = machine.d_head
-    tried: dict[int, bool] = {}
+    model = pressure.model
 
     def fits(d: int) -> bool:
-        if d not in tried:
-            if len(tried) >= SEARCH_BUDGET:
-                raise _OutOfBudget
-            try:
-                _schedule_twice(tg, at(d), max_stall)
-                tried[d] = True
-            except GeometryError:
-                tried[d] = False
-        return tried[d]
+        try:
+            return pressure.fits(at(d))
+        except GeometryError:  # a d_hidden the machine refuses at this width
+            return False
 
-    def any_fits(lo: int, hi: int) -> bool:  # one of the widths schedule() tries at hi fits
-        return any(fits(d) for d in range(hi, max(lo, hi - NARROWER_TRIES * step), -step))
-
-    inputs = sum(tg.groups[g].width for g in tg.sources) + machine.RESERVED
-    lo = max(inputs - 1, machine.RESERVED, known_too_small) // step * step  # nothing <= lo fits
+    need = max([model.width[g] for g in range(len(model.width))
+                if model.writers[g] or g in model.sources] + [1])
+    lo = max(need + machine.RESERVED - 1, machine.RESERVED, known_too_small) // step * step
     hi = max(machine.d // step * step, lo + step)
-    try:
-        while not any_fits(lo, hi):
-            if hi > 64 * machine.d:
-                return None
-            lo, hi = hi, 2 * hi
-        while hi - lo > step:
-            mid = (lo + hi) // 2 // step * step
-            if mid <= lo:
-                break
-            if any_fits(lo, mid):
-                hi = mid
-            else:
-                lo = mid
-    except _OutOfBudget:
-        return None
+    while not fits(hi):
+        if hi >= MAX_DIM:
+            return None
+        lo, hi = hi, min(2 * hi, MAX_DIM // step * step)
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
     return hi
-
-
-SEARCH_BUDGET = 256  # schedules the smallest-d search may run
-
-
-class _OutOfBudget(Exception):
-    pass
-
-
-def _schedule_twice(tg: TaskGraph, machine: Machine, max_stall: int) -> Schedule:
-    """The light admission reserve first; if the residual stalls, the full one (see `Admission`)."""
-    try:
-        return Scheduler(tg, machine, max_stall).run()
-    except ResidualStall:
-        return Scheduler(tg, machine, max_stall, full_reserve=True).run()
 
 
 # --------------------------------------------------------------------------------------
 # The scheduler: one greedy pass over the slots
 # --------------------------------------------------------------------------------------
+
+
+class Setup:
+    """What every trial schedule of one graph on one machine shares: the fit check, the
+    critical-path floor, each needed task's latest slot (ALAP against the outputs' floor) and
+    its price."""
+
+    def __init__(self, tg: TaskGraph, machine: Machine, model: LiveModel | None = None):
+        check_fits(tg, machine)
+        self.model = model or LiveModel(tg)
+        cp = critical_path(tg.graph)
+        self.floor = cp.n_layers
+        # Deadlines count back from the outputs' floor only: ops no output reads must not
+        # stretch the horizon (that gave live ops false slack and cost layers).
+        self.latest = _latest_slots(tg, self.model.needed, max(cp.last_slot, 0))
+        self.costs = [task_cost(tg, t, machine) if self.model.needed[t.tid] else Cost()
+                      for t in tg.tasks]
 
 
 class Scheduler:
@@ -357,26 +427,33 @@ class Scheduler:
     `admission` (the column reserve), and the `Sublayer` being filled."""
 
     def __init__(self, tg: TaskGraph, machine: Machine, max_stall: int = 8,
-                 full_reserve: bool = False):
-        check_fits(tg, machine)
+                 full_reserve: bool = False, gate: OrderPressure | None = None,
+                 spread: float = 0.0, model: LiveModel | None = None,
+                 give_up_after: int = 1 << 40, setup: Setup | None = None):
+        setup = setup or Setup(tg, machine, model)
         self.tg, self.machine = tg, machine
         self.max_stall = max_stall  # sublayers without progress before the width is refused
         self.full_reserve = full_reserve
-        cp = critical_path(tg.graph)
-        self.floor = cp.n_layers
-        self.needed = _needed_tasks(tg)
-        # Deadlines count back from the outputs' floor only: ops no output reads must not
-        # stretch the horizon (that gave live ops false slack and cost layers).
-        self.latest = _latest_slots(tg, self.needed, max(cp.last_slot, 0))
-        self.costs = [task_cost(tg, t, machine) if self.needed[t.tid] else Cost()
-                      for t in tg.tasks]
-        self.columns = Columns(machine, [g.width for g in tg.groups])
+        self.floor = setup.floor
+        self.needed = setup.model.needed
+        self.latest = setup.latest
+        self.costs = setup.costs
+        self.columns = Columns(machine, setup.model.width)
         self.groups = Lifetimes.of(tg, self.needed)
-        self.ready = Readiness.of(tg, self.needed)
         self.admission = Admission.of(tg, machine, self.needed, full_reserve)
-        self.ranges = GroupRanges(tg)
+        self.gate = OrderGate(gate, setup.model, machine.free_columns) if gate is not None \
+            else None
+        # the ready heaps' key: the latest slot; under the gate, a virtual deadline that
+        # spreads the order over `spread` floors' worth of sublayers (`OrderGate.deadlines`)
+        self.priority = self.latest if self.gate is None else \
+            self.gate.deadlines(self.latest, spread * 2 * max(self.floor, 1))
+        self.ready = Readiness.of(tg, self.needed)
+        self.give_up_after = give_up_after  # a slot past which the schedule is not wanted
+        self.lead = max(2, 2 * self.floor // LEAD_SHARE)  # (see `_candidates`)
+        self.ranges = setup.model.ranges
         self.slot = [-1] * len(tg.tasks)  # task id -> its slot
         self.cancels: list[tuple[int, int]] = []  # (slot, group id)
+        self.cancel_costs: dict[tuple[int, bool], Cost] = {}
         self.todo = sum(self.needed)
         self.stall = 0  # sublayers in a row without progress while tasks wait
         self.last_used = -1  # the last slot that placed a task
@@ -388,10 +465,12 @@ class Scheduler:
         self._place_sources()
         s = 0
         while self.todo:
+            if s > self.give_up_after:
+                raise Abandoned(f"no better than {layer_of(self.give_up_after) + 1} layers")
             sub = self._open_sublayer(s)
             for entry in self._candidates(sub):
                 self._try_place(entry, sub)
-            if self.columns.dirty and (sub.pressure or self.full_reserve):
+            if self.columns.dirty and (sub.pressure or self.full_reserve or self.gate):
                 self._cancel_ahead(sub)
             self._close_sublayer(sub)
             s += 1
@@ -411,61 +490,109 @@ class Scheduler:
         self.ready.start(tg, self.needed)
 
     def _open_sublayer(self, s: int) -> Sublayer:
-        self.columns.next_sublayer()
-        self.ready.release(s, self.tg, self.latest)
+        self.columns.next_sublayer(s)
+        self.ready.release(s, self.tg, self.priority)
         free_share = self.columns.free_or_reclaimable() / self.machine.free_columns
         return Sublayer(s, self.machine, pressure=free_share < PRESSURE)
 
     def _candidates(self, sub: Sublayer) -> list[tuple[int, int, int]]:
         """The ready tasks this sublayer may take, least slack first; under pressure, those
-        that free at least as many columns as they take go first."""
-        cands = self.ready.take(sub.slot)
-        if sub.pressure and cands:
-            cands.sort(key=lambda e: (self._net_columns(self.tg.tasks[e[2]]) > 0,) + e)
+        that free at least as many columns as they take go first. Under the order gate, the
+        order's next task goes first (an either-kind one may take heads), then the others
+        by virtual deadline, those due within `lead` sublayers."""
+        if self.gate is None:
+            cands = self.ready.take(sub.slot)
+            if sub.pressure and cands:
+                cands.sort(key=lambda e: (self._net_columns(self.tg.tasks[e[2]]) > 0,) + e)
+            return cands
+        cands = self.ready.take(sub.slot, self.lead)
+        front = self.gate.front_task()
+        if front is not None and runs_in(self.tg.tasks[front].kind, sub.slot) \
+                and all(e[2] != front for e in cands):
+            cands += self.ready.take_task(front, self.tg.tasks[front].kind)
+        cands.sort(key=lambda e: (e[2] != front,) + e)
         return cands
 
-    def _try_place(self, entry: tuple[int, int, int], sub: Sublayer) -> None:
+    def _try_place(self, entry: tuple[int, int, int], sub: Sublayer) -> bool:
         """Place the task if its columns can be had (reclaiming dead ones in this very
-        sublayer), admission allows it and the sublayer has the heads/neurons; otherwise it
-        waits for a later sublayer."""
+        sublayer, or those of the operands it reads last), admission allows it and the
+        sublayer has the heads/neurons; otherwise it waits for a later sublayer."""
         t = self.tg.tasks[entry[2]]
+        if not sub.fits(self.costs[t.tid]):  # the sublayer is full for it, cancels or not
+            self._wait(entry, t, sub, False)
+            return False
         g = t.out_group
         need_cols = self.tg.groups[g].width if self.columns.of_group[g] is None else 0
-        reclaim = self.columns.reclaim_plan(
-            need_cols, lambda old: self.groups.died[old] <= sub.slot
-            and self.ranges.may_reuse(old, g))
-        if reclaim is None or self._held_back(t, need_cols):
-            self.ready.put_back(entry, t.kind)
-            return
-        cost = sum((cancel_cost(self.ranges.signs(rg), sub.attention) for rg in reclaim),
-                   self.costs[t.tid])
-        if not sub.fits(cost):
-            self.ready.put_back(entry, t.kind)
-            return
-        sub.take(cost)
+        dies = self._dies_with(t)
+        if need_cols > self.columns.room() + sum(self.columns.widths[rg] for rg in dies):
+            self._wait(entry, t, sub, True)  # not even every dead column would do
+            return False
+        louder = self.ranges.reuse_bound(g)
+        mag = self.ranges.mag
+        reclaim = self.columns.reclaim_plan(need_cols, louder,
+                                            [rg for rg in dies if mag[rg] <= louder])
+        if reclaim is None or self._held_back(t, need_cols, dies):
+            self._wait(entry, t, sub, reclaim is None)
+            return False
+        cost = self.costs[t.tid]
         for rg in reclaim:
-            self.columns.cancel_for_reuse(rg)
-            self.cancels.append((sub.slot, rg))
-        self._commit(t, sub.slot, need_cols)
+            cost = cost + self._cancel_cost(rg, sub.attention)
+        if not sub.fits(cost):
+            self._wait(entry, t, sub, bool(reclaim))
+            return False
+        sub.take(cost)
+        self._commit(t, sub.slot, need_cols, reclaim)
         sub.placed += 1
+        return True
 
-    def _held_back(self, t: Task, need_cols: int) -> bool:
-        """New work may not take the reserve's last columns, unless the schedule has been
-        stuck for a whole layer (then the reserve gives way)."""
+    def _wait(self, entry: tuple[int, int, int], t: Task, sub: Sublayer, short: bool) -> None:
+        """The task waits for a later sublayer; when it is the gate's next task and columns
+        (or the room to reclaim them here) are short, dead groups are cancelled ahead now,
+        before work out of order takes the sublayer's heads or neurons."""
+        self.ready.put_back(entry, t.kind)
+        if short and self.gate is not None and t.tid == self.gate.front_task() \
+                and self.columns.dirty:
+            self._cancel_ahead(sub)
+
+    def _held_back(self, t: Task, need_cols: int, dies: list[int]) -> bool:
+        """Under the order gate, work may run out of order only while the order can still
+        finish within the width (`OrderGate.admits`). Otherwise new work may not take the
+        reserve's last columns, unless the schedule has been stuck for a whole layer (then
+        the reserve gives way)."""
+        if self.gate is not None:
+            if not self.gate.admits(t, need_cols, dies):
+                return True
+            if self.gate.position(t.tid) == self.gate.front:
+                return False
         return bool(need_cols) and self.stall < 2 and self.admission.refuses(
             self.columns.free_or_reclaimable() - need_cols) and not self._advances(t)
 
-    def _commit(self, t: Task, s: int, need_cols: int) -> None:
+    def _dies_with(self, t: Task) -> list[int]:
+        """The groups `t` is the last to read: placing it lets them die."""
+        groups, tg = self.groups, self.tg
+        return [rg for rg in t.reads if groups.readers_left[rg] == 1
+                and not groups.writers_left[rg] and not tg.groups[rg].is_output
+                and self.columns.of_group[rg] is not None]
+
+    def _commit(self, t: Task, s: int, need_cols: int, reclaim: list[int] = ()) -> None:
+        """Place `t` in slot `s`: its operands read last die (their columns reusable from this
+        very sublayer), the dead groups of its reclaim plan are cancelled here, and its group
+        takes the columns they free."""
         g = t.out_group
-        if need_cols:
-            self.columns.assign(g, need_cols)
-            self.groups.live += need_cols
         self.slot[t.tid] = s
         self.todo -= 1
         self.last_used = s
         for rg in t.reads:
             self.groups.readers_left[rg] -= 1
             self._retire_if_dead(rg, s)
+        for rg in reclaim:
+            self.columns.cancel_for_reuse(rg)
+            self.cancels.append((s, rg))
+        if need_cols:
+            self.columns.assign(g, need_cols)
+            self.groups.live += need_cols
+        if self.gate is not None:
+            self.gate.placed(t, need_cols)
         self.groups.writers_left[g] -= 1
         if self.groups.writers_left[g] == 0:
             self.ready.complete(g, s)
@@ -478,22 +605,29 @@ class Scheduler:
         if groups.readers_left[g] == 0 and groups.writers_left[g] == 0 and not grp.is_output \
                 and self.columns.of_group[g] is not None and groups.died[g] > s:
             groups.died[g] = s
-            self.columns.retire(g)
+            self.columns.retire(g, self.ranges[g] if self.ranges.loud(g) else None, s)
             groups.live -= grp.width
+            if self.gate is not None:
+                self.gate.died(g)
 
     def _cancel_ahead(self, sub: Sublayer) -> None:
         """Under pressure, cancel dead groups ahead of need with what this sublayer has left
         (loud ones first: they cannot be cancelled in the sublayer that reuses them)."""
-        for rg in sorted(self.columns.dirty, key=lambda g: not self.ranges.loud(g)):
-            if self.groups.died[rg] > sub.slot:  # written in this very sublayer: nothing yet
-                continue
-            cost = cancel_cost(self.ranges.signs(rg), sub.attention)
+        for rg in self.columns.dirty_groups():
+            cost = self._cancel_cost(rg, sub.attention)
             if not sub.fits(cost):
                 continue
             sub.take(cost)
             self.columns.cancel_ahead(rg)
             self.cancels.append((sub.slot, rg))
             sub.placed += 1  # progress: the columns are clean from the next sublayer
+
+    def _cancel_cost(self, g: int, attention: bool) -> Cost:
+        key = (g, attention)
+        cost = self.cancel_costs.get(key)
+        if cost is None:
+            cost = self.cancel_costs[key] = cancel_cost(self.ranges.signs(g), attention)
+        return cost
 
     def _close_sublayer(self, sub: Sublayer) -> None:
         """Record the sublayer's use; count sublayers without progress and give up on the
@@ -507,6 +641,9 @@ class Scheduler:
             return
         self.stall = self.stall + 1 if self.ready.any_ready() else 0
         if self.stall > self.max_stall:
+            if self.gate is not None:  # the gate keeps the order's next task placeable
+                raise GeometryError(f"scheduler invariant broken: the order-gated schedule "
+                                    f"made no progress ({self._stall_error()})")
             raise self._stall_error()
         if not self.ready.any_after(sub.slot):
             raise GeometryError("scheduler invariant broken: tasks remain but none can "
@@ -566,42 +703,66 @@ def _by_layer(per_slot: list[int], n_layers: int, merge) -> list[int]:
 
 
 class Columns:
-    """The residual's columns: clean free ones, dead groups whose columns await a cancel
-    (`dirty`, oldest death first), and columns cancelled in the current sublayer (clean from
-    the next one); `of_group` holds each group's columns once it has them."""
+    """The residual's columns: clean free ones; dead groups whose columns await a cancel
+    (`quiet` and `loud`, oldest death first: a loud one, louder than `SAME_SUBLAYER_RATIO`,
+    may be refilled in the sublayer that cancels it only by a value loud enough itself);
+    groups dead from a later sublayer (`pending`: written in this very one); and columns
+    cancelled in the current sublayer (clean from the next one). `of_group` holds each
+    group's columns once it has them."""
 
     def __init__(self, machine: Machine, widths: list[int]):
         self.widths = widths  # group id -> its width
         self.of_group: list[np.ndarray | None] = [None] * len(widths)
         self.free = list(range(machine.RESERVED, machine.d))
         heapq.heapify(self.free)
-        self.dirty: deque[int] = deque()
+        self.quiet: dict[int, None] = {}
+        self.loud: list[tuple[float, int]] = []  # (magnitude, group), sorted
+        self.pending: list[tuple[int, int, float | None]] = []  # (slot, group, loud magnitude)
         self.dirty_width = 0
         self.cleaning: list[np.ndarray] = []
+        self.cleaning_width = 0
+        self.slot = -1  # the sublayer being filled
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.quiet or self.loud)
+
+    def dirty_groups(self) -> list[int]:
+        """Dead groups awaiting a cancel, loud ones first."""
+        return [g for _, g in self.loud] + list(self.quiet)
 
     def assign(self, g: int, n: int) -> None:
         """Give group `g` the `n` lowest free columns."""
         self.of_group[g] = np.array(sorted(heapq.heappop(self.free) for _ in range(n)),
                                     dtype=np.int64)
 
-    def retire(self, g: int) -> None:
-        self.dirty.append(g)
+    def retire(self, g: int, loud: float | None, at: int) -> None:
+        """Group `g` is dead from slot `at`: its columns await a cancel (`loud`: its
+        magnitude, where it is loud)."""
         self.dirty_width += self.widths[g]
+        if at > self.slot:
+            self.pending.append((at, g, loud))
+        else:
+            self._dirty(g, loud)
 
-    def reclaim_plan(self, need: int, may_reuse) -> list[int] | None:
-        """Dead groups to cancel in this sublayer so `need` clean columns exist (oldest deaths
-        first, only those `may_reuse` allows); None when they do not add up."""
-        if need <= len(self.free):
+    def reclaim_plan(self, need: int, louder: float, dying: list[int] = ()) -> list[int] | None:
+        """Groups to cancel in this sublayer so `need` clean columns exist: quiet dead ones
+        (oldest deaths first), loud ones no louder than `louder`, then `dying` ones (live
+        until the task that reads them last runs in this very sublayer); None when they do
+        not add up."""
+        free = len(self.free)
+        if need <= free:
             return []
-        if need > len(self.free) + self.dirty_width:
+        if need > free + self.dirty_width and \
+                need > free + self.dirty_width + sum(self.widths[g] for g in dying):
             return None
-        plan, got = [], len(self.free)
-        for g in self.dirty:
+        plan, got = [], free
+        loud = itertools.takewhile(lambda e: e[0] <= louder, self.loud)
+        for g in itertools.chain(self.quiet, (g for _, g in loud), dying):
             if got >= need:
                 break
-            if may_reuse(g):
-                plan.append(g)
-                got += self.widths[g]
+            plan.append(g)
+            got += self.widths[g]
         return plan if got >= need else None
 
     def cancel_for_reuse(self, g: int) -> None:
@@ -613,17 +774,38 @@ class Columns:
         """Cancelled ahead of need: clean from the next sublayer."""
         self._undirty(g)
         self.cleaning.append(self.of_group[g])
+        self.cleaning_width += self.widths[g]
 
-    def next_sublayer(self) -> None:
+    def next_sublayer(self, s: int) -> None:
+        self.slot = s
         for cols in self.cleaning:
             self._give(cols)
         self.cleaning.clear()
+        self.cleaning_width = 0
+        if self.pending:
+            now = [e for e in self.pending if e[0] <= s]
+            self.pending = [e for e in self.pending if e[0] > s]
+            for _, g, loud in now:
+                self._dirty(g, loud)
+
+    def room(self) -> int:
+        """Columns a writer could have in this sublayer at most: free or dead."""
+        return len(self.free) + self.dirty_width
 
     def free_or_reclaimable(self) -> int:
-        return len(self.free) + self.dirty_width + sum(len(c) for c in self.cleaning)
+        return len(self.free) + self.dirty_width + self.cleaning_width
+
+    def _dirty(self, g: int, loud: float | None) -> None:
+        if loud is None:
+            self.quiet[g] = None
+        else:
+            bisect.insort(self.loud, (loud, g))
 
     def _undirty(self, g: int) -> None:
-        self.dirty.remove(g)
+        if g in self.quiet:
+            del self.quiet[g]
+        else:
+            self.loud.remove(next(e for e in self.loud if e[1] == g))
         self.dirty_width -= self.widths[g]
 
     def _give(self, cols: np.ndarray) -> None:
@@ -688,20 +870,39 @@ class Readiness:
             t = tg.tasks[tid]
             heapq.heappush(self.heaps[t.kind], (latest[tid], t.index, tid))
 
-    def take(self, s: int) -> list[tuple[int, int, int]]:
+    def take(self, s: int, lead: int | None = None) -> list[tuple[int, int, int]]:
         """The ready tasks slot `s` may run, sorted: attention takes attn tasks and the
         either-kind ones with no slack left (else they run cheaper in the MLP); the MLP
-        takes mlp and either-kind tasks."""
-        if is_attention_slot(s):
-            cands = _pop_all(self.heaps[ATTN]) + _pop_while(self.heaps[EITHER],
-                                                            lambda e: e[0] <= s)
+        takes mlp and either-kind tasks. With a `lead`, only tasks whose key (a deadline) is
+        at most `lead` sublayers ahead of `s`."""
+        if lead is None:
+            if is_attention_slot(s):
+                cands = _pop_all(self.heaps[ATTN]) + _pop_while(self.heaps[EITHER],
+                                                                lambda e: e[0] <= s)
+            else:
+                cands = _pop_all(self.heaps[MLP]) + _pop_all(self.heaps[EITHER])
         else:
-            cands = _pop_all(self.heaps[MLP]) + _pop_all(self.heaps[EITHER])
+            due = s + lead
+            own = self.heaps[ATTN if is_attention_slot(s) else MLP]
+            either = s if is_attention_slot(s) else due
+            cands = _pop_while(own, lambda e: e[0] <= due) + \
+                _pop_while(self.heaps[EITHER], lambda e: e[0] <= either)
         cands.sort()
         return cands
 
     def put_back(self, entry: tuple[int, int, int], kind: str) -> None:
         heapq.heappush(self.heaps[kind], entry)
+
+    def take_task(self, tid: int, kind: str) -> list[tuple[int, int, int]]:
+        """Task `tid`'s entry, taken out of its heap ([] when it is not ready)."""
+        heap = self.heaps[kind]
+        for i, e in enumerate(heap):
+            if e[2] == tid:
+                heap[i] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)
+                return [e]
+        return []
 
     def any_ready(self) -> bool:
         return any(self.heaps.values())
@@ -712,6 +913,106 @@ class Readiness:
 
     def waiting(self) -> list[tuple[int, int, int]]:
         return sorted(e for h in self.heaps.values() for e in h)
+
+
+class OrderGate:
+    """Pressure-aware admission: the best order found (`lowering/pressure.py`) fits the width
+    one task at a time, and work may run out of that order only while the order can still
+    finish within the width. So new work waits when the residual is full (the
+    sequential-scope idea, found without annotations), runs as wide as room allows
+    otherwise, and the schedule cannot stall: the order's next task (`front`) always has its
+    columns, the gate never lets work ahead of it take them.
+
+    `level[k]`, per position k of the order: the columns the order needs at its step k (its
+    `need`), plus a bound on what the work done out of order adds to the order's live set
+    there (a group written ahead of its turn counts until the order's first writer of it; a
+    group that died before the order's last reader of it counts negative until then); minus
+    infinity once that step has run. Invariant: level <= budget at every step to come."""
+
+    DONE = np.iinfo(np.int64).min // 2
+
+    def __init__(self, pressure: OrderPressure, model: LiveModel, budget: int):
+        tg = model.tg
+        order = pressure.order
+        n = len(order)
+        self.order = order
+        self.pos = {tid: k for k, tid in enumerate(order)}
+        self.level = pressure.need.astype(np.int64)
+        self.done = [False] * (n + 1)  # position n: a sentinel the front stops at
+        self.front = 0
+        self.budget = budget
+        self.width = model.width
+        self._prefix_max: np.ndarray | None = None  # of level[front:], while nothing changes
+        # per group: the order's first write of it (sources: before the start) and the last
+        # step that reads or writes it (outputs: past the end)
+        self.first = [n] * len(model.width)
+        self.last = [-1] * len(model.width)
+        for g in model.sources:
+            self.first[g] = -1
+        for k, tid in enumerate(order):
+            t = tg.tasks[tid]
+            self.first[t.out_group] = min(self.first[t.out_group], k)
+            self.last[t.out_group] = k
+            for r in t.reads:
+                self.last[r] = k
+        for g, grp in enumerate(tg.groups):
+            if grp.is_output:
+                self.last[g] = n
+
+    def front_task(self) -> int | None:
+        return self.order[self.front] if self.front < len(self.order) else None
+
+    def deadlines(self, latest: list[int], span: float) -> list[float]:
+        """Virtual deadlines: each task's latest slot, pushed back in proportion to its
+        position in the order, the whole order over `span` sublayers. With a span of several
+        floors, the order's earlier work (one column of a renderer, one loop iteration) is
+        due before its later work, so work in flight finishes before new work starts; with
+        0, the plain latest slots."""
+        scale = span / max(len(self.order), 1)
+        out = [float(s) for s in latest]
+        for tid, k in self.pos.items():
+            out[tid] += scale * k
+        return out
+
+    def position(self, tid: int) -> int:
+        return self.pos[tid]
+
+    def admits(self, t: Task, new_cols: int, dies: list[int]) -> bool:
+        """Whether `t` may run now: it is the order's next task, or running it ahead keeps
+        the level within the budget at every step before the order's own write of its group
+        (later steps only lose the columns of the groups it lets die)."""
+        f = self.front
+        end = self.first[t.out_group]
+        if self.pos[t.tid] == f or not new_cols or end <= f:
+            return True
+        budget = self.budget
+        if self._prefix_max is None:
+            self._prefix_max = np.maximum.accumulate(self.level[f:])
+        if self._prefix_max[end - 1 - f] + new_cols <= budget:
+            return True
+        credits = [(min(self.last[r], end), self.width[r]) for r in dies if self.last[r] > f]
+        if not credits:
+            return False
+        delta = np.full(end - f, new_cols, np.int64)
+        for q, w in credits:
+            delta[:q - f] -= w
+        return int((self.level[f:end] + delta).max()) <= budget
+
+    def placed(self, t: Task, new_cols: int) -> None:
+        p = self.pos[t.tid]
+        if p != self.front and new_cols:
+            self.level[self.front:self.first[t.out_group]] += new_cols
+        self.level[p] = self.DONE
+        self.done[p] = True
+        while self.done[self.front]:
+            self.front += 1
+        self._prefix_max = None
+
+    def died(self, g: int) -> None:
+        q = self.last[g]
+        if q > self.front:
+            self.level[self.front:q] -= self.width[g]
+            self._prefix_max = None
 
 
 @dataclass(frozen=True)
@@ -728,15 +1029,16 @@ class Admission:
     reserve: int
     pressure: float
     sources: frozenset[int]  # source groups: reading them last does not advance work
+    widest: int = 0  # the widest result of a needed task
 
     @classmethod
     def of(cls, tg: TaskGraph, machine: Machine, needed: list[bool], full: bool) -> Admission:
         widest = max([tg.groups[t.out_group].width for t in tg.tasks if needed[t.tid]] + [0])
         if full:
             return cls(min(widest, machine.free_columns), machine.free_columns,
-                       frozenset(tg.sources))
+                       frozenset(tg.sources), widest)
         return cls(min(widest, machine.free_columns // 2), PRESSURE * machine.free_columns,
-                   frozenset(tg.sources))
+                   frozenset(tg.sources), widest)
 
     def refuses(self, free_after: int) -> bool:
         """Whether new work leaving `free_after` columns free or reclaimable must wait."""

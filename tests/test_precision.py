@@ -43,16 +43,21 @@ def test_reproducer_is_exact_where_columns_are_reused(d):
 
 
 def test_loud_dead_values_are_cancelled_ahead_not_beside_the_writer():
+    from lowering.pressure import GroupRanges
+
     module = _issue_reproducer()
     ct = compile(module, d=16, d_head=2, d_hidden=64)
     sched = ct.schedule
     tg = sched.tg
+    mag = GroupRanges(tg)
     for s, g in sched.cancels:
         for t in tg.tasks:
             if sched.slot[t.tid] == s and sched.cols[t.out_group] is not None:
                 shared = np.intersect1d(sched.cols[t.out_group], sched.cols[g])
-                # columns of a loud (1e9-scale) value are never refilled in its cancel's sublayer
-                assert not len(shared), (s, g, t.op.name)
+                if mag[g] > SAME_SUBLAYER_RATIO * max(1.0, mag[t.out_group]):
+                    # columns of a loud (1e9-scale) value are never refilled in its cancel's
+                    # sublayer (a quiet one, the input x, may be: its low bits are safe)
+                    assert not len(shared), (s, g, t.op.name)
 
 
 def _loud_then_quiet(big, kind, width, seed):

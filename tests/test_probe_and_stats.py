@@ -67,7 +67,7 @@ def test_tw_stats_cli(tmp_path):
     assert "layers 2 (floor 2" in ok.stdout and "probe: no divergence" in ok.stdout
     js = _tw_stats(str(path), "--d", "16", "--d-head", "4", "--json")
     assert js.returncode == 0 and '"n_layers": 2' in js.stdout
-    for bad in ([str(tmp_path / "missing.mlir")], [str(path), "--d", "4", "--d-head", "2"]):
+    for bad in ([str(tmp_path / "missing.mlir")], [str(path), "--d", "2", "--d-head", "2"]):
         r = _tw_stats(*bad)
         assert r.returncode == 1 and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("tw-stats: error:")

@@ -325,7 +325,9 @@ def test_auto_beats_ungated_the_rule_and_k1_and_no_candidate_does_better():
     assert auto.stats.n_layers < layers[choice.rule_k]  # the search beats the rule here
     assert auto.stats.n_layers < layers[1]  # and does not serialise
     for k, floor in choice.pruned.items():  # skipped only where it could at best tie
-        assert floor >= auto.stats.n_layers and (layers[k] is None or layers[k] >= floor)
+        got = layers[k] if k in layers else \
+            compiled_layers(module, d, f"sequential-scope{{batch-size={k}}}")
+        assert floor >= auto.stats.n_layers and (got is None or got >= floor)
     inputs = sample_inputs(module, 3, 0)
     np.testing.assert_allclose(auto.run(inputs)["y"], evaluate(module, inputs)["y"], atol=1e-5)
     m = check_values(bulge_loop(12, 32), f"sequential-scope{{d={d}}}")
@@ -354,8 +356,9 @@ def test_auto_falls_back_to_k1_when_every_other_candidate_stalls(monkeypatch):
 
 
 def test_auto_keeps_the_rule_when_nothing_compiles():
-    module = bulge_loop(4, 128)  # at d=160 even K=1 stalls
-    (choice,) = choose_batch_sizes(find_graph(module), d=160).values()
+    module = bulge_loop(4, 96)  # the smallest d that fits (d_head=4) is 104: at 100, even
+    # K=1 stalls (its 96-wide step fits the 98 free columns, but not beside what is live)
+    (choice,) = choose_batch_sizes(find_graph(module), d=100, d_head=4).values()
     assert set(choice.layers.values()) == {None}
     assert choice.k == choice.rule_k == 2
 
@@ -447,7 +450,8 @@ def test_auto_searches_two_loops_one_after_the_other():
     m = check_values(g.module, "sequential-scope{d=128}")
     assert len(afters(m)) == sum(6 - c.k for c in choices.values() if c.k)
     best = min(v for v in choices["b"].layers.values() if v is not None)
-    assert compiled_layers(m, 128) == best < ungated  # 9 vs 15: gating pays without a stall
+    # (gating paid, 9 vs 15, until the scheduler gated new work by itself: now 7 either way)
+    assert compiled_layers(m, 128) == best <= ungated
 
 
 def test_auto_searches_through_library_ops():
