@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.schedule import GroupRanges, Schedule
+from lowering.pressure import GroupRanges
+from lowering.schedule import Schedule
 from twdialect.analysis import is_attention_slot
 from lowering.tasks import Refs
 from twdialect.dense import to_numpy

@@ -76,14 +76,15 @@ from twdialect.analysis import (
 from twdialect.dense import shape_of
 from twdialect.dialect import describe
 
+BOUND_CANDIDATES = 8  # tasks a refusal's lower bound is tried at
 PRESSURE = 0.25  # below this share of free (or reclaimable) columns, free columns first
 LEAD_SHARE = 3  # an order-gated task may start a third of the floor (at least 2 sublayers)
 # before its virtual deadline
 UNGATED_LAYERS = 2  # floors' worth of layers past which the plain greedy schedule gives way
 MIN_SPREAD = 0.25  # the smallest spread (floors' worth of sublayers) the gated search tries
-FIRST_SPREAD = 8.0  # where it starts when no greedy schedule is known
-MAX_SPREAD = 1024.0
-CONGESTED = 1.5  # a trial this far above (1 + spread) floors congested the residual
+FIRST_SPREAD = 2.0  # where it starts when no greedy schedule is known
+PACE = 0.15  # a trial this far behind a better one (a share of the tasks) is given up
+CONGESTED = 2.5  # a trial this far above (1 + spread) floors congested the residual
 
 
 @dataclass
@@ -104,6 +105,7 @@ class Schedule:
     # group id -> per column +1 (>= 0), -1 (<= 0), 0 (either): a one-signed column's MLP
     # cancel is one neuron (-relu(x), or relu(-x)), an unsigned one's two
     cancel_signs: dict[int, np.ndarray] = field(default_factory=dict)
+    placed_by_slot: list[int] = field(default_factory=list)  # tasks placed through each slot
 
 
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
@@ -153,23 +155,23 @@ def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int
     return latest
 
 
-def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True) -> Schedule:
+def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool = True,
+             pressure: Pressure | None = None) -> Schedule:
     """Place every task, or refuse the width naming what binds and the smallest d that fits.
 
     A width fits when its free columns hold the peak of the best order found
     (`lowering/pressure.py`); then the order-gated scheduler cannot stall, and every wider
     width fits too. The plain greedy scheduler is tried first (it is as shallow as the
     critical path allows when room is ample); where it stalls or ends above its floor, the
-    order-gated one runs too, and the fewest layers win."""
+    order-gated one runs too, and the fewest layers win. (`pressure`: the graph's, shared
+    by the calls of a depth/width sweep.)"""
     check_fits(tg, machine)
-    pressure = Pressure(tg)
+    pressure = pressure or Pressure(tg)
     best = pressure.best_fitting(machine)
     if best is None:
         raise pressure.refusal(machine, suggest)
     setup = Setup(tg, machine, pressure.model)
     sched = _ungated(tg, machine, max_stall, setup, UNGATED_LAYERS * max(setup.floor, 1) + 2)
-    if sched is not None:
-        sched = _repair(tg, machine, max_stall, sched, pressure)
     if sched is None or sched.n_layers > sched.floor:
         sched = _gated(tg, machine, max_stall, pressure.choice.best(machine), setup, sched)
     return sched
@@ -182,42 +184,51 @@ def _gated(tg: TaskGraph, machine: Machine, max_stall: int, best: OrderPressure,
 
     A spread too small for the width congests the residual (every trial still completes, but
     late); past that, a schedule takes about (1 + spread) floors. So the search starts at the
-    spread a known schedule leaves room for (else at `FIRST_SPREAD`), doubles it while
-    trials congest, then halves it while the layers keep falling; a trial is abandoned once
-    it passes the best so far."""
+    spread a known schedule leaves room for (else at `FIRST_SPREAD`), doubles it while the
+    trials congest (a trial is given up once it passes `CONGESTED` (1 + spread) floors),
+    halves it while the layers fall, and last tries the midpoint between the best spread and
+    the next smaller one tried; a trial is given up once it passes the best so far."""
     floor = max(setup.floor, 1)
-    best_sched = known
+    best_sched, best_spread = known, None
+    tried: dict[float, int | None] = {}
 
-    def trial(spread: float) -> Schedule | None:
-        nonlocal best_sched
-        bound = 2 * best_sched.n_layers - 1 if best_sched is not None else 1 << 40
+    def pace() -> list[int] | None:
+        return best_sched.placed_by_slot if best_sched is not None and PACE else None
+
+    def trial(spread: float, max_layers: int = 1 << 40) -> bool:
+        """Whether the trial at `spread` beat the best so far (within `max_layers`)."""
+        nonlocal best_sched, best_spread
+        if best_sched is not None:
+            max_layers = min(max_layers, best_sched.n_layers - 1)
         try:
             got = Scheduler(tg, machine, max_stall, gate=best, spread=spread, setup=setup,
-                            give_up_after=bound).run()
+                            give_up_after=2 * max_layers - 1, pace=pace()).run()
         except Abandoned:
             got = None
+        tried[spread] = got.n_layers if got is not None else None
         if got is not None and (best_sched is None or got.n_layers < best_sched.n_layers):
-            best_sched = got
-            return got
-        return None
+            best_sched, best_spread = got, spread
+            return True
+        return False
 
-    def congested(spread: float, sched: Schedule | None) -> bool:
-        return sched is None or sched.n_layers > CONGESTED * (1 + spread) * floor
-
-    if known is not None:
-        spread = max(known.n_layers / floor - 1, MIN_SPREAD) / 2
-    else:
-        spread = FIRST_SPREAD
-        while congested(spread, trial(spread)) and spread < MAX_SPREAD \
-                and (1 + 2 * spread) * floor < best_sched.n_layers:  # (wider ones take longer)
-            spread *= 2
+    spread = FIRST_SPREAD if known is None else \
+        min(max((known.n_layers / floor - 1) / 2, MIN_SPREAD), FIRST_SPREAD)
+    while not trial(spread, int(CONGESTED * (1 + spread) * floor) + 1):
+        if best_sched is not None and (1 + 2 * spread) * floor >= best_sched.n_layers:
+            break  # wider spreads take longer than the best already found
+        spread *= 2
+    spread = (best_spread if best_spread is not None else spread) / 2
+    while spread >= MIN_SPREAD and spread not in tried and trial(spread):
         spread /= 2
-    worse = 0
-    while spread >= MIN_SPREAD and worse < 2:
-        worse = 0 if trial(spread) is not None else worse + 1
-        spread /= 2
-    if worse < 2:  # the smallest spreads did best: try none at all
-        trial(0.0)
+    if best_sched is None:  # every spread congested: the widest tried, to the end
+        trial(max(tried))
+    if best_spread is not None and best_spread < MIN_SPREAD * 2:
+        trial(0.0)  # no spread at all: the plain virtual deadlines
+    elif best_spread is not None:
+        below = max([sp for sp in tried if sp < best_spread], default=best_spread / 2)
+        mid = (best_spread * below) ** 0.5
+        if mid not in tried:
+            trial(mid)
     return best_sched
 
 
@@ -248,6 +259,13 @@ class Pressure:
         p = self.choice.best(machine)
         return p if p.peak <= machine.free_columns else None
 
+    def lower_bound(self, machine: Machine) -> LowerBound:
+        """What no order beats (`pressure.lower_bound`), tried at the tasks where the best
+        order needs the most."""
+        best = self.choice.best(machine)
+        steps = np.argsort(-best.need, kind="stable")[:BOUND_CANDIDATES]
+        return lower_bound(self.model, machine, [best.order[k] for k in steps])
+
     def fits(self, machine: Machine) -> bool:
         try:
             check_fits(self.tg, machine)
@@ -261,7 +279,7 @@ class Pressure:
         tg, best = self.tg, self.choice.best(machine)
         at = best.order[best.peak_at]
         live = _live_at(self.model, best.order, best.peak_at)
-        bound = lower_bound(self.model, machine, [at])
+        bound = self.lower_bound(machine)
         msg = (f"residual width binds at d={machine.d}: {machine.free_columns} free columns, and "
                f"the best order found needs {best.peak} at once (at {describe(tg.tasks[at].op)}, "
                f"live: {describe_groups(tg, live)})")
@@ -299,54 +317,21 @@ def _live_at(model: LiveModel, order: list[int], k: int) -> list[int]:
 
 def _ungated(tg: TaskGraph, machine: Machine, max_stall: int, setup: Setup | None = None,
              max_layers: int = 1 << 40) -> Schedule | None:
-    """The plain greedy scheduler: the light admission reserve, then the full one (see
-    `Admission`); None where both stall or pass `max_layers`."""
+    """The plain greedy scheduler (see `Admission`): the light admission reserve, then,
+    where that stalls or ends above the floor, the full one; the fewer layers, or None where
+    both stall or pass `max_layers`."""
     setup = setup or Setup(tg, machine)
+    best = None
     for full in (False, True):
         try:
-            return Scheduler(tg, machine, max_stall, full_reserve=full, setup=setup,
-                             give_up_after=2 * max_layers - 1).run()
+            got = Scheduler(tg, machine, max_stall, full_reserve=full, setup=setup,
+                            give_up_after=2 * max_layers - 1).run()
         except (ResidualStall, Abandoned):
-            pass
-    return None
-
-
-REPAIR_TRIES = 3  # extra schedules tried when the first one ends above the floor (full
-# reserve, then REPAIR_TRIES - 1 narrower widths)
-
-
-def _repair(tg: TaskGraph, machine: Machine, max_stall: int, sched: Schedule,
-            pressure: Pressure) -> Schedule:
-    """A schedule above its floor missed it under residual pressure; greedy admission is not
-    monotone in the room it has, so a few stricter variants (the full admission reserve,
-    then one and two heads' worth of columns less, where those widths fit) often get a layer
-    or more back. The fewest layers win; ties keep the first."""
-    if sched.n_layers <= sched.floor:
-        return sched
-    variants = [(machine, True)] + [
-        (dataclasses.replace(machine, d=machine.d - k * machine.d_head), False)
-        for k in range(1, REPAIR_TRIES) if machine.d - k * machine.d_head > machine.RESERVED]
-    for m, full in variants:
-        try:
-            bound = sched.n_layers - 1
-            if full:
-                other = Scheduler(tg, m, max_stall, full_reserve=True,
-                                  setup=Setup(tg, m, pressure.model),
-                                  give_up_after=2 * bound - 1).run()
-            else:
-                if not pressure.fits(m):
-                    continue
-                other = _ungated(tg, m, max_stall, Setup(tg, m, pressure.model), bound)
-                if other is None:
-                    continue
-        except GeometryError:
             continue
-        if other.n_layers < sched.n_layers:
-            other.machine = machine
-            sched = other
-            if sched.n_layers <= sched.floor:
-                break
-    return sched
+        if got.n_layers <= got.floor:
+            return got
+        best, max_layers = got, got.n_layers - 1
+    return best
 
 
 class ResidualStall(GeometryError):
@@ -429,7 +414,8 @@ class Scheduler:
     def __init__(self, tg: TaskGraph, machine: Machine, max_stall: int = 8,
                  full_reserve: bool = False, gate: OrderPressure | None = None,
                  spread: float = 0.0, model: LiveModel | None = None,
-                 give_up_after: int = 1 << 40, setup: Setup | None = None):
+                 give_up_after: int = 1 << 40, setup: Setup | None = None,
+                 pace: list[int] | None = None):
         setup = setup or Setup(tg, machine, model)
         self.tg, self.machine = tg, machine
         self.max_stall = max_stall  # sublayers without progress before the width is refused
@@ -449,12 +435,15 @@ class Scheduler:
             self.gate.deadlines(self.latest, spread * 2 * max(self.floor, 1))
         self.ready = Readiness.of(tg, self.needed)
         self.give_up_after = give_up_after  # a slot past which the schedule is not wanted
+        # tasks a better schedule had placed by each slot: falling far behind gives up early
+        self.pace = pace
+        self.placed_by_slot: list[int] = []
         self.lead = max(2, 2 * self.floor // LEAD_SHARE)  # (see `_candidates`)
         self.ranges = setup.model.ranges
         self.slot = [-1] * len(tg.tasks)  # task id -> its slot
         self.cancels: list[tuple[int, int]] = []  # (slot, group id)
         self.cancel_costs: dict[tuple[int, bool], Cost] = {}
-        self.todo = sum(self.needed)
+        self.todo = self.n_needed = sum(self.needed)
         self.stall = 0  # sublayers in a row without progress while tasks wait
         self.last_used = -1  # the last slot that placed a task
         self.heads_by_slot: list[int] = []
@@ -465,7 +454,7 @@ class Scheduler:
         self._place_sources()
         s = 0
         while self.todo:
-            if s > self.give_up_after:
+            if s > self.give_up_after or self._behind(s):
                 raise Abandoned(f"no better than {layer_of(self.give_up_after) + 1} layers")
             sub = self._open_sublayer(s)
             for entry in self._candidates(sub):
@@ -629,6 +618,14 @@ class Scheduler:
             cost = self.cancel_costs[key] = cancel_cost(self.ranges.signs(g), attention)
         return cost
 
+    def _behind(self, s: int) -> bool:
+        """Whether this schedule has fallen too far behind the pace of a better one (checked
+        every few sublayers) to beat it."""
+        if self.pace is None or s % 8 or not s or s >= len(self.pace):
+            return False
+        total = self.pace[-1]
+        return self.placed_by_slot[-1] < self.pace[s - 1] - PACE * total
+
     def _close_sublayer(self, sub: Sublayer) -> None:
         """Record the sublayer's use; count sublayers without progress and give up on the
         width after `max_stall` of them."""
@@ -636,6 +633,7 @@ class Scheduler:
         self.heads_by_slot.append(heads)
         self.neurons_by_slot.append(neurons)
         self.live_by_slot.append(self.groups.live)
+        self.placed_by_slot.append(self.n_needed - self.todo)
         if sub.placed or not self.todo:
             self.stall = 0
             return
@@ -659,6 +657,7 @@ class Scheduler:
         sched.neurons = _by_layer(self.neurons_by_slot, n_layers, operator.add)
         sched.occupancy = [live + m.RESERVED
                            for live in _by_layer(self.live_by_slot, n_layers, max)]
+        sched.placed_by_slot = self.placed_by_slot
         return sched
 
     # -- what the steps ask ------------------------------------------------------------

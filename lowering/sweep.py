@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-from lowering.machine import GeometryError, Machine
+from lowering.machine import MAX_DIM, GeometryError, Machine
 
 GROWTH = math.sqrt(2.0)  # each width of the default series is about sqrt(2) times the last
 MAX_POINTS = 24  # widths a default series may hold
@@ -56,7 +56,7 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
     `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
     width is a GeometryError naming why."""
     from lowering import check_module, check_pipeline, prepare
-    from lowering.schedule import schedule, smallest_fitting_d
+    from lowering.schedule import Pressure, schedule, smallest_fitting_d
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
     from twdialect.ops import gc_paused
@@ -65,12 +65,13 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
     with gc_paused():
         prepared = prepare(module, check_pipeline("width_sweep", pipeline))
         tg = TaskGraph(find_graph(prepared, graph))
+        pressure = Pressure(tg)
 
         def point(d: int) -> WidthPoint | None:
             m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
             t = time.perf_counter()
             try:
-                s = schedule(tg, m, suggest=False)
+                s = schedule(tg, m, suggest=False, pressure=pressure)
             except GeometryError:
                 return None
             return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
@@ -82,15 +83,11 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
             return [p for d in sorted(set(widths)) if (p := point(_whole(d, d_head)))]
         start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
         smallest = smallest_fitting_d(
-            tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden))
+            tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
+            pressure=pressure)
         if smallest is None:
-            raise GeometryError(f"width_sweep: no width fits at d_head={d_head} (searched up to "
-                                f"64x {start.d}, or the search budget ran out)")
+            raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
         first = point(smallest)
-        # (`compile` at a width also tries narrower ones with that width's MLP: step down while
-        # it still fits, so the curve starts where `compile` starts refusing)
-        while smallest - d_head > Machine.RESERVED and (lower := point(smallest - d_head)):
-            smallest, first = smallest - d_head, lower
         top = d_max or 64 * smallest
         if top < smallest:
             raise GeometryError(f"width_sweep: the smallest d that fits at d_head={d_head} is "

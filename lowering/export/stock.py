@@ -268,7 +268,7 @@ class StockPlan:
         if sched is None:
             raise ExportError("export: the model carries no schedule (build it with "
                               "lowering.compile); its value ranges are unknown")
-        from lowering.schedule import GroupRanges
+        from lowering.pressure import GroupRanges
 
         mag = GroupRanges(sched.tg)
         tw_bound = np.zeros(self.machine.d, np.float64)
