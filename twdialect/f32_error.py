@@ -32,6 +32,7 @@ Input errors `e_in` are carried through |W1| and |W2| (a Lipschitz bound).
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -136,13 +137,36 @@ def _family_samples(neurons: list[_Neuron], members: list[int]) -> np.ndarray:
     return np.unique(np.asarray(pts, dtype=np.float64))
 
 
+_BOUNDS: dict[bytes, np.ndarray] = {}  # memo of `mlp_error_bound`: unrolled loops repeat it
+_BOUNDS_MAX = 1 << 14
+
+
 def mlp_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
                     b2: np.ndarray | None, lo: np.ndarray, hi: np.ndarray,
                     integer: np.ndarray | None = None,
                     e_in: np.ndarray | None = None) -> np.ndarray:
     """Per output component, a bound on |float32 evaluation - exact evaluation| of
     relu(x @ w1 + b1) @ w2 + b2 for x in the box [lo, hi] (see the module docstring).
-    `integer[i]` says input i takes only integer values; `e_in[i]` bounds its incoming error."""
+    `integer[i]` says input i takes only integer values; `e_in[i]` bounds its incoming error.
+    Remembered by its arguments' bytes (a decomposed loop asks the same question often)."""
+    key = hashlib.sha1()
+    for a in (w1, b1, w2, b2, lo, hi, integer, e_in):
+        if a is None:
+            key.update(b"-")
+        else:
+            a = np.asarray(a)
+            key.update(f"{a.dtype}{a.shape}".encode())
+            key.update(np.ascontiguousarray(a).tobytes())
+    digest = key.digest()
+    got = _BOUNDS.get(digest)
+    if got is None:
+        if len(_BOUNDS) >= _BOUNDS_MAX:
+            _BOUNDS.clear()
+        got = _BOUNDS[digest] = _mlp_error_bound(w1, b1, w2, b2, lo, hi, integer, e_in)
+    return got.copy()
+
+
+def _mlp_error_bound(w1, b1, w2, b2, lo, hi, integer, e_in) -> np.ndarray:
     w1, w2 = np.asarray(w1, np.float64), np.asarray(w2, np.float64)
     n_in, n_hidden = w1.shape
     n_out = w2.shape[1]
