@@ -95,7 +95,12 @@ class LowerToTransformerPass(GraphPass):
         return chosen
 
     def run_on_graph(self, ctx: Context, graph: GraphOp) -> None:
+        from xdsl.rewriter import Rewriter
+
         from lowering.schedule import schedule
         from lowering.tasks import TaskGraph
 
-        annotate_schedule(schedule(TaskGraph(graph), self.machine()))
+        sched = schedule(TaskGraph(graph), self.machine())
+        if sched.tg.graph is not graph:  # the width needed cheap values recomputed: the IR
+            Rewriter.replace_op(graph, sched.tg.graph)  # shows the clones it schedules
+        annotate_schedule(sched)

@@ -169,6 +169,9 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
     pressure = pressure or Pressure(tg)
     best = pressure.best_fitting(machine)
     if best is None:
+        remat = pressure.rematerialized
+        if remat is not None and remat.best_fitting(machine) is not None:
+            return schedule(remat.tg, machine, max_stall, suggest, remat)
         raise pressure.refusal(machine, suggest)
     setup = Setup(tg, machine, pressure.model)
     sched = _ungated(tg, machine, max_stall, setup, UNGATED_LAYERS * max(setup.floor, 1) + 2)
@@ -237,11 +240,29 @@ class Pressure:
     question needs: the block order's peak first (usually enough), the other candidate orders
     only when it does not fit."""
 
-    def __init__(self, tg: TaskGraph):
+    def __init__(self, tg: TaskGraph, rematerialize: bool = True):
         self.tg = tg
         self.model = LiveModel(tg)
         self._choice: OrderChoice | None = None
         self._block = None
+        self._remat: Pressure | None | bool = None if rematerialize else False
+
+    @property
+    def rematerialized(self) -> Pressure | None:
+        """The pressure of a copy of the graph with cheap values recomputed next to their
+        later readers (`passes/rematerialize.py`), or None where no clone lowers the peak.
+        Made once, whatever the width, so the widths that fit stay those from a minimum up."""
+        if self._remat is None:
+            from passes.rematerialize import RematerializePass, candidates
+
+            remat = RematerializePass()
+            best = self.choice.best(remat.machine())
+            self._remat = False
+            if next(candidates(self.tg, self.model, best, remat.max_hidden), None):
+                copy = self.tg.graph.clone()
+                if remat.run_on_graph(None, copy):
+                    self._remat = Pressure(TaskGraph(copy), rematerialize=False)
+        return self._remat or None
 
     @property
     def choice(self) -> OrderChoice:
@@ -267,11 +288,16 @@ class Pressure:
         return lower_bound(self.model, machine, [best.order[k] for k in steps])
 
     def fits(self, machine: Machine) -> bool:
+        """Whether `schedule` succeeds at `machine`: the ops fit its layers and the best
+        order's peak (of the graph, or else of its rematerialized copy) its free columns."""
         try:
             check_fits(self.tg, machine)
         except GeometryError:
             return False
-        return self.best_fitting(machine) is not None
+        if self.best_fitting(machine) is not None:
+            return True
+        remat = self.rematerialized
+        return remat is not None and remat.best_fitting(machine) is not None
 
     def refusal(self, machine: Machine, suggest: bool = True) -> ResidualStall:
         """The width binds: the best order's peak, where it is reached and what is live there,
@@ -287,6 +313,10 @@ class Pressure:
             msg += f"; no order needs fewer ({_bound_text(tg, bound)})"
         else:
             msg += f"; no order needs fewer than {bound.columns} ({_bound_text(tg, bound)})"
+        remat = self.rematerialized
+        if remat is not None:
+            msg += (f"; recomputing cheap values next to their later readers, "
+                    f"{remat.choice.best(machine).peak}")
         if suggest:
             fit = smallest_fitting_d(tg, machine, pressure=self)
             msg += (f"; smallest d that fits (d_head={machine.d_head}, d_hidden="

@@ -28,6 +28,7 @@ TW_PASSES: dict[str, str] = {
     "select-tree-to-pwl2d": "passes.select_tree_to_pwl2d",
     "sequential-scope": "passes.sequential_scope",
     "balance-sums": "passes.balance_sums",
+    "rematerialize": "passes.rematerialize",
     "optimize": "passes.optimize",
     "lower-to-transformer": "lowering.lower_to_transformer",
 }
