@@ -5,6 +5,10 @@ layers, heads, neurons, stock parameters and scheduling time. One JSON object pe
     python3 bench/width_sweep.py                       # primitive + library programs, 10^3/10^4
     python3 bench/width_sweep.py --sizes 100000 --programs ""
     python3 bench/width_sweep.py --programs raycaster --sizes ""   # the bundled 10^4-op workload
+
+The summary line of each case also gives, at its smallest width, the columns the best order
+needs at once (`peak`; `peak_recomputed` where recomputing cheap values helps) against the
+proven lower bound (`lower_bound`), and the free columns there.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def cases(programs: list[str], sizes: list[int]):
             module, _ = raycaster.build(**(small if name.endswith("_small") else {}))
             yield name, module, 16, "default"
             continue
+        if name.startswith("renderer"):  # examples/primitive/renderer.py, torchwright style:
+            from examples.primitive import renderer  # "renderer" (3,801 ops), "_small" (521)
+
+            yield name, renderer.build(small=name.endswith("_small")).module, 16, "default"
+            continue
         kind, _, prog = name.rpartition("/")
         package = {"primitive": examples.primitive, "library": examples.library}[kind]
         p = package.load(prog)
@@ -47,8 +56,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="primitive/calculator,primitive/fibonacci,"
-                    "primitive/adder,library/calculator,library/sort_digits,raycaster_small",
-                    help="comma-separated; also 'raycaster' (23,561 ops: about 2 minutes)")
+                    "primitive/adder,library/calculator,library/sort_digits,raycaster_small,"
+                    "renderer_small,renderer",
+                    help="comma-separated; also 'raycaster' (23,561 ops: a few minutes)")
     ap.add_argument("--sizes", default="1000,10000")
     args = ap.parse_args()
     programs = [p for p in args.programs.split(",") if p]
@@ -61,9 +71,28 @@ def main() -> None:
         for p in curve:
             print(json.dumps({"case": name, **p.as_dict()}, sort_keys=True), flush=True)
         print(json.dumps({"case": name, "points": len(curve), "smallest_d": curve[0].d,
+                          **minimum(module, d_head, pipeline, curve[0].d),
                           "floor_at_d": curve[-1].d if curve[-1].n_layers <= curve[-1].floor
                           else None, "sweep_seconds": round(total, 2),
                           "peak_rss_mb": round(rss, 1)}, sort_keys=True), flush=True)
+
+
+def minimum(module, d_head: int, pipeline, d: int) -> dict:
+    """At the smallest width: the columns the best order needs at once (`peak`, the graph's
+    own; `peak_recomputed`, with cheap values recomputed where that was needed) and the
+    proven lower bound (`lower_bound`, columns no order of the graph beats)."""
+    from lowering import prepare
+    from lowering.machine import Machine
+    from lowering.schedule import Pressure
+    from lowering.tasks import TaskGraph
+    from twdialect.interp import find_graph
+
+    pressure = Pressure(TaskGraph(find_graph(prepare(module, pipeline))))
+    m = Machine(d=d, d_head=d_head)
+    remat = pressure.rematerialized
+    return {"free_columns": m.free_columns, "peak": pressure.choice.best(m).peak,
+            "peak_recomputed": remat.choice.best(m).peak if remat is not None else None,
+            "lower_bound": pressure.lower_bound(m).columns}
 
 
 if __name__ == "__main__":

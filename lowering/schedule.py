@@ -1,11 +1,17 @@
 """The scheduler: place every task in a sublayer slot, give every group its residual columns.
 
-A greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP; the slot,
-placement and free-add rules are `twdialect.analysis`'s, the ones the floor uses), in the
-seed's spirit: small, no hidden state, every decision local. `Scheduler.run` is the loop: each
-slot opens a `Sublayer` (its heads/neurons budget), offers it the ready tasks (`Readiness`),
-places those whose columns (`Columns`, `Lifetimes`) and `Admission` allow, cancels dead groups
-ahead under pressure, and closes it (a run of sublayers without progress is a stall).
+`schedule` first asks whether the width fits (`Pressure`, over `lowering/pressure.py`): it does
+when its free columns hold the peak of the best order found (or of a copy with cheap values
+recomputed, `passes/rematerialize.py`); then a schedule exists, and every wider width fits too.
+A refusal names that peak, what is live there, the proven lower bound and its cut, and the
+smallest d that fits (`smallest_fitting_d`, a bisection: the test is monotone in d).
+
+Then placement, a greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP;
+the slot, placement and free-add rules are `twdialect.analysis`'s, the ones the floor uses), in
+the seed's spirit: small, no hidden state, every decision local. `Scheduler.run` is the loop:
+each slot opens a `Sublayer` (its heads/neurons budget), offers it the ready tasks
+(`Readiness`), places those whose columns (`Columns`, `Lifetimes`) and admission allow, cancels
+dead groups ahead under pressure, and closes it.
 
 * Readiness: a task may run in slot s once every group it waits on is complete before s.
 * Priority: least slack first: the latest slot a task can take without pushing the graph past
@@ -17,30 +23,32 @@ ahead under pressure, and closes it (a run of sublayers without progress is a st
   min(inputs, outputs) value dims, packed d_head to a head.
 * Costs: every task's heads/dims/neurons come from its op kind's rule (`lowering/rules.py`),
   the table the weight writer writes from.
-* Columns: a group takes columns when its first writer runs and dies after its last reader;
-  dead columns are reclaimed lazily, only when a writer needs room: a cancel in the same
-  sublayer (attention: V=I, O=-I dims; MLP: two neurons per column) zeroes them while the
-  writer fills them (both land in the same residual add), unless the dead value is loud
-  enough to cost the new one its low bits (value ranges, `SAME_SUBLAYER_RATIO`): such columns
-  are refilled only after a cancel a sublayer ahead. Under pressure, dead groups are cancelled
-  ahead with the heads/neurons a sublayer has left.
-* Admission: new work (a task that retires no computed operand, e.g. the first step of another
-  loop iteration) may not take the last columns that work in flight may need next; a schedule
-  that still stalls is retried once with the full reserve, then at the 48 nearest narrower
-  widths (a narrower machine admits less at once and may fit), before the width is declared
-  too small: feasibility is monotone in d.
-* Repair: a schedule that ends above its floor tries a few stricter variants (full reserve,
-  one or two heads' worth of columns less); the fewest layers win.
+* Columns: a group takes columns when its first writer runs and dies after its last reader.
+  A writer may take the columns of the operands it reads last, and dead columns are
+  reclaimed lazily, only when a writer needs room: a cancel in the same sublayer (attention:
+  V=I, O=-I dims; MLP: two neurons per column) zeroes them while the writer fills them (both
+  land in the same residual add), unless the dead value is loud enough to cost the new one its
+  low bits (value ranges, `SAME_SUBLAYER_RATIO`): such columns are refilled only after a
+  cancel a sublayer ahead. Under pressure, dead groups are cancelled ahead with the
+  heads/neurons a sublayer has left.
+* Admission, plain: new work (a task that retires no computed operand, e.g. the first step of
+  another loop iteration) may not take the last columns that work in flight may need next
+  (`Admission`; the light reserve, then the full one). This pass runs first: where room is
+  ample it reaches the floor fastest.
+* Admission, gated: where the plain pass stalls or ends above the floor, the `OrderGate` lets
+  work run ahead of the best order only while that order can still finish within the width
+  (so the schedule cannot stall), and virtual deadlines spread the order over a number of
+  floors that `_gated` searches (`OrderGate.deadlines`: earlier work in the order is due
+  first, new work waits while the residual is full). The fewest layers win.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import bisect
+import dataclasses
 import heapq
 import itertools
 import operator
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,7 +57,6 @@ from lowering.layer import heads_needed
 from lowering.machine import MAX_DIM, GeometryError, Machine
 from lowering.pressure import (
     SAME_SUBLAYER_RATIO,  # noqa: F401 (re-exported)
-    GroupRanges,
     LiveModel,
     LowerBound,
     OrderChoice,

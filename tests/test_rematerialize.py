@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lowering
-from lowering import prepare
 from lowering.machine import GeometryError, Machine
 from lowering.schedule import Pressure, smallest_fitting_d
 from lowering.tasks import TaskGraph
@@ -18,7 +17,7 @@ from passes.rematerialize import RematerializePass
 from pass_checks import run_and_compare
 from twdialect import evaluate, parse_module
 from twdialect.interp import find_graph
-from twdialect.random_graphs import random_graph, sample_inputs
+from twdialect.random_graphs import random_graph
 
 EXAMPLE = (Path(__file__).parent / "filecheck" / "passes" / "rematerialize.mlir").read_text()
 
