@@ -118,9 +118,40 @@ def pick_width(curve: list[WidthPoint], max_layers: int | None = None,
     return min(ok, key=lambda p: (p.n_layers, p.params))
 
 
+def width_for(module, d_head: int, max_layers: int | None = None,
+              max_params: int | None = None, d_hidden: int | None = None,
+              pipeline: str | None = None, graph: str = "main",
+              curve: list[WidthPoint] | None = None) -> WidthPoint | None:
+    """The width to compile `graph` at for a target depth (`max_layers`: the narrowest d whose
+    schedule has at most that many layers) or a parameter budget (`max_params`: the shallowest
+    point of the curve within it); both: the narrowest meeting both. The curve's points are
+    about sqrt(2) apart, so for a depth the gap below the point `pick_width` chose is searched
+    too, one d_head at a time by bisection. None when no width qualifies."""
+    curve = curve or width_sweep(module, d_head, d_hidden=d_hidden, pipeline=pipeline,
+                                 graph=graph)
+    best = pick_width(curve, max_layers, max_params)
+    if best is None or max_layers is None:
+        return best
+    below = [p.d for p in curve if p.d < best.d]
+    lo = max(below) if below else best.d - d_head  # this one is too deep (or does not fit)
+    hi = best.d
+    while hi - lo > d_head:
+        mid = (lo + hi) // 2 // d_head * d_head
+        if mid <= lo:
+            break
+        (p,) = width_sweep(module, d_head, widths=[mid], d_hidden=d_hidden, pipeline=pipeline,
+                           graph=graph) or (None,)
+        if p is not None and p.n_layers <= max_layers and \
+                (max_params is None or p.params <= max_params):
+            hi, best = mid, p
+        else:
+            lo = mid
+    return best
+
+
 def _whole(d: float, step: int) -> int:
     """d rounded up to a multiple of `step`."""
     return int(math.ceil(d / step)) * step
 
 
-__all__ = ["WidthPoint", "width_sweep", "pick_width", "stock_params"]
+__all__ = ["WidthPoint", "width_sweep", "pick_width", "width_for", "stock_params"]

@@ -94,3 +94,34 @@ def test_tw_stats_sweep(tmp_path, calculator, curve):
     res = subprocess.run(cmd + ["--d-max", "8"], capture_output=True, text=True)
     assert res.returncode == 1 and res.stderr.count("\n") == 1
     assert "above d_max=8" in res.stderr
+
+
+def test_width_for_a_depth_is_the_narrowest_width_that_is_shallow_enough(calculator, curve):
+    """Between the curve's points too: every narrower width (one d_head at a time) is deeper
+    than the target."""
+    from lowering.sweep import width_for
+
+    target = curve[0].n_layers - 1  # the smallest width is too deep
+    if target < curve[-1].floor:
+        pytest.skip("the curve starts at its floor")
+    got = width_for(calculator, D_HEAD, max_layers=target, curve=curve)
+    assert got.n_layers <= target
+    assert got.d <= pick_width(curve, max_layers=target).d
+    narrower = width_sweep(calculator, D_HEAD, widths=range(curve[0].d, got.d, D_HEAD))
+    assert all(p.n_layers > target for p in narrower)
+    assert width_for(calculator, D_HEAD, max_layers=curve[-1].floor - 1, curve=curve) is None
+
+
+def test_tw_stats_picks_a_width_or_says_why_none(tmp_path, calculator, curve):
+    path = tmp_path / "calc.mlir"
+    path.write_text(print_module(calculator))
+    cmd = [sys.executable, "-m", "tools.tw_stats", str(path), "--sweep-d", "--d-head",
+           str(D_HEAD)]
+    res = subprocess.run(cmd + ["--max-layers", str(curve[-1].floor)], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1].startswith("pick: d=")
+    res = subprocess.run(cmd + ["--max-layers", str(curve[-1].floor - 1)], capture_output=True,
+                         text=True)
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert f"the critical-path floor {curve[-1].floor}" in res.stderr

@@ -3,6 +3,7 @@
     tw-stats graph.mlir --d 256 --d-head 16 [--d-hidden 1024] [-p default] [--json]
                         [--probe N]
     tw-stats graph.mlir --sweep-d --d-head 16 [-p default] [--d-max 4096] [--json]
+                        [--max-layers N] [--max-params N]
 
 The report: layers against the critical-path floor, per-layer ops / heads / neurons /
 residual occupancy with fill, parameters (graph / allocated / capacity), a per-annotation
@@ -11,7 +12,9 @@ of inputs that keep the graph's promises (numbers inside the declared ranges, in
 declared, token ids inside the vocabulary; at most the graph's `max_len` positions) and names
 the first op whose value diverges. `--sweep-d` prints the depth/width curve instead
 (`lowering.sweep`): per width, from the smallest d that fits to the width where the layers
-reach the floor, the layers, heads, neurons and stock parameters.
+reach the floor, the layers, heads, neurons and stock parameters; with `--max-layers N` (or
+`--max-params N`) it also picks the narrowest d with at most N layers (or the shallowest
+within N parameters).
 
 Error contract (tools/cli.py, as tw-opt): a bad flag or option value, an unreadable file, a
 parse or verifier error (located `file:line:col`), a graph that does not fit the geometry:
@@ -55,6 +58,12 @@ def _parser() -> ArgumentParser:
                          "layers reach the floor (--d-head fixed; --d-hidden fixed if given)")
     ap.add_argument("--d-max", type=bounded_int("--d-max", 3, MAX_DIM), default=None,
                     help="with --sweep-d: the widest d to try (default 64x the smallest)")
+    ap.add_argument("--max-layers", type=bounded_int("--max-layers", 1, 1 << 30), default=None,
+                    help="with --sweep-d: also pick the narrowest d with at most this many "
+                         "layers")
+    ap.add_argument("--max-params", type=bounded_int("--max-params", 1, 1 << 62), default=None,
+                    help="with --sweep-d: also pick the shallowest d within this many stock "
+                         "parameters")
     return ap
 
 
@@ -135,6 +144,25 @@ def _sweep(module, args) -> int:
             at_floor = "  (floor)" if p.n_layers <= p.floor else ""
             print(f"d={p.d:<6d} layers={p.n_layers:<4d} floor={p.floor:<4d} heads={p.heads:<5d} "
                   f"neurons={p.neurons:<6d} params={p.params}{at_floor}")
+    if args.max_layers is None and args.max_params is None:
+        return 0
+    from lowering.sweep import width_for
+
+    pick = width_for(module, args.d_head, args.max_layers, args.max_params,
+                     d_hidden=args.d_hidden, pipeline=args.pipeline, graph=args.graph,
+                     curve=curve)
+    target = " and ".join(t for t in (
+        args.max_layers and f"at most {args.max_layers} layers",
+        args.max_params and f"at most {args.max_params} parameters") if t)
+    if pick is None:
+        first, last = curve[0], curve[-1]
+        raise ToolError(f"no width gives {target}: the fewest layers are {last.n_layers} (the "
+                        f"critical-path floor {last.floor}, from d={last.d}), the fewest "
+                        f"parameters {first.params} (d={first.d}, the smallest that fits)")
+    if args.json:
+        print(json.dumps({"pick": pick.as_dict()}, sort_keys=True))
+    else:
+        print(f"pick: d={pick.d} ({target}): layers={pick.n_layers} params={pick.params}")
     return 0
 
 
