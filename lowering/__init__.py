@@ -133,6 +133,21 @@ def check_float32_magnitudes(graph) -> None:
                                 f"float32's {FLOAT32_MAX:.4g}: declare narrower input ranges")
 
 
+def pressure_of(module, tg, pipeline, graph: str = "main"):
+    """The residual pressure of `tg`, the graph `pipeline` made of `module`: where it does not
+    fit a width, the graph as written (decompose only) may stand in for it
+    (`lowering.schedule.Pressure.alternatives`): a pipeline never turns a graph that fits
+    into one that is refused."""
+    from lowering.schedule import Pressure
+    from lowering.tasks import TaskGraph
+    from twdialect.interp import find_graph
+
+    if not pipeline:
+        return Pressure(tg)
+    name = module.sym_name.data if isinstance(module, GraphOp) else graph
+    return Pressure(tg, as_written=lambda: TaskGraph(find_graph(prepare(module, None), name)))
+
+
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
     from lowering.materialize import materialize
     from lowering.precision import check_margins
@@ -150,7 +165,7 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
     seconds["passes"] = t1 - t0
     check_float32_magnitudes(g)
     tg = TaskGraph(g)
-    sched = schedule(tg, machine)
+    sched = schedule(tg, machine, pressure=pressure_of(module, tg, pipeline, graph))
     check_margins(sched, on_margin)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1

@@ -113,6 +113,7 @@ class Schedule:
     # cancel is one neuron (-relu(x), or relu(-x)), an unsigned one's two
     cancel_signs: dict[int, np.ndarray] = field(default_factory=dict)
     placed_by_slot: list[int] = field(default_factory=list)  # tasks placed through each slot
+    note: str = ""  # where the graph scheduled stands in for another (`Pressure.alternatives`)
 
 
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
@@ -166,19 +167,31 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
              pressure: Pressure | None = None) -> Schedule:
     """Place every task, or refuse the width naming what binds and the smallest d that fits.
 
-    A width fits when its free columns hold the peak of the best order found
-    (`lowering/pressure.py`); then the order-gated scheduler cannot stall, and every wider
-    width fits too. The plain greedy scheduler is tried first (it is as shallow as the
+    A width fits when its ops fit its layers (`check_fits`) and its free columns hold the
+    peak of the best order found (`lowering/pressure.py`); then the order-gated scheduler
+    cannot stall, and every wider width fits too. Where the graph does not fit, its
+    alternatives are tried (`Pressure.alternatives`: the same graph with cheap values
+    recomputed, the graph as written before the pipeline), the schedule then says which
+    (`Schedule.note`). The plain greedy scheduler is tried first (it is as shallow as the
     critical path allows when room is ample); where it stalls or ends above its floor, the
-    order-gated one runs too, and the fewest layers win. (`pressure`: the graph's, shared
-    by the calls of a depth/width sweep.)"""
-    check_fits(tg, machine)
+    order-gated one runs too, and the fewest layers win. (`pressure`: the graph's, shared by
+    the calls of a depth/width sweep.)"""
     pressure = pressure or Pressure(tg)
-    best = pressure.best_fitting(machine)
+    try:
+        check_fits(tg, machine)
+        best = pressure.best_fitting(machine)
+    except GeometryError:
+        best, structural = None, True
+    else:
+        structural = False
     if best is None:
-        remat = pressure.rematerialized
-        if remat is not None and remat.best_fitting(machine) is not None:
-            return schedule(remat.tg, machine, max_stall, suggest, remat)
+        for alt in pressure.alternatives():
+            if alt.fits(machine):
+                sched = schedule(alt.tg, machine, max_stall, suggest, alt)
+                sched.note = sched.note or alt.note
+                return sched
+        if structural:
+            check_fits(tg, machine)  # raises: an op too wide for this geometry
         raise pressure.refusal(machine, suggest)
     setup = Setup(tg, machine, pressure.model)
     sched = _ungated(tg, machine, max_stall, setup, UNGATED_LAYERS * max(setup.floor, 1) + 2)
@@ -247,18 +260,37 @@ class Pressure:
     question needs: the block order's peak first (usually enough), the other candidate orders
     only when it does not fit."""
 
-    def __init__(self, tg: TaskGraph, rematerialize: bool = True):
+    def __init__(self, tg: TaskGraph, rematerialize: bool = True, as_written=None,
+                 note: str = ""):
         self.tg = tg
         self.model = LiveModel(tg)
+        self.note = note  # what this graph is, when it stands in for another
         self._choice: OrderChoice | None = None
         self._block = None
         self._remat: Pressure | None | bool = None if rematerialize else False
+        self._as_written = as_written  # () -> the TaskGraph before the pipeline, if one ran
+        self._alternatives: list[Pressure] | None = None
+
+    def alternatives(self) -> list[Pressure]:
+        """What may stand in for the graph where it does not fit, in order: a copy with
+        cheap values recomputed next to their later readers (`rematerialized`), and the graph
+        as written, before the pipeline's rewrites (which can widen what is live at once),
+        and its own alternatives. Each is made once, whatever the width, so the widths at
+        which one of them fits are still those from a minimum up."""
+        if self._alternatives is None:
+            alts = [self.rematerialized] if self.rematerialized is not None else []
+            if self._as_written is not None:
+                plain = self._plain = Pressure(
+                    self._as_written(), note="compiled as written: the pipeline's graph does "
+                                             "not fit")
+                alts += [plain] + plain.alternatives()
+            self._alternatives = alts
+        return self._alternatives
 
     @property
     def rematerialized(self) -> Pressure | None:
         """The pressure of a copy of the graph with cheap values recomputed next to their
-        later readers (`passes/rematerialize.py`), or None where no clone lowers the peak.
-        Made once, whatever the width, so the widths that fit stay those from a minimum up."""
+        later readers (`passes/rematerialize.py`), or None where no clone lowers the peak."""
         if self._remat is None:
             from passes.rematerialize import RematerializePass, candidates
 
@@ -267,8 +299,11 @@ class Pressure:
             self._remat = False
             if next(candidates(self.tg, self.model, best, remat.max_hidden), None):
                 copy = self.tg.graph.clone()
-                if remat.run_on_graph(None, copy):
-                    self._remat = Pressure(TaskGraph(copy), rematerialize=False)
+                kept = remat.run_on_graph(None, copy)
+                if kept:
+                    self._remat = Pressure(
+                        TaskGraph(copy), rematerialize=False,
+                        note=f"recomputed {kept} cheap value(s) next to their later readers")
         return self._remat or None
 
     @property
@@ -294,17 +329,17 @@ class Pressure:
         steps = np.argsort(-best.need, kind="stable")[:BOUND_CANDIDATES]
         return lower_bound(self.model, machine, [best.order[k] for k in steps])
 
-    def fits(self, machine: Machine) -> bool:
+    def fits(self, machine: Machine, alternatives: bool = True) -> bool:
         """Whether `schedule` succeeds at `machine`: the ops fit its layers and the best
-        order's peak (of the graph, or else of its rematerialized copy) its free columns."""
+        order's peak its free columns, for the graph or (`alternatives`) one that may stand
+        in for it."""
         try:
             check_fits(self.tg, machine)
+            if self.best_fitting(machine) is not None:
+                return True
         except GeometryError:
-            return False
-        if self.best_fitting(machine) is not None:
-            return True
-        remat = self.rematerialized
-        return remat is not None and remat.best_fitting(machine) is not None
+            pass
+        return alternatives and any(alt.fits(machine, False) for alt in self.alternatives())
 
     def refusal(self, machine: Machine, suggest: bool = True) -> ResidualStall:
         """The width binds: the best order's peak, where it is reached and what is live there,
@@ -324,6 +359,10 @@ class Pressure:
         if remat is not None:
             msg += (f"; recomputing cheap values next to their later readers, "
                     f"{remat.choice.best(machine).peak}")
+        if self._as_written is not None:
+            self.alternatives()
+            msg += (f"; the graph as written, before the pipeline, "
+                    f"{self._plain.choice.best(machine).peak}")
         if suggest:
             fit = smallest_fitting_d(tg, machine, pressure=self)
             msg += (f"; smallest d that fits (d_head={machine.d_head}, d_hidden="

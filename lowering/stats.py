@@ -43,6 +43,7 @@ class Stats:
     total_capacity: int
     per_annotation: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    note: str = ""  # where the compiled graph stands in for the one asked for (the width)
 
     @property
     def depth_ratio(self) -> float:
@@ -62,6 +63,7 @@ class Stats:
             f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
             f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
             f"capacity {self.total_capacity}  cancels {self.cancels}",
+        ] + ([f"note: {self.note}"] if self.note else []) + [
             "layer    ops  heads (fill)  neurons (fill)  residual (fill)",
         ]
         n_heads = self.d // self.d_head
@@ -101,7 +103,7 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         ops_per_layer=ops_per_layer,
         graph_params=graph_params(tg.graph), allocated_params=allocated,
         total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=_per_annotation(sched),
-        seconds=dict(seconds or {}))
+        seconds=dict(seconds or {}), note=sched.note)
 
 
 def _per_annotation(sched: Schedule) -> dict[str, dict]:

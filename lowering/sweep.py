@@ -34,6 +34,7 @@ class WidthPoint:
     neurons: int  # summed over layers
     params: int  # the stock layout's weights and biases (as `ct.allocated_params()` counts)
     seconds: float
+    note: str = ""  # where the graph scheduled stands in for the one asked for (`Schedule.note`)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -55,17 +56,17 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
     each step, until the layers reach the floor or `d_max` (default 64x the smallest).
     `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
     width is a GeometryError naming why."""
-    from lowering import check_module, check_pipeline, prepare
-    from lowering.schedule import Pressure, schedule, smallest_fitting_d
+    from lowering import check_module, check_pipeline, prepare, pressure_of
+    from lowering.schedule import schedule, smallest_fitting_d
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
     from twdialect.ops import gc_paused
 
     check_module("width_sweep", module)
     with gc_paused():
-        prepared = prepare(module, check_pipeline("width_sweep", pipeline))
-        tg = TaskGraph(find_graph(prepared, graph))
-        pressure = Pressure(tg)
+        passes = check_pipeline("width_sweep", pipeline)
+        tg = TaskGraph(find_graph(prepare(module, passes), graph))
+        pressure = pressure_of(module, tg, passes, graph)
 
         def point(d: int) -> WidthPoint | None:
             m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
@@ -77,7 +78,7 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
             return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
                               s.n_layers, s.floor, int(sum(s.attn_heads)), int(sum(s.neurons)),
                               stock_params(m, s.attn_heads, s.neurons),
-                              time.perf_counter() - t)
+                              time.perf_counter() - t, s.note)
 
         if widths is not None:
             return [p for d in sorted(set(widths)) if (p := point(_whole(d, d_head)))]
