@@ -7,8 +7,8 @@ layers, heads, neurons, stock parameters and scheduling time. One JSON object pe
     python3 bench/width_sweep.py --programs raycaster --sizes ""   # the bundled 10^4-op workload
 
 The summary line of each case also gives, at its smallest width, the columns the best order
-needs at once (`peak`; `peak_recomputed` where recomputing cheap values helps) against the
-proven lower bound (`lower_bound`), and the free columns there.
+needs at once (`peak`) against the proven lower bound (`lower_bound`) and the free columns
+there, for the graph that compiles there (`graph`: the pipeline's, or what stands in for it).
 """
 
 from __future__ import annotations
@@ -78,21 +78,22 @@ def main() -> None:
 
 
 def minimum(module, d_head: int, pipeline, d: int) -> dict:
-    """At the smallest width: the columns the best order needs at once (`peak`, the graph's
-    own; `peak_recomputed`, with cheap values recomputed where that was needed) and the
-    proven lower bound (`lower_bound`, columns no order of the graph beats)."""
-    from lowering import prepare
+    """At the smallest width: the columns the best order needs at once (`peak`) against the
+    proven lower bound (`lower_bound`, columns no order beats) and the free columns there, of
+    the graph that compiles there (`graph`: the pipeline's, or the one standing in for it:
+    `Schedule.note`)."""
+    from lowering import check_pipeline, prepare, pressure_of
     from lowering.machine import Machine
-    from lowering.schedule import Pressure
     from lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
-    pressure = Pressure(TaskGraph(find_graph(prepare(module, pipeline))))
+    passes = check_pipeline("width_sweep", pipeline)
+    pressure = pressure_of(module, TaskGraph(find_graph(prepare(module, passes))), passes)
     m = Machine(d=d, d_head=d_head)
-    remat = pressure.rematerialized
-    return {"free_columns": m.free_columns, "peak": pressure.choice.best(m).peak,
-            "peak_recomputed": remat.choice.best(m).peak if remat is not None else None,
-            "lower_bound": pressure.lower_bound(m).columns}
+    used = pressure if pressure.fits(m, alternatives=False) else \
+        next(a for a in pressure.alternatives() if a.fits(m, alternatives=False))
+    return {"free_columns": m.free_columns, "peak": used.choice.best(m).peak,
+            "lower_bound": used.lower_bound(m).columns, "graph": used.note or "pipeline"}
 
 
 if __name__ == "__main__":
