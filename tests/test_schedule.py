@@ -326,3 +326,70 @@ def test_an_op_wider_than_the_mlp_is_refused_naming_d_hidden():
 
     with pytest.raises(GeometryError, match="needs 8 MLP neurons, d_hidden=4"):
         Placed(build, d_hidden=4)
+
+
+# --------------------------------------------------------------------------------------
+# The order gate (pressure-aware admission)
+# --------------------------------------------------------------------------------------
+
+
+def _two_chains():
+    """Two independent chains from x, each 2 -> 4 -> 1, joined at the end."""
+    x = _input("x", 2)
+    outs, vals = [], {}
+    for i in range(2):
+        a = tw.mlp(x, np.ones((2, 4)), None, np.eye(4))
+        b = tw.mlp(a, np.ones((4, 2)), None, np.ones((2, 1)))
+        vals[f"a{i}"], vals[f"b{i}"] = a, b
+        outs.append(b)
+    tw.output("y", tw.linear(tw.concat(*outs), np.ones((2, 1))))
+    return vals
+
+
+def _gate(build, d):
+    from lowering.pressure import LiveModel, OrderChoice
+    from lowering.schedule import OrderGate
+
+    with tw.Graph("main") as g:
+        values = build()
+    tg = TaskGraph(g.op)
+    model = LiveModel(tg)
+    machine = Machine(d, 1, 64)
+    best = OrderChoice(model).best(machine)
+    task = {t.op: t for t in tg.tasks}
+    return OrderGate(best, model, machine.free_columns), best, tg, \
+        {k: task[v.owner] for k, v in values.items()}
+
+
+def test_the_gate_admits_the_orders_next_task_and_work_ahead_only_within_the_budget():
+    """x (2) stays live while the first chain runs; its peak is x + a (4) + b's new column:
+    7 at least. With 7 free columns, the second chain's first step (4 new columns) may not run
+    ahead of the first chain; with 11 it may."""
+    gate, best, tg, t = _gate(_two_chains, d=9)  # 7 free columns
+    assert best.peak <= 7
+    first = tg.tasks[best.order[0]]
+    assert gate.front_task() == first.tid and gate.admits(first, 4, [])
+    other = t["a1"] if first is t["a0"] else t["a0"]
+    assert not gate.admits(other, 4, [])
+    wide, *_ = _gate(_two_chains, d=13)  # 11 free columns
+    assert wide.admits(other, 4, [])
+
+
+def test_placing_ahead_of_the_order_raises_the_level_until_the_orders_own_write():
+    gate, best, tg, t = _gate(_two_chains, d=13)
+    first = tg.tasks[best.order[0]]
+    other = t["a1"] if first is t["a0"] else t["a0"]
+    k = gate.pos[other.tid]
+    before = gate.level.copy()
+    gate.placed(other, 4)
+    assert (gate.level[:k] == before[:k] + 4).all()  # counted until its own turn
+    assert gate.level[k] < 0  # that step has run
+    assert (gate.level[k + 1:] == before[k + 1:]).all()
+
+
+def test_virtual_deadlines_grow_along_the_order():
+    gate, best, tg, t = _gate(_two_chains, d=13)
+    latest = [0] * len(tg.tasks)
+    dl = gate.deadlines(latest, span=10.0)
+    assert [dl[tid] for tid in best.order] == sorted(dl[tid] for tid in best.order)
+    assert gate.deadlines(latest, 0.0) == [0.0] * len(tg.tasks)
