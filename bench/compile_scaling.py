@@ -26,12 +26,12 @@ def _peak_mb() -> float:
 def run_one(n_ops: int, d: int, d_head: int, d_hidden: int, check: bool, seed: int) -> dict:
     import torch  # noqa: F401 - import cost is not a compile stage
 
-    from lowering.machine import Machine
-    from lowering.materialize import materialize
-    from lowering.model import CompiledTransformer
-    from lowering.schedule import schedule
-    from lowering.stats import make_stats
-    from lowering.tasks import TaskGraph
+    from tw_lowering.machine import Machine
+    from tw_lowering.materialize import materialize
+    from tw_lowering.model import CompiledTransformer
+    from tw_lowering.schedule import schedule
+    from tw_lowering.stats import make_stats
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
     from twdialect.random_graphs import layered_graph
 

@@ -40,7 +40,7 @@ def peak_rss_mb() -> float:
 
 def build(case: str):
     """(module, geometry, vocab, end, token ids for a forward) of a case name."""
-    import examples
+    import tw_examples as examples
 
     if case.startswith("layered_"):
         from twdialect.random_graphs import layered_graph
@@ -77,7 +77,7 @@ def stock_runner(fmt: str, path: str, device: str):
             return out[0].float().cpu().numpy()
         return run
     if fmt == "tlens":
-        from lowering.export.tlens import load_tlens
+        from tw_lowering.export.tlens import load_tlens
 
         model = load_tlens(path, device=device)
 
@@ -86,13 +86,13 @@ def stock_runner(fmt: str, path: str, device: str):
                 return model(torch.as_tensor(ids, device=device)[None])[0].float().cpu().numpy()
         return run
     if fmt == "onnx":
-        from lowering.export.onnx import load_onnx
+        from tw_lowering.export.onnx import load_onnx
 
         model = load_onnx(path)
         return lambda ids: np.concatenate(list(model.run({"tokens": np.asarray(ids, np.int64)})
                                                .values()), axis=1)
     if fmt == "gguf":
-        from lowering.export.gguf import load_gguf
+        from tw_lowering.export.gguf import load_gguf
 
         model = load_gguf(path)
         return lambda ids: model.logits(list(map(int, ids)))
@@ -101,8 +101,8 @@ def stock_runner(fmt: str, path: str, device: str):
 
 def one(case: str, fmt: str, positions: int, repeats: int, device: str) -> dict:
     """Compile `case`, export it as `fmt`, run both: one result row (in this process)."""
-    import lowering
-    from lowering.export import export
+    import tw_lowering as lowering
+    from tw_lowering.export import export
 
     module, (d, dh, dhid), vocab, end, pipeline = build(case)
     t = time.perf_counter()
@@ -124,7 +124,7 @@ def one(case: str, fmt: str, positions: int, repeats: int, device: str) -> dict:
         row.update(bytes=size, file_params=report.get("padded_params", report.get("params")),
                    trimmed_params=ct.stored_params(), geometry=report.get("geometry"))
         if positions:
-            from lowering.export.stock import StockPlan
+            from tw_lowering.export.stock import StockPlan
 
             n = min(positions, StockPlan(ct).geometry.n_ctx)
             vocab_n = ct.contract.specs[0].vocab if ct.contract.specs else 1
@@ -143,8 +143,8 @@ def one(case: str, fmt: str, positions: int, repeats: int, device: str) -> dict:
             row["tw_forward_ms"] = 1e3 * median_seconds(lambda: ct_dev.run(feeds), repeats)
             row["stock_over_tw"] = row["stock_forward_ms"] / row["tw_forward_ms"]
             if vocab is not None:  # a token program: greedy generations, export vs tw-run
-                import examples
-                from examples.token_program import generate
+                import tw_examples as examples
+                from tw_examples.token_program import generate
 
                 p = examples.load(case)
                 rng = np.random.default_rng(1)

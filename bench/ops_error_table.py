@@ -57,7 +57,7 @@ def measure_case(case, compiled: bool) -> dict:
            "allowed_abs": case.atol, "allowed_rel": case.rtol}
     ct = None
     if compiled:
-        from lowering import compile
+        from tw_lowering import compile
 
         ct = compile(module, **GEOMETRY)
         s = ct.stats
@@ -160,8 +160,8 @@ def main(argv=None) -> int:
     compiled = not args.oracle_only
     if compiled:
         try:
-            import lowering  # noqa: F401
-            from lowering import compile  # noqa: F401
+            import tw_lowering as lowering  # noqa: F401
+            from tw_lowering import compile  # noqa: F401
         except ImportError:
             compiled = False
     cases = [c for c in CASES if not args.op or c.op in args.op]

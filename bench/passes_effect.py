@@ -52,8 +52,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from passes import run_pipeline  # noqa: E402
-from passes.optimize import DEFAULT_SPEC  # noqa: E402
+from tw_passes import run_pipeline  # noqa: E402
+from tw_passes.optimize import DEFAULT_SPEC  # noqa: E402
 from twdialect import ops as tw  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402
@@ -293,7 +293,7 @@ EXAMPLE_SEED = 2026
 
 
 def example_cases() -> list[Case]:
-    import examples
+    import tw_examples as examples
 
     return [Case(f"example/{prog}/{spec_name}", spec, lambda: None, program=prog)
             for prog in examples.PROGRAMS for spec_name, spec in EXAMPLE_PIPELINES.items()]
@@ -327,7 +327,7 @@ def graph_figures(module) -> dict:
 
 def compile_with_figures(module, d: int, d_head: int, d_hidden: int | None = None):
     """(figures, compiled model or None when the lowering refused the graph)."""
-    from lowering import compile
+    from tw_lowering import compile
 
     try:
         ct = compile(module, d=d, d_head=d_head, d_hidden=d_hidden)
@@ -364,7 +364,7 @@ def _example_prompts(program, n: int, seed: int) -> list[str]:
 def _example_figures(program, prompts: list[str], compiled: bool) -> dict:
     """Graph (and compiled) figures of program.module as it is now, with the fraction of
     `prompts` answered exactly by the oracle and by the compiled model."""
-    from examples.token_program import matches_reference, oracle_runner
+    from tw_examples.token_program import matches_reference, oracle_runner
 
     fig = graph_figures(program.module)
     oracle = oracle_runner(program)
@@ -391,7 +391,7 @@ def _fraction(program, prompts, runner, check) -> float:
 @functools.cache
 def _example_before(name: str, compiled: bool, n_prompts: int, seed: int) -> dict:
     """The unchanged program's figures (the same for every pipeline: measured once)."""
-    import examples
+    import tw_examples as examples
 
     program = examples.load(name)
     return _example_figures(program, _example_prompts(program, n_prompts, seed), compiled)
@@ -402,7 +402,7 @@ def run_example(name: str, pipeline: str, compiled: bool = True,
     """Figures of token program `name` before and after `pipeline` (a spec or a key of
     EXAMPLE_PIPELINES), on its graph as built, compiled at the suite's geometry, with the
     exactness check on `n_prompts` random prompts (see the module docstring)."""
-    import examples
+    import tw_examples as examples
 
     spec = EXAMPLE_PIPELINES.get(pipeline, pipeline)
     program = examples.load(name)

@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.token_program import matches_reference, oracle_runner  # noqa: E402
+from tw_examples.token_program import matches_reference, oracle_runner  # noqa: E402
 
 PIPELINES = (None, "default")
 
@@ -84,19 +84,19 @@ class Case:
 
 
 def cases(quick: bool) -> list[Case]:
-    import examples.primitive as prim
-    from examples.primitive import synthetic
+    import tw_examples.primitive as prim
+    from tw_examples.primitive import synthetic
 
     out = []
     for name in prim.PROGRAMS:
         out.append(Case(f"primitive/{name}", "primitive", lambda n=name: prim.load(n)))
     try:
-        import examples.library as lib
+        import tw_examples.library as lib
         names = lib.PROGRAMS
     except ImportError:
         names = ()
     for name in names:
-        if importlib.util.find_spec(f"examples.library.{name}") is None:
+        if importlib.util.find_spec(f"tw_examples.library.{name}") is None:
             continue
         out.append(Case(f"library/{name}", "library", lambda n=name: lib.load(n)))
     for syn in synthetic.default_suite(quick):
@@ -121,9 +121,9 @@ def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int) -> tuple:
     """(the smallest multiple of d_head, same d_head and d_hidden, at which the schedule fits,
     the layers there): `lowering.schedule.smallest_fitting_d`, an exact bisection; (None,
     None) when nothing up to 64x d fits."""
-    from lowering import Machine, prepare
-    from lowering.schedule import schedule, smallest_fitting_d
-    from lowering.tasks import TaskGraph
+    from tw_lowering import Machine, prepare
+    from tw_lowering.schedule import schedule, smallest_fitting_d
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     tg = TaskGraph(find_graph(prepare(module, pipeline)))
@@ -136,8 +136,8 @@ def smallest_d(module, pipeline, d: int, d_head: int, d_hidden: int) -> tuple:
 
 def hand_tuned(program: str, d: int, d_head: int, d_hidden: int) -> dict:
     """The bundled hand-tuned program of that name at the same geometry (default pipeline)."""
-    import examples
-    from lowering import compile  # noqa: A004
+    import tw_examples as examples
+    from tw_lowering import compile  # noqa: A004
 
     ct = compile(examples.load(program).module, d=d, d_head=d_head, d_hidden=d_hidden,
                  pipeline="default")
@@ -164,7 +164,7 @@ def exactness(case: Case, obj, run, n: int, seed: int) -> float:
 
 
 def measure(case: Case, obj, pipeline, n_prompts: int, seed: int, search: bool) -> dict:
-    from lowering import GeometryError, compile  # noqa: A004
+    from tw_lowering import GeometryError, compile  # noqa: A004
 
     module = obj.module
     if case.kind == "synthetic":

@@ -154,7 +154,7 @@ class DenseTransformer(nn.Module):
 
 def capture(fn, dev):
     """fn as a replayable CUDA graph."""
-    from lowering.model import cuda_graph
+    from tw_lowering.model import cuda_graph
 
     with torch.cuda.device(dev):
         return cuda_graph(fn)[0].replay
@@ -163,7 +163,7 @@ def capture(fn, dev):
 # -- cases ---------------------------------------------------------------------------------
 
 def cases(sizes):
-    from examples import adder, calculator
+    from tw_examples import adder, calculator
     from twdialect.random_graphs import layered_graph, sample_inputs
 
     for mod, text in ((calculator, "123*456="), (adder, "123+456=")):
@@ -212,7 +212,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def bench_case(name, module, geometry, feeds_of, max_len, args, devices):
-    from lowering import compile
+    from tw_lowering import compile
 
     t = time.perf_counter()
     ct = compile(module, d=geometry[0], d_head=geometry[1], d_hidden=geometry[2],
@@ -266,7 +266,7 @@ def bench_case(name, module, geometry, feeds_of, max_len, args, devices):
 
 def bench_decode(ct, dense, name, feeds_of, max_len, batch, dev, label, bw, args, n_ops,
                  shape=None):
-    from lowering.decode import Decoder
+    from tw_lowering.decode import Decoder
 
     prompt = min(PROMPT, max_len - 1)
     capacity = min(max_len, prompt + args.steps + 1)
@@ -308,7 +308,7 @@ def bench_decode(ct, dense, name, feeds_of, max_len, batch, dev, label, bw, args
 
 
 def bench_dense_decode(ct, dense, shape, row, checked, prompt, capacity, dev, args):
-    from lowering.decode import bucket_sizes
+    from tw_lowering.decode import bucket_sizes
 
     batch = len(checked)
     nxt = [type(c)({k: v[prompt:] for k, v in c.values.items()}, 1) for c in checked]

@@ -36,12 +36,12 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import twdialect.ops as tw  # noqa: E402
-from lowering import compile, prepare  # noqa: E402
-from lowering.machine import GeometryError, Machine  # noqa: E402
-from lowering.schedule import schedule  # noqa: E402
-from lowering.tasks import TaskGraph  # noqa: E402
-from passes import run_pipeline  # noqa: E402
-from passes.sequential_scope import candidate_batch_sizes, choose_batch_sizes  # noqa: E402
+from tw_lowering import compile, prepare  # noqa: E402
+from tw_lowering.machine import GeometryError, Machine  # noqa: E402
+from tw_lowering.schedule import schedule  # noqa: E402
+from tw_lowering.tasks import TaskGraph  # noqa: E402
+from tw_passes import run_pipeline  # noqa: E402
+from tw_passes.sequential_scope import candidate_batch_sizes, choose_batch_sizes  # noqa: E402
 from twdialect import evaluate  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402

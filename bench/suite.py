@@ -22,14 +22,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import examples  # noqa: E402
-from examples.token_program import matches_reference, oracle_runner  # noqa: E402
+import tw_examples as examples  # noqa: E402
+from tw_examples.token_program import matches_reference, oracle_runner  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402
 
 
 def measure(name: str, n_prompts: int, seed: int, with_oracle: bool) -> dict:
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     program = examples.load(name)
     geo = program.geometry

@@ -23,13 +23,13 @@ def digest(ct) -> str:
 
 
 def main() -> None:
-    import examples
-    import examples.library
-    import examples.primitive
-    import lowering
+    import tw_examples as examples
+    import tw_examples.library
+    import tw_examples.primitive
+    import tw_lowering as lowering
     from twdialect.random_graphs import layered_graph
 
-    sets = (("", examples), ("library/", examples.library), ("primitive/", examples.primitive))
+    sets = (("", examples), ("library/", tw_examples.library), ("primitive/", tw_examples.primitive))
     for prefix, package in sets:
         for name in package.PROGRAMS:
             p = package.load(name)

@@ -25,25 +25,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def cases(programs: list[str], sizes: list[int]):
     """(name, module, d_head, pipeline) of each case."""
-    import examples.library
-    import examples.primitive
+    import tw_examples.library
+    import tw_examples.primitive
     from twdialect.random_graphs import layered_graph
 
     for name in programs:
         if name.startswith("raycaster"):  # examples/raycaster.py: "raycaster" (23,561 ops),
-            from examples import raycaster  # "raycaster_small" (441)
+            from tw_examples import raycaster  # "raycaster_small" (441)
 
             small = dict(n_columns=4, map=raycaster.SMALL_MAP, steps=8)
             module, _ = raycaster.build(**(small if name.endswith("_small") else {}))
             yield name, module, 16, "default"
             continue
         if name.startswith("renderer"):  # examples/primitive/renderer.py, torchwright style:
-            from examples.primitive import renderer  # "renderer" (3,801 ops), "_small" (521)
+            from tw_examples.primitive import renderer  # "renderer" (3,801 ops), "_small" (521)
 
             yield name, renderer.build(small=name.endswith("_small")).module, 16, "default"
             continue
         kind, _, prog = name.rpartition("/")
-        package = {"primitive": examples.primitive, "library": examples.library}[kind]
+        package = {"primitive": tw_examples.primitive, "library": tw_examples.library}[kind]
         p = package.load(prog)
         yield name, p.module, p.geometry.d_head, "default"
     for n in sizes:
@@ -52,7 +52,7 @@ def cases(programs: list[str], sizes: list[int]):
 
 
 def main() -> None:
-    from lowering.sweep import width_sweep
+    from tw_lowering.sweep import width_sweep
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="primitive/calculator,primitive/fibonacci,"
@@ -82,9 +82,9 @@ def minimum(module, d_head: int, pipeline, d: int) -> dict:
     proven lower bound (`lower_bound`, columns no order beats) and the free columns there, of
     the graph that compiles there (`graph`: the pipeline's, or the one standing in for it:
     `Schedule.note`)."""
-    from lowering import check_pipeline, prepare, pressure_of
-    from lowering.machine import Machine
-    from lowering.tasks import TaskGraph
+    from tw_lowering import check_pipeline, prepare, pressure_of
+    from tw_lowering.machine import Machine
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     passes = check_pipeline("width_sweep", pipeline)

@@ -10,4 +10,4 @@ def load(name: str):
 
     if name not in PROGRAMS:
         raise KeyError(f"unknown program {name!r} (known: {', '.join(PROGRAMS)})")
-    return importlib.import_module(f"examples.{name}").build()
+    return importlib.import_module(f"tw_examples.{name}").build()

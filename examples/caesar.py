@@ -17,7 +17,7 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples.token_program import (
+from tw_examples.token_program import (
     Anchor,
     Geometry,
     PromptError,

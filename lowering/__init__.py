@@ -1,6 +1,6 @@
 """Lowering: schedule a tw graph onto transformer layers and materialize PyTorch weights.
 
-    from lowering import compile
+    from tw_lowering import compile
     ct = compile(module, d=256, d_head=16, d_hidden=1024)
     ct.run({"x": xs})            # same contract as twdialect.evaluate
     ct.stats.n_layers, ct.stats.floor
@@ -13,8 +13,8 @@ import time
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from lowering.machine import GeometryError, Machine
-from lowering.tasks import LoweringError
+from tw_lowering.machine import GeometryError, Machine
+from tw_lowering.tasks import LoweringError
 from twdialect import ArgumentError
 from twdialect.dialect import GraphOp
 from twdialect.ops import gc_paused
@@ -25,7 +25,7 @@ def prepare(module, pipeline: str | tuple | None = None):
     `check_pipeline`) applied, then `decompose` where library ops remain. A lone GraphOp is
     copied into a module of its own first (the passes rewrite the graphs of a module: on a bare
     graph `decompose` did nothing)."""
-    from passes import needs_decompose, run_pipeline
+    from tw_passes import needs_decompose, run_pipeline
 
     check_module("prepare", module)
     passes = check_pipeline("prepare", pipeline)
@@ -34,7 +34,7 @@ def prepare(module, pipeline: str | tuple | None = None):
     module = ModuleOp([module.clone()]) if isinstance(module, GraphOp) else module.clone()
     run_pipeline(module, passes)
     if needs_decompose(module):
-        from passes.decompose import DecomposePass
+        from tw_passes.decompose import DecomposePass
 
         run_pipeline(module, (DecomposePass(),))
     return module
@@ -51,7 +51,7 @@ def check_pipeline(fn: str, pipeline) -> tuple:
     """`pipeline` as the passes to run, checked before any work: None or "" for none,
     "default" for DEFAULT_PIPELINE, a spec string such as "canonicalize,cse", or a tuple of
     pass objects. A bad one is a PipelineError naming `fn`, or the pass or option."""
-    from passes import PipelineError, pipeline_passes
+    from tw_passes import PipelineError, pipeline_passes
 
     if pipeline is None:
         return ()
@@ -60,7 +60,7 @@ def check_pipeline(fn: str, pipeline) -> tuple:
                             f"\"canonicalize,cse\", a tuple of passes, or None, got "
                             f"{type(pipeline).__name__}")
     if isinstance(pipeline, str) and pipeline.strip() == "default":
-        from passes.optimize import DEFAULT_PIPELINE
+        from tw_passes.optimize import DEFAULT_PIPELINE
 
         return DEFAULT_PIPELINE
     return pipeline_passes(pipeline)
@@ -138,8 +138,8 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
     fit a width, the graph as written (decompose only) may stand in for it
     (`lowering.schedule.Pressure.alternatives`): a pipeline never turns a graph that fits
     into one that is refused."""
-    from lowering.schedule import Pressure
-    from lowering.tasks import TaskGraph
+    from tw_lowering.schedule import Pressure
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     if not pipeline:
@@ -149,12 +149,12 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
 
 
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
-    from lowering.materialize import materialize
-    from lowering.precision import check_margins
-    from lowering.model import CompiledTransformer
-    from lowering.schedule import schedule
-    from lowering.stats import make_stats
-    from lowering.tasks import TaskGraph
+    from tw_lowering.materialize import materialize
+    from tw_lowering.precision import check_margins
+    from tw_lowering.model import CompiledTransformer
+    from tw_lowering.schedule import schedule
+    from tw_lowering.stats import make_stats
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     seconds = {}

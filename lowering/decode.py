@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from lowering.model import CompiledTransformer, additive_mask, attend, cuda_graph, finite_rows
+from tw_lowering.model import CompiledTransformer, additive_mask, attend, cuda_graph, finite_rows
 from twdialect.errors import TwError
 from twdialect.inputs import CheckedInputs
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.machine import Machine
-from lowering.tasks import POS_GROUP, Refs
+from tw_lowering.machine import Machine
+from tw_lowering.tasks import POS_GROUP, Refs
 
 
 @dataclass

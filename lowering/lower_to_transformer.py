@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, UnitAttr, i64
 
-from lowering.machine import Machine
-from passes.graph_pass import GraphPass, graphs_of
+from tw_lowering.machine import Machine
+from tw_passes.graph_pass import GraphPass, graphs_of
 from twdialect.analysis import accumulating_adds, is_attention_slot, layer_of, sublayer_name
 from twdialect.dialect import AttnOp, GraphOp, int_prop
 
@@ -32,7 +32,7 @@ def annotate_schedule(sched) -> None:
         op = t.op
         op.attributes["tw.layer"] = int_prop(layer_of(s))
         op.attributes["tw.sublayer"] = StringAttr(sublayer_name(s))
-        from lowering.rules import task_cost
+        from tw_lowering.rules import task_cost
 
         cost = task_cost(tg, t, sched.machine)
         if is_attention_slot(s):
@@ -87,7 +87,7 @@ class LowerToTransformerPass(GraphPass):
             return graphs
         chosen = [g for g in graphs if g.sym_name.data == self.graph]
         if not chosen:
-            from lowering.tasks import LoweringError
+            from tw_lowering.tasks import LoweringError
 
             names = ", ".join("@" + g.sym_name.data for g in graphs) or "none"
             raise LoweringError(f"lower-to-transformer: option graph={self.graph}: no such graph "
@@ -97,8 +97,8 @@ class LowerToTransformerPass(GraphPass):
     def run_on_graph(self, ctx: Context, graph: GraphOp) -> None:
         from xdsl.rewriter import Rewriter
 
-        from lowering.schedule import schedule
-        from lowering.tasks import TaskGraph
+        from tw_lowering.schedule import schedule
+        from tw_lowering.tasks import TaskGraph
 
         sched = schedule(TaskGraph(graph), self.machine())
         if sched.tg.graph is not graph:  # the width needed cheap values recomputed: the IR

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.layer import LayerBuilder, LayerWeights, Matrix, component_rows  # noqa: F401 (re-exported)
-from lowering.rules import write_cancel, write_task
-from lowering.schedule import Schedule
-from lowering.tasks import Task
+from tw_lowering.layer import LayerBuilder, LayerWeights, Matrix, component_rows  # noqa: F401 (re-exported)
+from tw_lowering.rules import write_cancel, write_task
+from tw_lowering.schedule import Schedule
+from tw_lowering.tasks import Task
 from twdialect.analysis import ATTN, is_attention_slot, layer_of
 from twdialect.dense import to_numpy
 from twdialect.interp import position_features

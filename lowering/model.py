@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lowering.machine import Machine
-from lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
+from tw_lowering.machine import Machine
+from tw_lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
 from twdialect.inputs import (
     CheckedInputs,
     EvaluationError,
@@ -555,7 +555,7 @@ class CompiledTransformer(nn.Module):
                        ) -> list[dict[str, np.ndarray]]:
         """`generate` for a batch of prompts (lengths may differ): one prefill, then one batched
         decode step per position, `feedback` called on each sequence's last outputs."""
-        from lowering.decode import Decoder
+        from tw_lowering.decode import Decoder
 
         steps = check_steps(steps)
         checked = self.check_batch(prompts, on_out_of_range, n_positions)
@@ -574,7 +574,7 @@ class CompiledTransformer(nn.Module):
                 compile: bool = False):  # noqa: A002
         """A batched decoder with a static KV cache of `capacity` positions
         (`lowering.decode.Decoder`): `prefill`, then `step`, each one CUDA graph on a GPU."""
-        from lowering.decode import Decoder
+        from tw_lowering.decode import Decoder
 
         return Decoder(self, batch, capacity, cuda_graphs=cuda_graphs, compile=compile)
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowering.pressure import GroupRanges
-from lowering.schedule import Schedule
+from tw_lowering.pressure import GroupRanges
+from tw_lowering.schedule import Schedule
 from twdialect.analysis import is_attention_slot
-from lowering.tasks import Refs
+from tw_lowering.tasks import Refs
 from twdialect.dense import to_numpy
 from twdialect.f32_error import mlp_error_bound
 from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp

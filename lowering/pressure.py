@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.layer import heads_needed
-from lowering.machine import Machine
-from lowering.rules import Cost, cancel_cost, task_cost
-from lowering.tasks import TaskGraph
+from tw_lowering.layer import heads_needed
+from tw_lowering.machine import Machine
+from tw_lowering.rules import Cost, cancel_cost, task_cost
+from tw_lowering.tasks import TaskGraph
 from twdialect.analysis import ATTN, MLP
 
 # A cancel in the same sublayer as the writer that reuses the columns lands as one residual

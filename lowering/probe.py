@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lowering.layer import component_rows
-from lowering.model import CompiledTransformer
+from tw_lowering.layer import component_rows
+from tw_lowering.model import CompiledTransformer
 from twdialect.analysis import layer_of, sublayer_name
 from twdialect.dialect import describe
 from twdialect.interp import evaluate_values

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.layer import LayerBuilder, combine, component_rows
-from lowering.machine import Machine
-from lowering.tasks import Refs, Task, TaskGraph
+from tw_lowering.layer import LayerBuilder, combine, component_rows
+from tw_lowering.machine import Machine
+from tw_lowering.tasks import Refs, Task, TaskGraph
 from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp
 

@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lowering.layer import heads_needed
-from lowering.machine import MAX_DIM, GeometryError, Machine
-from lowering.pressure import (
+from tw_lowering.layer import heads_needed
+from tw_lowering.machine import MAX_DIM, GeometryError, Machine
+from tw_lowering.pressure import (
     SAME_SUBLAYER_RATIO,  # noqa: F401 (re-exported)
     LiveModel,
     LowerBound,
@@ -67,8 +67,8 @@ from lowering.pressure import (
     pressure_of,
     walk,
 )
-from lowering.rules import Cost, cancel_cost, task_cost
-from lowering.tasks import POS_GROUP, Task, TaskGraph
+from tw_lowering.rules import Cost, cancel_cost, task_cost
+from tw_lowering.tasks import POS_GROUP, Task, TaskGraph
 from twdialect.analysis import (
     ATTN,
     runs_in,
@@ -292,7 +292,7 @@ class Pressure:
         """The pressure of a copy of the graph with cheap values recomputed next to their
         later readers (`passes/rematerialize.py`), or None where no clone lowers the peak."""
         if self._remat is None:
-            from passes.rematerialize import RematerializePass, candidates
+            from tw_passes.rematerialize import RematerializePass, candidates
 
             remat = RematerializePass()
             best = self.choice.best(remat.machine())

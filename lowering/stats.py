@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from lowering.rules import task_cost
-from lowering.schedule import Schedule
+from tw_lowering.rules import task_cost
+from tw_lowering.schedule import Schedule
 from twdialect.analysis import is_attention_slot, layer_of
 from twdialect.dialect import ANNOTATION, GraphOp
 

@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-from lowering.machine import MAX_DIM, GeometryError, Machine
+from tw_lowering.machine import MAX_DIM, GeometryError, Machine
 
 GROWTH = math.sqrt(2.0)  # each width of the default series is about sqrt(2) times the last
 MAX_POINTS = 24  # widths a default series may hold
@@ -56,9 +56,9 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
     each step, until the layers reach the floor or `d_max` (default 64x the smallest).
     `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
     width is a GeometryError naming why."""
-    from lowering import check_module, check_pipeline, prepare, pressure_of
-    from lowering.schedule import schedule, smallest_fitting_d
-    from lowering.tasks import TaskGraph
+    from tw_lowering import check_module, check_pipeline, prepare, pressure_of
+    from tw_lowering.schedule import schedule, smallest_fitting_d
+    from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
     from twdialect.ops import gc_paused
 

@@ -21,16 +21,16 @@ from twdialect.errors import TwError
 
 # Pass name -> module that defines it. Passes live here; the lowering lives in lowering/.
 TW_PASSES: dict[str, str] = {
-    "decompose": "passes.decompose",
-    "form-mlps": "passes.form_mlps",
-    "fuse-linears": "passes.fuse_linears",
-    "horizontal-fuse": "passes.horizontal_fuse",
-    "select-tree-to-pwl2d": "passes.select_tree_to_pwl2d",
-    "sequential-scope": "passes.sequential_scope",
-    "balance-sums": "passes.balance_sums",
-    "rematerialize": "passes.rematerialize",
-    "optimize": "passes.optimize",
-    "lower-to-transformer": "lowering.lower_to_transformer",
+    "decompose": "tw_passes.decompose",
+    "form-mlps": "tw_passes.form_mlps",
+    "fuse-linears": "tw_passes.fuse_linears",
+    "horizontal-fuse": "tw_passes.horizontal_fuse",
+    "select-tree-to-pwl2d": "tw_passes.select_tree_to_pwl2d",
+    "sequential-scope": "tw_passes.sequential_scope",
+    "balance-sums": "tw_passes.balance_sums",
+    "rematerialize": "tw_passes.rematerialize",
+    "optimize": "tw_passes.optimize",
+    "lower-to-transformer": "tw_lowering.lower_to_transformer",
 }
 
 

@@ -31,8 +31,8 @@ from xdsl.ir import Operation, SSAValue
 from twdialect.analysis import EITHER, accumulates, critical_path, next_slot
 from twdialect.dense import to_numpy
 from twdialect.dialect import AddOp, ConcatOp, GraphOp, LinearOp, LiteralOp, width_of
-from passes.fuse_linears import same_schedule_tags
-from passes.graph_pass import GraphPass
+from tw_passes.fuse_linears import same_schedule_tags
+from tw_passes.graph_pass import GraphPass
 
 
 def sum_terms(op: Operation) -> list[SSAValue] | None:

@@ -209,7 +209,7 @@ class FoldLiteralConcatOperands(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: LinearOp | MlpOp, rewriter: PatternRewriter, /):
-        from passes.fuse_linears import concat_like, input_side, with_input_side
+        from tw_passes.fuse_linears import concat_like, input_side, with_input_side
 
         concat = op.x.owner
         if not isinstance(concat, ConcatOp):

@@ -56,7 +56,7 @@ from twdialect.dialect import (
 from twdialect.interp import pwl_2d
 from twdialect.f32_error import mlp_error_bound, mlp_output_box
 from twdialect.ranges import Box, integer_components, value_ranges
-from passes.graph_pass import GraphPass
+from tw_passes.graph_pass import GraphPass
 
 
 class DecomposeError(TwError):

@@ -58,7 +58,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.ir import Operation, SSAValue
 
-from passes.fuse_linears import (
+from tw_passes.fuse_linears import (
     concat_like,
     discard,
     fold_concat_operands,
@@ -66,7 +66,7 @@ from passes.fuse_linears import (
     op_params,
     same_schedule_tags,
 )
-from passes.graph_pass import GraphPass
+from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding

@@ -46,7 +46,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.ir import Block, Operation, SSAValue
 
-from passes.graph_pass import GraphPass
+from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.rounding import FoldCheck
 from twdialect.rounding import record as record_rounding

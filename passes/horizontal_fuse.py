@@ -48,8 +48,8 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.ir import Block, Operation, SSAValue
 
-from passes import PassOptionError
-from passes.graph_pass import GraphPass
+from tw_passes import PassOptionError
+from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, is_free_add
 from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import (

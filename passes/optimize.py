@@ -38,12 +38,12 @@ from xdsl.transforms.canonicalize import CanonicalizePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
-import passes
-from passes import PassOptionError, Pipeline, pipeline_passes, pipeline_spec
-from passes.balance_sums import BalanceSums
-from passes.decompose import DecomposePass
-from passes.form_mlps import FormMlps
-from passes.fuse_linears import FuseLinears
+import tw_passes as passes
+from tw_passes import PassOptionError, Pipeline, pipeline_passes, pipeline_spec
+from tw_passes.balance_sums import BalanceSums
+from tw_passes.decompose import DecomposePass
+from tw_passes.form_mlps import FormMlps
+from tw_passes.fuse_linears import FuseLinears
 
 DEFAULT_PIPELINE: Pipeline = (
     DecomposePass(),

@@ -27,8 +27,8 @@ from xdsl.context import Context
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from passes import PassOptionError
-from passes.graph_pass import GraphPass
+from tw_passes import PassOptionError
+from tw_passes.graph_pass import GraphPass
 from twdialect.dialect import VIEW_OPS, AddOp, GraphOp, LinearOp, MlpOp, ReluOp
 
 
@@ -43,7 +43,7 @@ class RematerializePass(GraphPass):
     d_hidden: int = 0
 
     def check_options(self) -> None:
-        from lowering.machine import GeometryError, Machine
+        from tw_lowering.machine import GeometryError, Machine
 
         if self.max_hidden < 0 or self.rounds < 0:
             raise PassOptionError(f"rematerialize: max-hidden and rounds must be >= 0, got "
@@ -54,7 +54,7 @@ class RematerializePass(GraphPass):
             raise PassOptionError(f"rematerialize: {e}") from None
 
     def machine(self):
-        from lowering.machine import Machine
+        from tw_lowering.machine import Machine
 
         return Machine(self.d, self.d_head, self.d_hidden or None)
 
@@ -78,8 +78,8 @@ class RematerializePass(GraphPass):
 
 def _peak(graph: GraphOp, machine) -> int | None:
     """The best order's peak, or None for a graph the lowering cannot read."""
-    from lowering.pressure import LiveModel, OrderChoice
-    from lowering.tasks import LoweringError, TaskGraph
+    from tw_lowering.pressure import LiveModel, OrderChoice
+    from tw_lowering.tasks import LoweringError, TaskGraph
 
     try:
         return OrderChoice(LiveModel(TaskGraph(graph))).best(machine).peak
@@ -109,8 +109,8 @@ class _Clone:
 def _clone_one(graph: GraphOp, machine, max_hidden: int) -> _Clone | None:
     """Clone the writer of the widest value that is live at the best order's peak, read both
     before and after it, cheap, and whose own operands stay live up to its later readers."""
-    from lowering.pressure import LiveModel, OrderChoice
-    from lowering.tasks import TaskGraph
+    from tw_lowering.pressure import LiveModel, OrderChoice
+    from tw_lowering.tasks import TaskGraph
 
     tg = TaskGraph(graph)
     model = LiveModel(tg)
@@ -125,7 +125,7 @@ def _clone_one(graph: GraphOp, machine, max_hidden: int) -> _Clone | None:
 def candidates(tg, model, best, max_hidden: int = 32):
     """(writer task, its later readers) for each value live at `best`'s peak that a clone could
     free there, widest first (see `_clone_one`)."""
-    from lowering.schedule import _live_at
+    from tw_lowering.schedule import _live_at
 
     k = best.peak_at
     pos = {tid: i for i, tid in enumerate(best.order)}

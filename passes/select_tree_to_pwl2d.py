@@ -44,8 +44,8 @@ from xdsl.context import Context
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from passes import PassOptionError
-from passes.graph_pass import GraphPass
+from tw_passes import PassOptionError
+from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, CriticalPath, critical_path, earliest_slot
 from twdialect.dense import to_numpy
 from twdialect.dialect import (

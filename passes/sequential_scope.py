@@ -68,8 +68,8 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from passes import PassOptionError
-from passes.graph_pass import GraphPass, graphs_of
+from tw_passes import PassOptionError
+from tw_passes.graph_pass import GraphPass, graphs_of
 from twdialect.analysis import critical_path, first_use_before_def, sort_block_topologically
 from twdialect.dialect import (
     ITERATION,
@@ -354,10 +354,10 @@ def _trial(graph: GraphOp, ks: dict[str, int], d: int, d_head: int, d_hidden: in
            bound: int | None) -> _Trial:
     """Schedule `graph` gated per `ks` on a copy. Not scheduled (pruned) when its critical-path
     floor is at least `bound`: it could at best tie, and ties go to the earlier candidate."""
-    from lowering import prepare
-    from lowering.machine import GeometryError, Machine
-    from lowering.schedule import ResidualStall, schedule
-    from lowering.tasks import LoweringError, TaskGraph
+    from tw_lowering import prepare
+    from tw_lowering.machine import GeometryError, Machine
+    from tw_lowering.schedule import ResidualStall, schedule
+    from tw_lowering.tasks import LoweringError, TaskGraph
 
     copy = graph.clone()
     _apply(copy, ks)

@@ -288,7 +288,7 @@ def random_pipeline(rng: np.random.Generator) -> str:
 def apply_pipeline(module, spec: str) -> None:
     """Run `spec` pass by pass as tw-opt does, verifying after each; a pass that leaves IR
     which does not verify (or uses a value before defining it) is a bug, not a clean error."""
-    from passes import parse_pipeline
+    from tw_passes import parse_pipeline
     from twdialect import make_context
     from twdialect.analysis import first_use_before_def
     from twdialect.dialect import GraphOp
@@ -318,7 +318,7 @@ def compile_and_check(module, graph: str, feeds: dict, want: dict, mask: np.ndar
                       geometry: dict, pipeline: str | None) -> str:
     """Compile `module` at `geometry`; the model must match the oracle within contract, or the
     compile must fail cleanly (then its message is returned)."""
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     try:
         ct = compile(module, graph=graph, pipeline=pipeline, **geometry)
@@ -327,7 +327,7 @@ def compile_and_check(module, graph: str, feeds: dict, want: dict, mask: np.ndar
         if outcome != "clean_error":
             raise Failure(outcome, f"compile: {detail}") from None
         return detail
-    from lowering.precision import output_errors
+    from tw_lowering.precision import output_errors
 
     got = ct.run(feeds, n_positions=N_POSITIONS)
     documented = {name: bound for name, (bound, _) in output_errors(ct.schedule).items()}
@@ -369,7 +369,7 @@ def split_chunks(text: str) -> list[str]:
 def build_corpus() -> list[str]:
     """Seed texts: every FileCheck chunk, printed random graphs (with and without library ops,
     embeddings, large ranges) and the bundled examples' graphs."""
-    import examples
+    import tw_examples as examples
     from twdialect import print_module
     from twdialect.random_graphs import random_graph
 
@@ -814,7 +814,7 @@ def make_graph_payload(rng: np.random.Generator) -> dict:
 
 def run_graph(payload: dict) -> tuple[str, str, str]:
     """Every pass singly, the default pipeline, and two compiles against the oracle."""
-    from passes.optimize import DEFAULT_SPEC
+    from tw_passes.optimize import DEFAULT_SPEC
     from twdialect import evaluate, parse_module
     from twdialect.contracts import contract_mask
 
@@ -862,8 +862,8 @@ def run_graph(payload: dict) -> tuple[str, str, str]:
 API_PRELUDE = """\
 import numpy as np
 from twdialect import ops as tw, evaluate, parse_module, print_module, generate
-from lowering import compile
-from passes import run_pipeline
+from tw_lowering import compile
+from tw_passes import run_pipeline
 nan, inf = float("nan"), float("inf")
 def small():
     with tw.Graph() as g:
@@ -974,7 +974,7 @@ def run_api(payload: dict) -> tuple[str, str, str]:
 # Category `cli`: random argv for the tools, run as subprocesses
 # ======================================================================================
 
-TOOLS = {"tw-opt": "tools.tw_opt", "tw-stats": "tools.tw_stats", "tw-run": "tools.tw_run"}
+TOOLS = {"tw-opt": "tw_tools.tw_opt", "tw-stats": "tw_tools.tw_stats", "tw-run": "tw_tools.tw_run"}
 BAD_INTS = ("0", "-1", "abc", "1e3", "99999999999999999999", "", "-", "2.5", "nan", "--d")
 PROGRAM_NAMES = ("adder", "calculator", "binary_increment", "sort_digits", "caesar", "fibonacci",
                  "balanced_parens")
@@ -1110,8 +1110,8 @@ def digest_graphs(seeds: list[int]) -> dict:
     (or of the compile error's message)."""
     import torch
 
-    from lowering import compile, prepare  # noqa: A004
-    from passes import run_pipeline
+    from tw_lowering import compile, prepare  # noqa: A004
+    from tw_passes import run_pipeline
     from twdialect import print_module
 
     out = {}
@@ -1269,9 +1269,9 @@ def worker_main(seed: int, limits_json: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    import lowering  # noqa: F401 - imports before the memory cap and the first alarm
-    import passes  # noqa: F401
-    import tools.tw_opt  # noqa: F401
+    import tw_lowering as lowering  # noqa: F401 - imports before the memory cap and the first alarm
+    import tw_passes as passes  # noqa: F401
+    import tw_tools.tw_opt  # noqa: F401
 
     corpus()
     _limit_memory()

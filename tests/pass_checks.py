@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from passes import run_pipeline
+from tw_passes import run_pipeline
 from twdialect import evaluate
 from twdialect.analysis import first_use_before_def
 from twdialect.interp import find_graph

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from lowering import compile as tw_compile
-from lowering.machine import MAX_DIM, GeometryError, Machine
+from tw_lowering import compile as tw_compile
+from tw_lowering.machine import MAX_DIM, GeometryError, Machine
 from twdialect import ops as tw
 from twdialect.dialect import MAX_WIDTH
 from twdialect.errors import TwError

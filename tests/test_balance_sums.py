@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from passes import run_pipeline
-from passes.balance_sums import BalanceSums
+from tw_passes import run_pipeline
+from tw_passes.balance_sums import BalanceSums
 from twdialect import evaluate, make_context, print_module
 from twdialect import ops as tw
 from twdialect.analysis import critical_path
@@ -132,7 +132,7 @@ def test_add_heavy_random_graphs_keep_their_meaning(seed, n_ops):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_compiled_model_matches_after_balancing(seed):
-    from lowering import compile
+    from tw_lowering import compile
 
     module = random_graph(seed, 16, library=False, kinds=("add", "add", "linear", "relu"))
     inputs = sample_inputs(module, N_POS, seed)
@@ -142,7 +142,7 @@ def test_compiled_model_matches_after_balancing(seed):
 
 
 def test_compiled_serial_sums_are_one_layer():
-    from lowering import compile
+    from tw_lowering import compile
 
     module = serial_sum(16, width=1)
     inputs = sample_inputs(module, N_POS)

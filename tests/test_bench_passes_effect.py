@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from passes.optimize import DEFAULT_SPEC
+from tw_passes.optimize import DEFAULT_SPEC
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "passes_effect.py"
 PROGRAM = "binary_increment"  # small: a few ms to compile, 2 layers
@@ -34,7 +34,7 @@ def bench():
 
 
 def test_example_cases_cover_every_program_and_pipeline(bench):
-    import examples
+    import tw_examples as examples
 
     names = {c.name for c in bench.CASES if c.program}
     for prog in examples.PROGRAMS:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from passes import run_pipeline
-from passes.canonicalization import PATTERNS
+from tw_passes import run_pipeline
+from tw_passes.canonicalization import PATTERNS
 from twdialect import evaluate, print_module
 from twdialect import ops as tw
 from twdialect.analysis import first_use_before_def
@@ -161,7 +161,7 @@ def test_literal_heavy_random_graphs(seed, n_ops):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_compiled_model_matches_after_canonicalize(seed):
-    from lowering import compile
+    from tw_lowering import compile
 
     module = random_graph(seed, 16, library=False,
                           kinds=("literal", "linear", "add", "concat", "slice", "relu", "mlp"))

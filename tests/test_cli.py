@@ -59,7 +59,7 @@ EXPLODING_TW_OPT = textwrap.dedent('''
                                        op_type_rewrite_pattern)
     from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
-    from tools import tw_opt
+    from tw_tools import tw_opt
     from twdialect.dialect import OutputOp, ReluOp
 
 
@@ -272,7 +272,7 @@ def test_help_and_version(flag: str, results) -> None:
 
 def test_in_process_main_returns_exit_code(workdir: Path, capsys) -> None:
     """`main()` can be called from Python; errors raise SystemExit(1) with the same line."""
-    from tools.tw_opt import main
+    from tw_tools.tw_opt import main
 
     with pytest.raises(SystemExit) as info:
         main([str(workdir / "verifier.mlir")])
@@ -285,11 +285,11 @@ def test_in_process_main_returns_exit_code(workdir: Path, capsys) -> None:
 def test_pass_modules_are_imported_only_when_named(workdir: Path) -> None:
     """The registry is lazy: running without tw passes imports none of their modules, and
     naming one imports just that one (pass modules may be missing or broken meanwhile)."""
-    from passes import TW_PASSES
+    from tw_passes import TW_PASSES
 
     probe = textwrap.dedent("""
         import sys
-        from tools.tw_opt import main
+        from tw_tools.tw_opt import main
         main(sys.argv[1:])
         print(sorted(m for m in sys.modules if m.startswith(("passes.", "lowering."))))
     """)

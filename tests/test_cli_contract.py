@@ -46,7 +46,7 @@ def workdir(tmp_path_factory) -> Path:
 def _call(tool: str, argv: list[str], capsys, cwd: Path) -> tuple[int, str, str]:
     import importlib
 
-    main = importlib.import_module(f"tools.{tool}").main
+    main = importlib.import_module(f"tw_tools.{tool}").main
     old = os.getcwd()
     os.chdir(cwd)
     try:
@@ -155,7 +155,7 @@ def test_sample_inputs_keep_integer_promises() -> None:
 
 def test_warnings_do_not_reach_stderr(capsys) -> None:
     """A library warning before an error leaves only the error line."""
-    from tools.cli import ToolError, run_tool
+    from tw_tools.cli import ToolError, run_tool
 
     def body():
         import numpy as np
@@ -171,7 +171,7 @@ def test_warnings_do_not_reach_stderr(capsys) -> None:
 
 
 def test_long_words_are_shortened() -> None:
-    from tools.cli import one_line
+    from tw_tools.cli import one_line
 
     line = one_line("Operation " + "a" * 100000 + " is not\nregistered")
     assert len(line) < 200 and line.endswith("(100000 characters) is not registered")
@@ -225,8 +225,8 @@ def test_tw_opt_reads_txt_with_frontend(capsys, workdir: Path) -> None:
 
 
 def test_tw_opt_exposes_only_passes_that_keep_tw_ir() -> None:
-    from passes import TW_PASSES, UPSTREAM_PASSES, get_all_passes
-    from tools.cli import allowed_passes
+    from tw_passes import TW_PASSES, UPSTREAM_PASSES, get_all_passes
+    from tw_tools.cli import allowed_passes
 
     assert set(allowed_passes()) == set(TW_PASSES) | set(UPSTREAM_PASSES)
     assert set(get_all_passes()) == set(allowed_passes())  # the Python entry points too
@@ -236,7 +236,7 @@ def test_tw_opt_exposes_only_passes_that_keep_tw_ir() -> None:
 def test_upstream_passes_keep_a_real_graph_readable(pass_name: str, capsys, tmp_path: Path
                                                     ) -> None:
     """Each exposed upstream pass, on a bundled program: tw-opt's output parses back."""
-    import examples
+    import tw_examples as examples
     from twdialect import parse_module
 
     (tmp_path / "calc.mlir").write_text(print_module(examples.load("calculator").module))

@@ -7,9 +7,9 @@ that compiles anything checks it too. These tests pin the cases that used to dis
 import numpy as np
 import pytest
 
-from lowering import compile
-from lowering import rules
-from lowering.rules import Cost
+from tw_lowering import compile
+from tw_lowering import rules
+from tw_lowering.rules import Cost
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.random_graphs import random_graph
@@ -56,8 +56,8 @@ def test_a_cost_that_disagrees_with_its_writer_is_caught(monkeypatch):
 
 def test_mlp_cancel_is_one_neuron_for_a_one_signed_column():
     """x = relu(x) - relu(-x); where the ranges fix the sign, one of the two is always 0."""
-    from lowering.layer import LayerBuilder
-    from lowering.machine import Machine
+    from tw_lowering.layer import LayerBuilder
+    from tw_lowering.machine import Machine
 
     signs = np.array([1, -1, 0, 1], np.int8)
     assert rules.cancel_cost(signs, attention=False) == Cost(neurons=5)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lowering import compile
+from tw_lowering import compile
 from twdialect import evaluate
 from twdialect.random_graphs import layered_graph, random_graph, sample_inputs
 
@@ -17,9 +17,9 @@ def test_cuda_matches_oracle_and_cpu(seed):
     or its static float32 bound), and against the CPU model where float32 keeps the answer:
     a graph decompose refuses is skipped (with the check off, seed 14's outputs have static
     bounds up to inf and the two devices' summation orders differ by 1e-4)."""
-    from lowering.precision import output_errors
+    from tw_lowering.precision import output_errors
     from twdialect.contracts import contract_mask
-    from passes.decompose import DecomposeError
+    from tw_passes.decompose import DecomposeError
 
     module = random_graph(seed, 30, library=True, embedding=True)
     feeds = sample_inputs(module, 9, seed)
@@ -74,7 +74,7 @@ def test_cuda_graph_decoder_matches_run_batched(compiled):
     inductor-compiled step captured as a graph) give what run gives, with no recompiles."""
     from torch._dynamo.utils import counters
 
-    from lowering.decode import Decoder
+    from tw_lowering.decode import Decoder
     from twdialect.inputs import check_feedback
 
     module = random_graph(5, 40, library=True, embedding=True)
@@ -153,7 +153,7 @@ def test_cuda_forward_graphs_replay_what_eager_gives():
 
 def test_cuda_graph_decoder_grows_its_cache():
     """Crossing the first allocation re-allocates the cache and recaptures the graphs."""
-    from lowering.decode import FIRST_ALLOCATION
+    from tw_lowering.decode import FIRST_ALLOCATION
     from twdialect import ops as tw
 
     with tw.Graph("main") as g:

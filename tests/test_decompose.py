@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from passes import run_pipeline
-from passes.decompose import DecomposeError, DecomposePass, pwl_coefficients
+from tw_passes import run_pipeline
+from tw_passes.decompose import DecomposeError, DecomposePass, pwl_coefficients
 from twdialect import evaluate, make_context, ops as tw, parse_module, print_module
 from twdialect.contracts import (
     SELECT_COND_TOLERANCE,
@@ -519,7 +519,7 @@ def test_mlp_weights_are_finite_f32():
 def test_compiled_transformer_matches_oracle_within_contracts():
     """End to end: the lowering decomposes library ops and runs them on the fp32 machine; on
     positions inside the contracts it agrees with the ideal oracle (fp32 rounding only)."""
-    from lowering import compile
+    from tw_lowering import compile
 
     worst = 0.0
     for seed in range(8):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering import compile as tw_compile
-from lowering import prepare
-from passes import UPSTREAM_PASSES, PipelineError, get_all_passes, parse_pipeline, run_pipeline
+from tw_lowering import compile as tw_compile
+from tw_lowering import prepare
+from tw_passes import UPSTREAM_PASSES, PipelineError, get_all_passes, parse_pipeline, run_pipeline
 from twdialect import evaluate, parse_module
 from twdialect import ops as tw
 from twdialect.dialect import LIBRARY_OPS

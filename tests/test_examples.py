@@ -9,9 +9,9 @@ import functools
 import numpy as np
 import pytest
 
-import examples
+import tw_examples as examples
 import twdialect
-from examples.token_program import (
+from tw_examples.token_program import (
     PromptError,
     Space,
     build_mlp,
@@ -64,7 +64,7 @@ def program(name):
 
 @functools.cache
 def compiled(name):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     p = program(name)
     g = p.geometry
@@ -73,7 +73,7 @@ def compiled(name):
 
 def lowering_available() -> bool:
     try:
-        from lowering import compile  # noqa: F401, A004
+        from tw_lowering import compile  # noqa: F401, A004
     except ImportError:
         return False
     return True
@@ -216,7 +216,7 @@ def test_build_mlp_shares_identical_neurons():
 
 
 def test_build_mlp_constant_outputs():
-    from examples.token_program import Expr
+    from tw_examples.token_program import Expr
 
     with tw.Graph("main") as g:
         x = tw.input("x", 1, value_range=(-5.0, 5.0))
@@ -264,7 +264,7 @@ def test_compiled_generate_with_kv_cache_matches(name, q):
 
 
 def _tw_run(capsys, *argv):
-    from tools.tw_run import main
+    from tw_tools.tw_run import main
 
     try:
         code = main(list(argv))

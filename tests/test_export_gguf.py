@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("llama_cpp")
 
-import examples  # noqa: E402
-import lowering  # noqa: E402
-from examples.token_program import generate  # noqa: E402
-from lowering.export import ExportError, export  # noqa: E402
-from lowering.export.gguf import GELU_GAP, check_gguf, export_gguf  # noqa: E402
+import tw_examples as examples  # noqa: E402
+import tw_lowering as lowering  # noqa: E402
+from tw_examples.token_program import generate  # noqa: E402
+from tw_lowering.export import ExportError, export  # noqa: E402
+from tw_lowering.export.gguf import GELU_GAP, check_gguf, export_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS_PER_PROGRAM = 4
@@ -32,7 +32,7 @@ PROMPTS_PER_PROGRAM = 4
 LOADER = r"""
 import json, sys
 from llama_cpp import Llama
-from lowering.export.gguf import load_gguf
+from tw_lowering.export.gguf import load_gguf
 jobs = json.loads(sys.stdin.read())
 report = {}
 for job in jobs:
@@ -193,7 +193,7 @@ def test_loader_refuses_another_graph(tmp_path):
     meta = check_gguf(tmp_path / "a.gguf", graph=ct.schedule.tg.graph)
     assert check_gguf(tmp_path / "a.gguf", graph=ct) == meta
     assert meta["format"] == "gguf" and meta["end_id"] == p.vocab.index(p.end)
-    from lowering.export.gguf import load_gguf
+    from tw_lowering.export.gguf import load_gguf
 
     with pytest.raises(ExportError, match="another graph") as e:
         load_gguf(tmp_path / "a.gguf", graph=other.schedule.tg.graph)  # (refused before loading)
@@ -224,7 +224,7 @@ def test_tensors_as_planned(tmp_path):
     neuron's ffn_up scaled by a power of two S and its ffn_down row by 1/S (exactly)."""
     import gguf
 
-    from lowering.export.stock import StockPlan, power_of_four
+    from tw_lowering.export.stock import StockPlan, power_of_four
 
     p, ct = _compiled("calculator")
     export_gguf(ct, tmp_path / "c.gguf", vocab=p.vocab, end=p.end)

@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-import examples  # noqa: E402
-import lowering  # noqa: E402
-from examples.token_program import generate  # noqa: E402
-from lowering.export import ExportError, export  # noqa: E402
-from lowering.export.hf import load_transformers  # noqa: E402
-from lowering.export.stock import StockPlan  # noqa: E402
+import tw_examples as examples  # noqa: E402
+import tw_lowering as lowering  # noqa: E402
+from tw_examples.token_program import generate  # noqa: E402
+from tw_lowering.export import ExportError, export  # noqa: E402
+from tw_lowering.export.hf import load_transformers  # noqa: E402
+from tw_lowering.export.stock import StockPlan  # noqa: E402
 
 PROMPTS_PER_PROGRAM = 4
 
@@ -147,7 +147,7 @@ def _column_error_bounds(ct) -> np.ndarray:
     """Per tw column, the largest static float32 error bound (`lowering.precision`) of any
     value it holds: what tw itself promises of its own float32 evaluation, and so how far
     another float32 evaluation in another summation order may land from it."""
-    from lowering.precision import estimate_errors
+    from tw_lowering.precision import estimate_errors
 
     _, err = estimate_errors(ct.schedule)
     out = np.zeros(ct.machine.d)

@@ -18,11 +18,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-import examples  # noqa: E402
-from examples.token_program import generate  # noqa: E402
-from lowering import compile  # noqa: E402,A004
-from lowering.export.metadata import ExportError, graph_sha256  # noqa: E402
-from lowering.export.onnx import DATA_FILE, MODEL_FILE, export_onnx, load_onnx  # noqa: E402
+import tw_examples as examples  # noqa: E402
+from tw_examples.token_program import generate  # noqa: E402
+from tw_lowering import compile  # noqa: E402,A004
+from tw_lowering.export.metadata import ExportError, graph_sha256  # noqa: E402
+from tw_lowering.export.onnx import DATA_FILE, MODEL_FILE, export_onnx, load_onnx  # noqa: E402
 from twdialect import ops as tw  # noqa: E402
 from twdialect.inputs import EvaluationError  # noqa: E402
 from twdialect.random_graphs import layered_graph, random_graph, sample_inputs  # noqa: E402

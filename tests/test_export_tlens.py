@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-import examples
+import tw_examples as examples
 import twdialect
-from examples.token_program import generate
-from lowering.export import export
-from lowering.export.metadata import ExportError
-from lowering.export.stock import StockPlan
-from lowering.export.tlens import ATTN_SCALE, export_tlens, load_tlens
+from tw_examples.token_program import generate
+from tw_lowering.export import export
+from tw_lowering.export.metadata import ExportError
+from tw_lowering.export.stock import StockPlan
+from tw_lowering.export.tlens import ATTN_SCALE, export_tlens, load_tlens
 
 PROGRAMS = examples.PROGRAMS
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ needs_tlens = pytest.mark.skipif(importlib.util.find_spec("transformer_lens") is
 
 @functools.cache
 def compiled(name):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     p = examples.load(name)
     g = p.geometry
@@ -67,9 +67,9 @@ def tw_residuals(ct, ids) -> np.ndarray:
 FRESH = r"""
 import json, sys, time
 import numpy as np, torch
-import examples
-from examples.token_program import generate, matches_reference
-from lowering.export.tlens import load_tlens
+import tw_examples as examples
+from tw_examples.token_program import generate, matches_reference
+from tw_lowering.export.tlens import load_tlens
 
 job = json.load(open(sys.argv[1]))
 arrays, report = {}, {}
@@ -237,7 +237,7 @@ def test_export_entry_point_and_positions(tmp_path):
 
 
 def test_real_valued_inputs_are_refused(tmp_path):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
     from twdialect import ops as tw
 
     with tw.Graph("main") as g:
@@ -275,7 +275,7 @@ def _rewrite(path: Path, edit) -> None:
     save_file(load_file(str(weights)), str(weights), metadata=meta)
     config = json.loads((path / "config.json").read_text())
     config["tw"] = {k[3:]: v for k, v in meta.items() if k.startswith("tw.")}
-    from lowering.export.tlens import _sha256
+    from tw_lowering.export.tlens import _sha256
 
     config["tw"]["weights_sha256"] = _sha256(weights)
     (path / "config.json").write_text(json.dumps(config))
@@ -294,7 +294,7 @@ def _edit_config(path: Path, **changes) -> None:
 
 
 def test_checks_pass_on_a_fresh_export(adder_export, monkeypatch):
-    from lowering.export import tlens
+    from tw_lowering.export import tlens
 
     built = []
     monkeypatch.setattr(tlens, "_build", lambda *a: built.append(a) or "model")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from passes import run_pipeline
-from passes.decompose import DecomposeError
+from tw_passes import run_pipeline
+from tw_passes.decompose import DecomposeError
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.dense import to_numpy

@@ -91,7 +91,7 @@ def split_pipeline(command: str) -> list[list[str]] | None:
 def _run_stage_in_process(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
     from filecheck.main import main as filecheck_main
 
-    from tools.tw_opt import main as tw_opt_main
+    from tw_tools.tw_opt import main as tw_opt_main
 
     out, err = io.StringIO(), io.StringIO()
     stdin_stream = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pass_checks  # noqa: E402
-from lowering import GeometryError, compile
-from passes import run_pipeline
-from passes.form_mlps import FormMlps
-from passes.optimize import DEFAULT_PIPELINE
+from tw_lowering import GeometryError, compile
+from tw_passes import run_pipeline
+from tw_passes.form_mlps import FormMlps
+from tw_passes.optimize import DEFAULT_PIPELINE
 from twdialect import evaluate, make_context
 from twdialect import ops as tw
 from twdialect.analysis import critical_path

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from passes import run_pipeline
-from passes.fuse_linears import FuseLinears
-from passes.optimize import DEFAULT_PIPELINE
+from tw_passes import run_pipeline
+from tw_passes.fuse_linears import FuseLinears
+from tw_passes.optimize import DEFAULT_PIPELINE
 from twdialect import evaluate, make_context, print_module
 from twdialect import ops as tw
 from twdialect.analysis import critical_path
@@ -260,7 +260,7 @@ def test_linear_heavy_random_graphs_keep_their_meaning(seed, n_ops):
 
 
 def _compiled_matches(module, pipeline, seed):
-    from lowering import compile
+    from tw_lowering import compile
 
     inputs = sample_inputs(module, N_POS, seed)
     reference = evaluate(module, inputs)
@@ -303,7 +303,7 @@ def _cancelling_compare():
 
 
 def test_a_fold_whose_float32_bias_would_change_the_answer_is_refused():
-    from lowering import compile
+    from tw_lowering import compile
 
     module = _cancelling_compare()
     xs = {"x": np.arange(16.0)[:, None]}
@@ -349,7 +349,7 @@ def test_inflating_fold_into_an_mlps_output_is_taken_when_it_saves_a_layer():
 
 def test_wide_attention_read_folds_into_the_table_it_feeds():
     """attn (3 wide) -> linear(3 -> 1) -> table: one layer, not two."""
-    from lowering import compile
+    from tw_lowering import compile
 
     with tw.Graph() as g:
         x = tw.input("x", 3, (0.0, 9.0))
@@ -371,7 +371,7 @@ def _gain_after_compare():
 
 
 def test_a_fold_that_pushes_an_mlps_sums_past_2_27_is_refused():
-    from lowering import compile
+    from tw_lowering import compile
 
     module = _gain_after_compare()
     xs = {"x": np.array([[123457.0], [199999.0], [3.0], [49999.0], [50000.0]])}
@@ -382,7 +382,7 @@ def test_a_fold_that_pushes_an_mlps_sums_past_2_27_is_refused():
 
 def test_the_2_27_check_can_fail(monkeypatch):
     import twdialect.rounding
-    from lowering import compile
+    from tw_lowering import compile
 
     monkeypatch.setattr(twdialect.rounding, "ROUNDING_SUMS", float("inf"))
     monkeypatch.setattr(twdialect.rounding.FoldCheck, "keeps_float32", lambda *a: True)

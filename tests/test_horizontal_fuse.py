@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from passes import PipelineError, run_pipeline
-from passes import horizontal_fuse as hf
+from tw_passes import PipelineError, run_pipeline
+from tw_passes import horizontal_fuse as hf
 from twdialect import evaluate, ops as tw, print_module
 from twdialect.analysis import (
     accumulating_adds,
@@ -311,7 +311,7 @@ def test_random_sweep():
 
 
 def compiled_heads_and_error(module, pipeline, d=64, d_head=16, n_positions=7):
-    from lowering import compile
+    from tw_lowering import compile
 
     inputs = sample_inputs(module, n_positions, 0)
     ref = evaluate(module, inputs)
@@ -336,7 +336,7 @@ def test_compiled_sixteen_negates_take_one_head():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_compiled_random_graphs_match_after_fusion(seed):
-    from lowering import compile
+    from tw_lowering import compile
 
     module = wide_random(seed, 30)
     inputs = sample_inputs(module, 6, seed)

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from passes.decompose import DecomposePass
-from passes.optimize import DEFAULT_PIPELINE
+from tw_passes.decompose import DecomposePass
+from tw_passes.optimize import DEFAULT_PIPELINE
 
 from twdialect.errors import TwError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import UnitAttr
 
-from lowering import compile
-from passes import run_pipeline
+from tw_lowering import compile
+from tw_passes import run_pipeline
 from twdialect import evaluate, ops as tw, parse_module, print_module
 from twdialect.dense import to_numpy
 from twdialect.dialect import InputOp, MlpOp, TwVerifyException

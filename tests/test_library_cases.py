@@ -30,7 +30,7 @@ def test_oracle_matches_reference(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
 def test_compiled_matches_reference(case):
-    from lowering import compile
+    from tw_lowering import compile
 
     inputs = case.sample(np.random.default_rng(2))
     ref = case.reference(inputs)
@@ -51,7 +51,7 @@ def test_case_keys_are_unique():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
 def test_compiled_many_seeds(case):
-    from lowering import compile
+    from tw_lowering import compile
 
     ct = compile(case.module(), **GEOMETRY)
     for seed in range(10, 30):

@@ -21,7 +21,7 @@ def build(body):
 
 def both(module, inputs, atol=1e-4):
     """Oracle output, after checking the compiled model agrees with it within atol."""
-    from lowering import compile
+    from tw_lowering import compile
 
     want = evaluate(module, inputs)["y"]
     got = compile(module, **GEOMETRY).run(inputs)["y"]

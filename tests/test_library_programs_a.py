@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import examples
-from examples import library
-from examples.token_program import PromptError, generate, matches_reference
+import tw_examples as examples
+from tw_examples import library
+from tw_examples.token_program import PromptError, generate, matches_reference
 from twdialect import ops as tw
 
 NAMES = ("adder", "calculator", "binary_increment", "fibonacci")
@@ -50,7 +50,7 @@ def program(name):
 
 @functools.cache
 def compiled(name):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     g = program(name).geometry
     return compile(program(name).module, d=g.d, d_head=g.d_head, d_hidden=g.d_hidden,
@@ -150,7 +150,7 @@ def test_no_hand_assembled_mlp(name, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tw, "mlp", recording_mlp)
-    module = importlib.import_module(f"examples.library.{name}")
+    module = importlib.import_module(f"tw_examples.library.{name}")
     module.build_graph()
     assert all(c == lib_dir for c in callers), callers
     source = inspect.getsource(module)

@@ -6,8 +6,8 @@ pipeline, the program's geometry), and as deep as the hand-tuned programs."""
 import numpy as np
 import pytest
 
-from examples.library import load
-from examples.token_program import PromptError, generate, matches_reference
+from tw_examples.library import load
+from tw_examples.token_program import PromptError, generate, matches_reference
 from twdialect.interp import find_graph
 
 PROGRAMS = ("caesar", "balanced_parens", "sort_digits")
@@ -62,7 +62,7 @@ def prompts(name, n_random, seed):
 
 @pytest.fixture(scope="module", params=PROGRAMS)
 def compiled(request):
-    from lowering import compile
+    from tw_lowering import compile
 
     prog = load(request.param)
     g = prog.geometry
@@ -82,7 +82,7 @@ def test_graph_is_library_only(name):
 def test_same_vocabulary_and_prompts_as_hand_tuned(name):
     import importlib
 
-    hand = importlib.import_module(f"examples.{name}").build()
+    hand = importlib.import_module(f"tw_examples.{name}").build()
     prog = load(name)
     assert (prog.vocab, prog.end, prog.max_answer) == (hand.vocab, hand.end, hand.max_answer)
     assert prog.geometry == hand.geometry

@@ -17,7 +17,7 @@ SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 def run(module, inputs, compiled):
     if not compiled:
         return evaluate(module, inputs)["y"]
-    from lowering import compile
+    from tw_lowering import compile
 
     return compile(module, d=256, d_head=16, d_hidden=8192).run(inputs)["y"]
 

@@ -12,8 +12,8 @@ import pytest
 from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorType, f32
 from xdsl.utils.exceptions import ParseError
 
-from lowering import compile as tw_compile
-from passes import run_pipeline
+from tw_lowering import compile as tw_compile
+from tw_passes import run_pipeline
 from twdialect import evaluate, parse_module, print_module
 from twdialect import ops as tw
 from twdialect.dialect import (
@@ -343,7 +343,7 @@ def test_a_verifier_error_does_not_print_the_module(monkeypatch):
 
 def test_values_beyond_float32_are_refused_at_compile_time():
     """The oracle (float64) holds 3.5e38 and 3e38 * 1e38; the float32 model would hold inf."""
-    from lowering import LoweringError, compile
+    from tw_lowering import LoweringError, compile
     from twdialect import ops as tw
 
     with tw.Graph() as g:

@@ -2,16 +2,16 @@
 
 import numpy as np
 
-from lowering.precision import output_errors
-from passes.decompose import DecomposeError
+from tw_lowering.precision import output_errors
+from tw_passes.decompose import DecomposeError
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lowering import GeometryError, compile
-from lowering.machine import Machine
-from lowering.schedule import schedule
-from lowering.tasks import TaskGraph
+from tw_lowering import GeometryError, compile
+from tw_lowering.machine import Machine
+from tw_lowering.schedule import schedule
+from tw_lowering.tasks import TaskGraph
 from twdialect.interp import find_graph
 from twdialect import evaluate
 from twdialect import ops as tw
@@ -194,9 +194,9 @@ def test_stats_fields():
 _DIGEST = """
 import hashlib
 from twdialect.random_graphs import random_graph
-from lowering import compile
+from tw_lowering import compile
 from twdialect import print_module
-from passes import run_pipeline
+from tw_passes import run_pipeline
 h = hashlib.sha256()
 for seed in range(3):
     m = random_graph(seed, 25, library=True, embedding=True)

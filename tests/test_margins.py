@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from lowering import compile
-from lowering.precision import PrecisionError, check_margins, output_errors
+from tw_lowering import compile
+from tw_lowering.precision import PrecisionError, check_margins, output_errors
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.dialect import TwVerifyException

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering.rules import RULES
-from lowering.tasks import CASES, LoweringError, TaskGraph
+from tw_lowering.rules import RULES
+from tw_lowering.tasks import CASES, LoweringError, TaskGraph
 from twdialect import dialect as d
 from twdialect import ops as tw
 from twdialect.contracts import DECOMPOSITION_COST, EXACT_REGION
@@ -145,8 +145,8 @@ def test_lowering_refuses_library_ops_by_name(cls):
 def test_literal_folding_is_the_oracle_on_position_local_ops(cls):
     """`canonicalize` folds an op of literals by the oracle's rule, for the position-local
     primitives and views only: attention mixes positions, sources read the run."""
-    from passes import run_pipeline
-    from passes.canonicalization import FOLDABLE_OPS
+    from tw_passes import run_pipeline
+    from tw_passes.canonicalization import FOLDABLE_OPS
     from twdialect.interp import evaluate
 
     if cls in FOLDABLE_OPS:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from passes import needs_decompose, parse_pipeline, pipeline_passes, run_pipeline
-from passes.decompose import DecomposeError, DecomposePass
-from passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC
+from tw_passes import needs_decompose, parse_pipeline, pipeline_passes, run_pipeline
+from tw_passes.decompose import DecomposeError, DecomposePass
+from tw_passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC
 from twdialect import evaluate, print_module
 from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.interp import find_graph
@@ -97,7 +97,7 @@ def test_optimize_rejects_itself_in_its_pipeline():
     ("no-such-pass", "no-such-pass"),
 ])
 def test_bad_pipeline_syntax_is_a_pipeline_error(spec, message):
-    from passes import PipelineError
+    from tw_passes import PipelineError
 
     with pytest.raises(PipelineError, match=message) as info:
         parse_pipeline(spec)
@@ -106,7 +106,7 @@ def test_bad_pipeline_syntax_is_a_pipeline_error(spec, message):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_default_pipeline_matches_oracle(seed):
-    from lowering import compile
+    from tw_lowering import compile
 
     module = random_graph(seed, 16, library=False)
     inputs = sample_inputs(module, N_POS, seed)
@@ -128,7 +128,7 @@ def test_sweep_default_pipeline():
 
 @pytest.mark.parametrize("spec", [None, 5, b"cse"])
 def test_a_pipeline_that_is_not_a_string_is_a_pipeline_error(spec):
-    from passes import PipelineError
+    from tw_passes import PipelineError
 
     with pytest.raises(PipelineError, match="a pipeline is a string .* or a tuple of passes"):
         run_pipeline(random_graph(1, 5, library=False), spec)

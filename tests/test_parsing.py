@@ -260,7 +260,7 @@ def test_escaped_utf8_is_a_string_and_other_bytes_are_refused() -> None:
                                              "got 'x'"),
 ])
 def test_pipeline_errors_name_the_pass_and_option(spec: str, message: str) -> None:
-    from passes import PipelineError, parse_pipeline
+    from tw_passes import PipelineError, parse_pipeline
 
     with pytest.raises(PipelineError) as info:
         parse_pipeline(spec)

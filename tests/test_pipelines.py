@@ -9,17 +9,17 @@ from dataclasses import dataclass, field
 import pytest
 from xdsl.dialects.builtin import ModuleOp
 
-import passes
-from lowering import compile as tw_compile
-from lowering import prepare
-from passes import (TW_PASSES, PipelineError, get_tw_passes, pipeline_passes, pipeline_spec,
+import tw_passes as passes
+from tw_lowering import compile as tw_compile
+from tw_lowering import prepare
+from tw_passes import (TW_PASSES, PipelineError, get_tw_passes, pipeline_passes, pipeline_spec,
                     run_pipeline)
-from passes.decompose import DecomposePass
-from passes.fuse_linears import FuseLinears
-from passes.graph_pass import GraphPass, graphs_of
-from passes.horizontal_fuse import HorizontalFusePass
-from passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC, Optimize
-from passes.sequential_scope import SequentialScopePass
+from tw_passes.decompose import DecomposePass
+from tw_passes.fuse_linears import FuseLinears
+from tw_passes.graph_pass import GraphPass, graphs_of
+from tw_passes.horizontal_fuse import HorizontalFusePass
+from tw_passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC, Optimize
+from tw_passes.sequential_scope import SequentialScopePass
 from twdialect import evaluate, parse_module, print_module
 from twdialect import ops as tw
 from twdialect.dialect import LIBRARY_OPS, GraphOp
@@ -147,7 +147,7 @@ def test_compile_and_prepare_take_a_tuple_pipeline():
 
 
 def test_the_cli_reads_the_default_spec_to_the_same_ir(tmp_path, capsys):
-    from tools.tw_opt import main
+    from tw_tools.tw_opt import main
 
     module = random_graph(7, 20, library=True)
     src = tmp_path / "in.mlir"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lowering import GeometryError, compile
-from lowering.schedule import SAME_SUBLAYER_RATIO
+from tw_lowering import GeometryError, compile
+from tw_lowering.schedule import SAME_SUBLAYER_RATIO
 from twdialect import evaluate
 from twdialect import ops as tw
 
@@ -43,7 +43,7 @@ def test_reproducer_is_exact_where_columns_are_reused(d):
 
 
 def test_loud_dead_values_are_cancelled_ahead_not_beside_the_writer():
-    from lowering.pressure import GroupRanges
+    from tw_lowering.pressure import GroupRanges
 
     module = _issue_reproducer()
     ct = compile(module, d=16, d_head=2, d_hidden=64)
@@ -100,7 +100,7 @@ def test_ratio_keeps_the_error_inside_the_contract():
 def test_static_error_estimate_bounds_the_measured_error():
     """`lowering.precision` estimates every output's fp32 error from the value ranges; the
     measured error must stay under it (here on loud graphs and ordinary random ones)."""
-    from lowering.precision import estimate_errors, max_relative_output_error
+    from tw_lowering.precision import estimate_errors, max_relative_output_error
     from twdialect.random_graphs import random_graph, sample_inputs
 
     cases = [(_loud_then_quiet(10.0 ** e, k, 4, 1), (12, 2, 64), True)

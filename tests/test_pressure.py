@@ -10,10 +10,10 @@ import itertools
 import numpy as np
 import pytest
 
-import lowering
-from lowering import prepare
-from lowering.machine import GeometryError, Machine
-from lowering.pressure import (
+import tw_lowering as lowering
+from tw_lowering import prepare
+from tw_lowering.machine import GeometryError, Machine
+from tw_lowering.pressure import (
     LiveModel,
     OrderChoice,
     exact_order,
@@ -21,8 +21,8 @@ from lowering.pressure import (
     pressure_of,
     walk,
 )
-from lowering.schedule import Pressure, schedule, smallest_fitting_d
-from lowering.tasks import TaskGraph
+from tw_lowering.schedule import Pressure, schedule, smallest_fitting_d
+from tw_lowering.tasks import TaskGraph
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.interp import find_graph
@@ -155,7 +155,7 @@ def test_the_best_order_never_grows_with_the_width():
 
 
 def test_the_order_gate_never_stalls_at_the_minimum_whatever_the_spread():
-    from lowering.schedule import Scheduler, Setup
+    from tw_lowering.schedule import Scheduler, Setup
 
     for seed in range(6):
         module = random_graph(100 + seed, n_ops=50, max_width=6, library=False)
@@ -191,7 +191,7 @@ def test_the_default_pipeline_never_turns_a_graph_that_fits_into_a_refused_one(s
     """These graphs' pipelines widen what is live at once (measured: their smallest d grows
     by 2-8 columns); where the pipeline's graph does not fit, the graph as written stands in,
     so the smallest width that fits is never above the unoptimised one's."""
-    from lowering import pressure_of
+    from tw_lowering import pressure_of
 
     module = random_graph(seed, n_ops=40, max_width=6, library=True)
     at = (lambda d: Machine(d=d, d_head=2))

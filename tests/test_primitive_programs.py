@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import examples.primitive as prim
-from examples.primitive import prims as P
-from examples.primitive import synthetic
-from examples.token_program import matches_reference
+import tw_examples.primitive as prim
+from tw_examples.primitive import prims as P
+from tw_examples.primitive import synthetic
+from tw_examples.token_program import matches_reference
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.interp import find_graph
@@ -113,7 +113,7 @@ def test_synthetic_graphs_are_primitive_and_evaluate():
 
 @pytest.mark.parametrize("name,pipeline", [("caesar", None), ("binary_increment", "default")])
 def test_small_program_compiles_and_matches(programs, name, pipeline):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     program = programs[name]
     ct = compile(program.module, d=1024, d_head=16, d_hidden=1024, pipeline=pipeline)
@@ -125,7 +125,7 @@ def test_small_program_compiles_and_matches(programs, name, pipeline):
 
 
 def test_synthetic_attention_on_a_position_input_compiles():
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     for kind in ("quadratic", "onehot"):
         syn = synthetic.attention_chain(3, 2, kind)
@@ -174,7 +174,7 @@ def test_bench_reports_a_geometry_error_instead_of_crashing(bench):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", prim.PROGRAMS)
 def test_program_compiles_at_the_anchor_width(programs, bench, name):
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     program = programs[name]
     d, d_head = bench.ANCHOR_GEOMETRY[name]

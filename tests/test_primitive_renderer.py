@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lowering
-from examples.primitive import renderer as R
+import tw_lowering as lowering
+from tw_examples.primitive import renderer as R
 from twdialect import evaluate
 
 PRIMITIVE = {"builtin.module", "tw.graph", "tw.input", "tw.pos_encoding", "tw.linear",

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import torch
 
-from lowering import compile
-from lowering.probe import probe
+from tw_lowering import compile
+from tw_lowering.probe import probe
 from twdialect import ops as tw
 from twdialect import print_module
 from twdialect.random_graphs import random_graph, sample_inputs
@@ -55,7 +55,7 @@ def test_stats_report_per_layer_and_annotation():
 
 
 def _tw_stats(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "tools.tw_stats", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "tw_tools.tw_stats", *args], input=stdin,
                           capture_output=True, text=True)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from examples import raycaster as R
-from lowering import compile
-from lowering.sweep import width_sweep
+from tw_examples import raycaster as R
+from tw_lowering import compile
+from tw_lowering.sweep import width_sweep
 from twdialect import evaluate
 
 SMALL = {"n_columns": 4, "map": R.SMALL_MAP, "steps": 8}

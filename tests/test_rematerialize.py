@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lowering
-from lowering.machine import GeometryError, Machine
-from lowering.schedule import Pressure, smallest_fitting_d
-from lowering.tasks import TaskGraph
-from passes.rematerialize import RematerializePass
+import tw_lowering as lowering
+from tw_lowering.machine import GeometryError, Machine
+from tw_lowering.schedule import Pressure, smallest_fitting_d
+from tw_lowering.tasks import TaskGraph
+from tw_passes.rematerialize import RematerializePass
 from pass_checks import run_and_compare
 from twdialect import evaluate, parse_module
 from twdialect.interp import find_graph
@@ -68,7 +68,7 @@ def test_the_lowering_recomputes_where_the_width_needs_it():
 
 
 def test_bad_options_are_refused_before_any_change():
-    from passes import PassOptionError, run_pipeline
+    from tw_passes import PassOptionError, run_pipeline
 
     module = parse_module(EXAMPLE)
     for spec in ("rematerialize{rounds=-1}", "rematerialize{d=10 d-head=3}"):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from lowering import compile
-from lowering.decode import DecodeError, Decoder, bucket_sizes
+from tw_lowering import compile
+from tw_lowering.decode import DecodeError, Decoder, bucket_sizes
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.inputs import EvaluationError
@@ -179,7 +179,7 @@ def test_a_graph_without_attention_or_inputs_runs_batched():
 def test_the_cache_grows_as_the_sequences_do():
     """A decoder built for many positions allocates FIRST_ALLOCATION and doubles as steps
     reach it (a long `steps` costs memory only as far as generation gets)."""
-    from lowering.decode import FIRST_ALLOCATION
+    from tw_lowering.decode import FIRST_ALLOCATION
 
     with tw.Graph("main") as g:  # (no pos_encoding: its max_len would bound the positions)
         x = tw.input("x", 2, value_range=(-1, 1))

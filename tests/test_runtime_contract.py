@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering import compile
+from tw_lowering import compile
 from twdialect import EvaluationError, evaluate, generate
 from twdialect import ops as tw
 from twdialect.inputs import InputContract, check_inputs
@@ -277,7 +277,7 @@ def test_weighted_values_rule_is_the_same_in_oracle_and_model():
     """Zero weight contributes 0 whatever the value; positive weight gives IEEE's sum."""
     import torch
 
-    from lowering.model import weighted_values as model_rule
+    from tw_lowering.model import weighted_values as model_rule
     from twdialect.interp import weighted_values as oracle_rule
 
     p = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])

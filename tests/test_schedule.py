@@ -6,10 +6,10 @@ written out as numbers, so a test fails if the rule it names changes."""
 import numpy as np
 import pytest
 
-from lowering.machine import GeometryError, Machine
-from lowering.rules import RULES, Cost, task_cost
-from lowering.schedule import Scheduler, schedule
-from lowering.tasks import TaskGraph
+from tw_lowering.machine import GeometryError, Machine
+from tw_lowering.rules import RULES, Cost, task_cost
+from tw_lowering.schedule import Scheduler, schedule
+from tw_lowering.tasks import TaskGraph
 from twdialect import ops as tw
 from twdialect.analysis import (
     ATTN,
@@ -347,8 +347,8 @@ def _two_chains():
 
 
 def _gate(build, d):
-    from lowering.pressure import LiveModel, OrderChoice
-    from lowering.schedule import OrderGate
+    from tw_lowering.pressure import LiveModel, OrderChoice
+    from tw_lowering.schedule import OrderGate
 
     with tw.Graph("main") as g:
         values = build()

@@ -4,10 +4,10 @@ stay near the critical-path floor where the residual does not bind."""
 import numpy as np
 import pytest
 
-from lowering import GeometryError, compile
-from lowering.machine import Machine
-from lowering.schedule import schedule, smallest_fitting_d
-from lowering.tasks import TaskGraph
+from tw_lowering import GeometryError, compile
+from tw_lowering.machine import Machine
+from tw_lowering.schedule import schedule, smallest_fitting_d
+from tw_lowering.tasks import TaskGraph
 from twdialect import ops as tw
 from twdialect.interp import find_graph
 from twdialect.random_graphs import random_graph

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from passes import run_pipeline
+from tw_passes import run_pipeline
 from twdialect import evaluate, ops as tw, print_module
 from twdialect.analysis import critical_path, first_use_before_def
 from twdialect.dialect import (
@@ -332,7 +332,7 @@ def test_random_tree_sweep():
 
 
 def test_compiled_depth4_tree_is_one_table():
-    from lowering import compile
+    from tw_lowering import compile
 
     module, th = depth4_tree()
     pts = sample_points(th, 200, 0)

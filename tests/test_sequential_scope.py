@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from xdsl.dialects.builtin import StringAttr, UnitAttr
 
 from twdialect.errors import TwError
-from passes import PipelineError, run_pipeline
-from passes.sequential_scope import (
+from tw_passes import PipelineError, run_pipeline
+from tw_passes.sequential_scope import (
     SequentialScopeError,
     auto_batch_size,
     candidate_batch_sizes,
@@ -263,7 +263,7 @@ def test_compiled_wide_loop_auto_ties_ungated_and_beats_serial():
     scheduler's admission reserve keeps the ungated loop from deadlocking; K=1 serialises;
     auto schedules its candidates and keeps the ungated loop; the rule with the seed's
     headroom 4 gates too hard (as a search seed it costs nothing)."""
-    from lowering import compile
+    from tw_lowering import compile
 
     module = loop(16, wide=16, depth=2)
     inputs = sample_inputs(module, 3, 0)
@@ -296,7 +296,7 @@ def bulge_loop(n_iter: int, wide: int, seed: int = 0):
 
 def compiled_layers(module, d: int, pipeline: str | None = None) -> int | None:
     """Layers of the compiled module, None when the scheduler stalls on residual width."""
-    from lowering import GeometryError, compile
+    from tw_lowering import GeometryError, compile
 
     try:
         return compile(module, d=d, d_head=16, pipeline=pipeline).stats.n_layers
@@ -308,7 +308,7 @@ def compiled_layers(module, d: int, pipeline: str | None = None) -> int | None:
 def test_auto_beats_ungated_the_rule_and_k1_and_no_candidate_does_better():
     """12 iterations with a wide middle step at d=128: auto's K compiles in fewer layers than
     ungated, the rule's K and K=1, and no candidate does better; the values hold."""
-    from lowering import compile
+    from tw_lowering import compile
 
     module = bulge_loop(12, 32)
     d = 128
@@ -337,7 +337,7 @@ def test_auto_beats_ungated_the_rule_and_k1_and_no_candidate_does_better():
 def test_auto_falls_back_to_k1_when_every_other_candidate_stalls(monkeypatch):
     """K=1 serialises, so it is tried only when every other candidate stalls (simulated here:
     the scheduler's full admission reserve leaves few such loops)."""
-    import passes.sequential_scope as pass_module
+    import tw_passes.sequential_scope as pass_module
 
     real_trial = pass_module._trial
 

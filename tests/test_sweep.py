@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-import examples.primitive as primitive
-import lowering
-from lowering.machine import GeometryError
-from lowering.sweep import WidthPoint, pick_width, width_sweep
+import tw_examples.primitive as primitive
+import tw_lowering as lowering
+from tw_lowering.machine import GeometryError
+from tw_lowering.sweep import WidthPoint, pick_width, width_sweep
 from twdialect import print_module
 
 D_HEAD = 8
@@ -85,7 +85,7 @@ def test_a_d_max_below_the_smallest_is_refused(calculator, curve):
 def test_tw_stats_sweep(tmp_path, calculator, curve):
     path = tmp_path / "calc.mlir"
     path.write_text(print_module(calculator))
-    cmd = [sys.executable, "-m", "tools.tw_stats", str(path), "--sweep-d", "--d-head",
+    cmd = [sys.executable, "-m", "tw_tools.tw_stats", str(path), "--sweep-d", "--d-head",
            str(D_HEAD)]
     res = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -99,7 +99,7 @@ def test_tw_stats_sweep(tmp_path, calculator, curve):
 def test_width_for_a_depth_is_the_narrowest_width_that_is_shallow_enough(calculator, curve):
     """Between the curve's points too: every narrower width (one d_head at a time) is deeper
     than the target."""
-    from lowering.sweep import width_for
+    from tw_lowering.sweep import width_for
 
     target = curve[0].n_layers - 1  # the smallest width is too deep
     if target < curve[-1].floor:
@@ -115,7 +115,7 @@ def test_width_for_a_depth_is_the_narrowest_width_that_is_shallow_enough(calcula
 def test_tw_stats_picks_a_width_or_says_why_none(tmp_path, calculator, curve):
     path = tmp_path / "calc.mlir"
     path.write_text(print_module(calculator))
-    cmd = [sys.executable, "-m", "tools.tw_stats", str(path), "--sweep-d", "--d-head",
+    cmd = [sys.executable, "-m", "tw_tools.tw_stats", str(path), "--sweep-d", "--d-head",
            str(D_HEAD)]
     res = subprocess.run(cmd + ["--max-layers", str(curve[-1].floor)], capture_output=True,
                          text=True)

@@ -53,8 +53,8 @@ def test_the_universe_holds_tw_and_its_own_passes_only() -> None:
     """Upstream passes stay xDSL's: a second definition would stop xdsl-opt from starting."""
     from xdsl.universe import Universe
 
-    from passes import TW_PASSES, UPSTREAM_PASSES
-    from tools.tw_opt import TW_UNIVERSE
+    from tw_passes import TW_PASSES, UPSTREAM_PASSES
+    from tw_tools.tw_opt import TW_UNIVERSE
 
     assert set(TW_UNIVERSE.all_dialects) == {"tw"}
     assert set(TW_UNIVERSE.all_passes) == set(TW_PASSES)

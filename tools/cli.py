@@ -295,7 +295,7 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
 def allowed_passes() -> dict:
     """Pass name -> factory: tw's own passes and `passes.UPSTREAM_PASSES` (nothing imported
     yet); the one list every pipeline entry point shares."""
-    from passes import get_all_passes
+    from tw_passes import get_all_passes
 
     return get_all_passes()
 

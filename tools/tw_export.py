@@ -18,15 +18,15 @@ import json
 import os
 from collections.abc import Sequence
 
-from tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, one_line
-from tools.cli import parse_file, run_tool
+from tw_tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, one_line
+from tw_tools.cli import parse_file, run_tool
 
 PROG = "tw-export"
 
 
 def _parser() -> ArgumentParser:
-    from lowering.export import FORMATS
-    from lowering.machine import MAX_DIM
+    from tw_lowering.export import FORMATS
+    from tw_lowering.machine import MAX_DIM
 
     p = ArgumentParser(prog=PROG, description="Export a compiled model for stock tools.")
     p.add_argument("source", help="a bundled program name (tw-run --list) or a .mlir file")
@@ -47,7 +47,7 @@ def _parser() -> ArgumentParser:
 
 def _source(args):
     """(module, geometry, vocab, end) of a bundled program or a .mlir file."""
-    import examples
+    import tw_examples as examples
 
     if args.source in examples.PROGRAMS:
         program = examples.load(args.source)
@@ -65,8 +65,8 @@ def _source(args):
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    from lowering import GeometryError, LoweringError, compile  # noqa: A004
-    from lowering.export import export
+    from tw_lowering import GeometryError, LoweringError, compile  # noqa: A004
+    from tw_lowering.export import export
 
     args = _parser().parse_args(argv)
     if args.pipeline:

@@ -39,8 +39,8 @@ from xdsl.universe import Universe
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from passes import UPSTREAM_PASSES
-from tools.cli import (SourceMap, ToolError, allowed_passes, last_line, located_parse, one_line,
+from tw_passes import UPSTREAM_PASSES
+from tw_tools.cli import (SourceMap, ToolError, allowed_passes, last_line, located_parse, one_line,
                        run_tool, verify_located)
 from twdialect.dialect import TW
 

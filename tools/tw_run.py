@@ -19,15 +19,15 @@ import json
 import time
 from collections.abc import Sequence
 
-from tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
-from tools.cli import run_tool
+from tw_tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
+from tw_tools.cli import run_tool
 
 PROG = "tw-run"
 GEOMETRY_OPTIONS = ("--d", "--d-head", "--d-hidden")
 
 
 def _parser() -> ArgumentParser:
-    from lowering.machine import MAX_DIM
+    from tw_lowering.machine import MAX_DIM
 
     p = ArgumentParser(prog=PROG, description="Run a bundled token program.")
     p.add_argument("words", nargs="*", metavar="PROGRAM PROMPT",
@@ -80,8 +80,8 @@ def _geometry(args, geo) -> tuple[int, int, int]:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    import examples
-    from examples.token_program import PromptError, generate, oracle_runner
+    import tw_examples as examples
+    from tw_examples.token_program import PromptError, generate, oracle_runner
 
     args = _parse_args(argv)
     if args.list:
@@ -106,7 +106,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         runner = oracle_runner(program)
         info["backend"] = "oracle"
     else:
-        from lowering import GeometryError, LoweringError, compile  # noqa: A004
+        from tw_lowering import GeometryError, LoweringError, compile  # noqa: A004
 
         start = time.perf_counter()
         try:

@@ -26,15 +26,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, parse_file
-from tools.cli import run_tool
+from tw_tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, parse_file
+from tw_tools.cli import run_tool
 
 PROG = "tw-stats"
 MAX_PROBE_POSITIONS = 1 << 14  # the probe keeps a residual snapshot per sublayer per position
 
 
 def _parser() -> ArgumentParser:
-    from lowering.machine import MAX_DIM
+    from tw_lowering.machine import MAX_DIM
 
     ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("file", help="tw IR file ('-' for stdin)")
@@ -75,7 +75,7 @@ def _check_geometry(args) -> None:
 
 def _probe_line(ct, prepared, args) -> str:
     """Run the probe on args.probe positions (at most the graph's max_len) of sampled inputs."""
-    from lowering.probe import probe
+    from tw_lowering.probe import probe
     from twdialect.dialect import PosEncodingOp
     from twdialect.interp import find_graph
     from twdialect.random_graphs import sample_inputs
@@ -91,7 +91,7 @@ def _probe_line(ct, prepared, args) -> str:
 
 def _error_lines(sched) -> list[str]:
     """One line per output: its static float32 error estimate, its magnitude, its margin."""
-    from lowering.precision import output_errors, output_margins
+    from tw_lowering.precision import output_errors, output_margins
 
     margins = output_margins(sched.tg.graph)
     lines = []
@@ -113,7 +113,7 @@ def run(argv: Sequence[str] | None) -> int:
     if args.sweep_d:
         return _sweep(module, args)
 
-    from lowering import compile  # noqa: A004
+    from tw_lowering import compile  # noqa: A004
 
     # (with --error-estimate the margins are reported below instead of refused)
     ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
@@ -133,7 +133,7 @@ def _sweep(module, args) -> int:
     width."""
     import json
 
-    from lowering.sweep import width_sweep
+    from tw_lowering.sweep import width_sweep
 
     curve = width_sweep(module, args.d_head, d_hidden=args.d_hidden, pipeline=args.pipeline,
                         graph=args.graph, d_max=args.d_max)
@@ -146,7 +146,7 @@ def _sweep(module, args) -> int:
                   f"neurons={p.neurons:<6d} params={p.params}{at_floor}")
     if args.max_layers is None and args.max_params is None:
         return 0
-    from lowering.sweep import width_for
+    from tw_lowering.sweep import width_for
 
     pick = width_for(module, args.d_head, args.max_layers, args.max_params,
                      d_hidden=args.d_hidden, pipeline=args.pipeline, graph=args.graph,

@@ -327,7 +327,7 @@ class TwCanonicalization(HasCanonicalizationPatternsTrait):
     """Upstream `canonicalize` picks up tw's patterns (defined in passes/canonicalization.py)."""
 
     def get_patterns(self, op):
-        from passes.canonicalization import patterns_for
+        from tw_passes.canonicalization import patterns_for
 
         return tuple(patterns_for(op))
 

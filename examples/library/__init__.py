@@ -17,4 +17,4 @@ def load(name: str):
 
     if name not in PROGRAMS:
         raise KeyError(f"unknown library program {name!r} (known: {', '.join(PROGRAMS)})")
-    return importlib.import_module(f"examples.library.{name}").build()
+    return importlib.import_module(f"tw_examples.library.{name}").build()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from examples.balanced_parens import (
+from tw_examples.balanced_parens import (
     ANSWERS,
     CLOSERS,
     MAX_BRACKETS,
@@ -38,8 +38,8 @@ from examples.balanced_parens import (
     reference,
     sample,
 )
-from examples.token_program import Anchor, Geometry, TokenProgram, char_table, check_regex
-from examples.library.adder import INTEGER_FORMS
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, char_table, check_regex
+from tw_examples.library.adder import INTEGER_FORMS
 from twdialect import ops as tw
 
 VOCAB = OPENERS + CLOSERS + "=yesno$"

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from examples.binary_increment import MAX_BITS, MAX_LEN, PATTERN, reference, sample
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from tw_examples.binary_increment import MAX_BITS, MAX_LEN, PATTERN, reference, sample
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
 VOCAB = "01=$"

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from examples.caesar import LETTERS, MAX_TEXT, PATTERN, reference, sample
-from examples.token_program import (Anchor, Geometry, PromptError, TokenProgram, char_table,
+from tw_examples.caesar import LETTERS, MAX_TEXT, PATTERN, reference, sample
+from tw_examples.token_program import (Anchor, Geometry, PromptError, TokenProgram, char_table,
                                      check_regex)
 from twdialect import ops as tw
 

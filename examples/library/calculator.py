@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from examples.calculator import PATTERN, reference, sample
-from examples.library.adder import FLAG_SCALE, INTEGER_FORMS, Steps, digit_logits
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from tw_examples.calculator import PATTERN, reference, sample
+from tw_examples.library.adder import FLAG_SCALE, INTEGER_FORMS, Steps, digit_logits
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
 VOCAB = "0123456789+-*=$"

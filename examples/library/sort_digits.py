@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from examples.sort_digits import MAX_DIGITS, PATTERN, reference, sample
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from tw_examples.sort_digits import MAX_DIGITS, PATTERN, reference, sample
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 from twdialect import ops as tw
 
 VOCAB = "0123456789=$"

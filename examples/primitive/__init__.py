@@ -14,7 +14,7 @@ def available() -> tuple[str, ...]:
     import importlib.util
 
     return tuple(n for n in PROGRAMS
-                 if importlib.util.find_spec(f"examples.primitive.{n}") is not None)
+                 if importlib.util.find_spec(f"tw_examples.primitive.{n}") is not None)
 
 
 def load(name: str):
@@ -23,4 +23,4 @@ def load(name: str):
 
     if name not in PROGRAMS:
         raise KeyError(f"unknown primitive program {name!r} (known: {', '.join(PROGRAMS)})")
-    return importlib.import_module(f"examples.primitive.{name}").build()
+    return importlib.import_module(f"tw_examples.primitive.{name}").build()

@@ -14,10 +14,10 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples import adder as bundled
-from examples.primitive import common as C
-from examples.primitive import prims as P
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from tw_examples import adder as bundled
+from tw_examples.primitive import common as C
+from tw_examples.primitive import prims as P
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 
 VOCAB = bundled.VOCAB
 END = bundled.END
@@ -65,6 +65,6 @@ if __name__ == "__main__":  # pragma: no cover
     prog = build()
     print(count_ops(prog.module), "ops")
     rng = np.random.default_rng(0)
-    from examples.token_program import matches_reference
+    from tw_examples.token_program import matches_reference
 
     print(all(matches_reference(prog, prog.sample(rng)) for _ in range(20)))

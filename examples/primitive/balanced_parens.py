@@ -15,10 +15,10 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples import balanced_parens as bundled
-from examples.primitive import common as C
-from examples.primitive import prims as P
-from examples.token_program import Anchor, Geometry, TokenProgram
+from tw_examples import balanced_parens as bundled
+from tw_examples.primitive import common as C
+from tw_examples.primitive import prims as P
+from tw_examples.token_program import Anchor, Geometry, TokenProgram
 
 OPENERS, CLOSERS = bundled.OPENERS, bundled.CLOSERS
 VOCAB = bundled.VOCAB

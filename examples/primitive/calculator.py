@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from twdialect import ops as tw
 
-from examples import calculator as bundled
-from examples.primitive import common as C
-from examples.primitive import prims as P
-from examples.token_program import Anchor, Geometry, TokenProgram, check_regex
+from tw_examples import calculator as bundled
+from tw_examples.primitive import common as C
+from tw_examples.primitive import prims as P
+from tw_examples.token_program import Anchor, Geometry, TokenProgram, check_regex
 
 VOCAB = bundled.VOCAB
 END = bundled.END

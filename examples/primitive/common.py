@@ -12,7 +12,7 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples.primitive import prims as P
+from tw_examples.primitive import prims as P
 
 Value = tw.Value
 

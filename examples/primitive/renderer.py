@@ -102,8 +102,8 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples.primitive import prims as P
-from examples.primitive.synthetic import Synthetic
+from tw_examples.primitive import prims as P
+from tw_examples.primitive.synthetic import Synthetic
 
 Value = tw.Value
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from twdialect import ops as tw
 
-from examples import sort_digits as bundled
-from examples.primitive import common as C
-from examples.primitive import prims as P
-from examples.token_program import Anchor, Geometry, TokenProgram
+from tw_examples import sort_digits as bundled
+from tw_examples.primitive import common as C
+from tw_examples.primitive import prims as P
+from tw_examples.token_program import Anchor, Geometry, TokenProgram
 
 VOCAB = bundled.VOCAB
 END = bundled.END

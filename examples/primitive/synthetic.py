@@ -24,7 +24,7 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from examples.primitive import prims as P
+from tw_examples.primitive import prims as P
 
 BOUND = 16  # every chain value stays an integer in [-BOUND, BOUND]
 

@@ -1,6 +1,6 @@
 """Exports: a compiled model written in formats that stock tools load and run exactly.
 
-    from lowering.export import export
+    from tw_lowering.export import export
     export(ct, "out/adder-hf", "transformers", vocab="0123456789+=.")   # a compiled model
     export(module, "out/g.onnx", "onnx", d=256, d_head=16)              # or a graph + geometry
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from lowering.export.metadata import ExportError
+from tw_lowering.export.metadata import ExportError
 
 FORMATS = {
-    "transformers": ("lowering.export.hf", "export_transformers"),
-    "tlens": ("lowering.export.tlens", "export_tlens"),
-    "onnx": ("lowering.export.onnx", "export_onnx"),
-    "gguf": ("lowering.export.gguf", "export_gguf"),
+    "transformers": ("tw_lowering.export.hf", "export_transformers"),
+    "tlens": ("tw_lowering.export.tlens", "export_tlens"),
+    "onnx": ("tw_lowering.export.onnx", "export_onnx"),
+    "gguf": ("tw_lowering.export.gguf", "export_gguf"),
 }
 
 
@@ -38,7 +38,7 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
     geometry `d`, `d_head`, `d_hidden` and `pipeline`) to `path` in `format` (see FORMATS);
     `options` go to the format's writer. Returns the writer's report (sizes, parameter counts,
     seconds)."""
-    from lowering.model import CompiledTransformer
+    from tw_lowering.model import CompiledTransformer
 
     if not isinstance(format, str) or format not in FORMATS:
         raise ExportError(f"export: unknown format {format!r} (known: {', '.join(FORMATS)})")
@@ -46,7 +46,7 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
         if d is None or d_head is None:
             raise ExportError("export: a graph needs its geometry: give d and d_head (and "
                               "d_hidden), or pass a compiled model")
-        from lowering import compile as compile_graph
+        from tw_lowering import compile as compile_graph
 
         model = compile_graph(model, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline,
                               graph=graph)

@@ -1,7 +1,7 @@
 """GGUF export: a compiled model as llama.cpp's `gpt2` architecture, run by llama.cpp
 (llama-cpp-python) exactly up to float32 round-off.
 
-    from lowering.export.gguf import export_gguf, load_gguf
+    from tw_lowering.export.gguf import export_gguf, load_gguf
     export_gguf(ct, "adder.gguf", vocab="0123456789+=.", end=".")
     m = load_gguf("adder.gguf", graph=ct.schedule.tg.graph)
     m.logits([1, 2, 10, 3, 4, 11])          # (n, n_out) at every position
@@ -49,9 +49,9 @@ import time
 
 import numpy as np
 
-from lowering.export.metadata import ExportError, check_metadata, export_metadata
-from lowering.export.stock import StockPlan, end_id, power_of_four, token_strings
-from lowering.export.streaming import ensure_space
+from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata
+from tw_lowering.export.stock import StockPlan, end_id, power_of_four, token_strings
+from tw_lowering.export.streaming import ensure_space
 
 ARCH = "gpt2"
 # max over x in (-10, 10) of |ggml's table GELU(x) - relu(x)|: 0.1700 for the tanh GELU (at

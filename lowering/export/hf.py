@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lowering.export.metadata import ExportError, check_metadata, export_metadata
-from lowering.export.stock import StockPlan, end_id, token_strings
-from lowering.export.streaming import Tensor, ensure_space, write_safetensors
+from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata
+from tw_lowering.export.stock import StockPlan, end_id, token_strings
+from tw_lowering.export.streaming import Tensor, ensure_space, write_safetensors
 
 FORMAT = "transformers"
 

@@ -54,11 +54,11 @@ def graph_sha256(graph) -> str:
 def export_metadata(ct, fmt: str, geometry: Mapping, **extra) -> dict[str, str]:
     """The metadata of an export of compiled model `ct` (which must carry its schedule) by
     writer `fmt`, with the export's `geometry` and any `extra` keys (JSON-encoded unless str)."""
-    from lowering.precision import output_errors
+    from tw_lowering.precision import output_errors
 
     if ct.schedule is None:
         raise ExportError("export: the model carries no schedule (build it with "
-                          "lowering.compile); its graph hash and error bounds are unknown")
+                          "tw_lowering.compile); its graph hash and error bounds are unknown")
     m = ct.machine
     bounds = {name: err for name, (err, _) in output_errors(ct.schedule).items()}
     meta = {

@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from lowering.export.metadata import ExportError, check_metadata, export_metadata, tw_version
+from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata, tw_version
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -231,7 +231,7 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
         at = {"one": 0, "zero": 1, "pos": 2}
         width = 3
         if pos_width > 1:
-            from lowering.materialize import position_rows
+            from tw_lowering.materialize import position_rows
 
             table = np.asarray(position_rows(0, n_pos, pos_width)[:, 1:], np.float32)
             shared.append(b.op("Gather", [b.weight("pos_table", table), positions],

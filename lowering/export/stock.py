@@ -41,8 +41,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from lowering.export.metadata import ExportError
-from lowering.materialize import position_rows
+from tw_lowering.export.metadata import ExportError
+from tw_lowering.materialize import position_rows
 
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
 # The largest norm constant a float32 export may use: rstd = eps^-1/2 must leave the residual's
@@ -267,8 +267,8 @@ class StockPlan:
         sched = self.ct.schedule
         if sched is None:
             raise ExportError("export: the model carries no schedule (build it with "
-                              "lowering.compile); its value ranges are unknown")
-        from lowering.pressure import GroupRanges
+                              "tw_lowering.compile); its value ranges are unknown")
+        from tw_lowering.pressure import GroupRanges
 
         mag = GroupRanges(sched.tg)
         tw_bound = np.zeros(self.machine.d, np.float64)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.export.metadata import ExportError
+from tw_lowering.export.metadata import ExportError
 
 HEADER_LIMIT = 100 << 20  # (a safetensors header larger than this is not one of ours)
 DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64", np.dtype(np.float64): "F64"}

@@ -40,9 +40,9 @@ import time
 
 import numpy as np
 
-from lowering.export.metadata import PREFIX, ExportError, check_metadata, export_metadata
-from lowering.export.stock import StockGeometry, StockPlan
-from lowering.export.streaming import (Tensor, ensure_space, read_safetensors_header,
+from tw_lowering.export.metadata import PREFIX, ExportError, check_metadata, export_metadata
+from tw_lowering.export.stock import StockGeometry, StockPlan
+from tw_lowering.export.streaming import (Tensor, ensure_space, read_safetensors_header,
                                        write_safetensors)
 
 FORMAT = "tlens"
