@@ -377,10 +377,19 @@ def oracle_runner(program: TokenProgram):
     return lambda inputs: twdialect.evaluate(program.module, inputs)
 
 
+def _check_stepwise(program: TokenProgram, what: str) -> None:
+    """A program with a full-mask head is refused: its logits at a position depend on later
+    tokens, so neither token-by-token generation nor one causal pass means what it says."""
+    from twdialect.interp import check_stepwise, find_graph
+
+    check_stepwise(find_graph(program.module), f"{program.name}: {what}")
+
+
 def generate(program: TokenProgram, prompt: str, runner=None) -> str:
     """Greedy generation from `prompt` until the end token (or max_answer tokens); returns the
     generated text without the end token. `runner(inputs) -> {"logits": (n, V)}` defaults to
-    the oracle."""
+    the oracle. A program with a full-mask `tw.attn` is refused (one line, why)."""
+    _check_stepwise(program, "generate")
     run = runner or oracle_runner(program)
     ids = list(program.encode(prompt))
     end = program.vocab.index(program.end)
@@ -400,7 +409,9 @@ def matches_reference(program: TokenProgram, prompt: str, runner=None) -> bool:
     the end token, unless the answer fills max_answer), checked in ONE forward pass over the
     prompt followed by the expected answer: by causality the logits at each position see only
     the tokens before it, so every argmax matching the next expected token is exactly the
-    condition for the greedy loop to emit the expected text."""
+    condition for the greedy loop to emit the expected text (a program with a full-mask head
+    has no such causality and is refused)."""
+    _check_stepwise(program, "matches_reference")
     run = runner or oracle_runner(program)
     ids = list(program.encode(prompt))
     answer = program.reference(prompt)

@@ -74,6 +74,10 @@ def every_op_module():
         tw.output("pwl", pw)
         tw.output("pwl2d", pw2)
         tw.output("after", aft)
+        table = tw.pos_table(np.eye(16)[:, :3])
+        tw.output("table", table)
+        tw.output("full", tw.attn(x, table, x, np.eye(3), np.eye(3), np.eye(3), np.eye(3)[:, :2],
+                                  mask="full"))
     return g.module
 
 

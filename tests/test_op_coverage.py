@@ -42,6 +42,7 @@ SAMPLES = {
     d.OutputOp: lambda x, y, s: y,
     d.EmbeddingOp: lambda x, y, s: tw.embedding("tokens", [[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]]),
     d.PosEncodingOp: lambda x, y, s: tw.pos_encoding(4, 16),
+    d.PosTableOp: lambda x, y, s: tw.pos_table(np.eye(16)[:, :3]),
     d.LiteralOp: lambda x, y, s: tw.literal([1.0, -2.0]),
     d.LinearOp: lambda x, y, s: tw.linear(x, [[1.0, 2.0], [3.0, 4.0]], [0.5, 0.0]),
     d.ReluOp: lambda x, y, s: tw.relu(x),

@@ -27,7 +27,7 @@ def _every_op_graph() -> d.GraphOp:
     x = d.InputOp("x", 2, (-1.0, 1.0))
     s = d.InputOp("s", 1, (0.0, 3.0), integer=True)
     ops = [x, s, d.EmbeddingOp("tokens", np.eye(3, 2)), d.PosEncodingOp(4, 16),
-           d.LiteralOp([1.0, -2.0])]
+           d.PosTableOp(np.eye(16)[:, :2]), d.LiteralOp([1.0, -2.0])]
     xv, sv = x.out, s.out
     eye = np.eye(2)
 
@@ -41,6 +41,7 @@ def _every_op_graph() -> d.GraphOp:
     add(d.AddOp(xv, xv))
     add(d.ConcatOp([xv, sv]))
     add(d.AttnOp(xv, xv, xv, eye, eye, eye, eye))
+    add(d.AttnOp(xv, xv, xv, eye, eye, eye, eye, mask="full"))
     add(d.MlpOp(xv, eye, np.ones((2, 1)), b1=[0.0, 1.0]))
     add(d.MlpOp(xv, eye, eye, b2=[1.0, 1.0]))
     add(d.SliceOp(xv, 1, 1))

@@ -43,6 +43,7 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
+    PosTableOp,
     ReluOp,
     SelectOp,
     SliceOp,
@@ -120,7 +121,7 @@ PLACEMENT: dict[type, str] = {
     PiecewiseLinearOp: MLP, PiecewiseLinear2dOp: MLP,
     LinearOp: EITHER, AddOp: EITHER,
     LiteralOp: FREE, ConcatOp: FREE, SliceOp: FREE, AfterOp: FREE,
-    InputOp: SOURCE, EmbeddingOp: SOURCE, PosEncodingOp: SOURCE,
+    InputOp: SOURCE, EmbeddingOp: SOURCE, PosEncodingOp: SOURCE, PosTableOp: SOURCE,
     OutputOp: SINK,
 }
 

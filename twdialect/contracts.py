@@ -115,6 +115,7 @@ from xdsl.ir import Operation
 from twdialect.dense import shape_of
 from twdialect.dialect import (
     LIBRARY_OPS,
+    FULL,
     AttnOp,
     ClampOp,
     CompareOp,
@@ -122,6 +123,7 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     SelectOp,
+    attn_mask,
     describe,
     width_of,
 )
@@ -287,7 +289,8 @@ def contract_mask(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
     A position is False when some library op, evaluated by the oracle on `inputs`, sits outside
     its exact region there (`exact_region`), or when an output at that position depends on such
     an op: per position through per-position ops, and through attention on every later
-    position too (a query at position i reads keys and values at positions j <= i).
+    position too (a query at position i reads keys and values at positions j <= i), or on
+    every position through a full-mask attention (its queries read the whole sequence).
     Differential tests compare the oracle before and after `decompose` only where this holds.
     """
     g = find_graph(module, graph)
@@ -297,7 +300,9 @@ def contract_mask(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
     def taint(op: Operation, ins: list[np.ndarray]) -> np.ndarray:
         """Positions where `op`'s value strays from the oracle's (see above)."""
         if type(op) is AttnOp:
-            t = ins[0] | np.logical_or.accumulate(ins[1] | ins[2])
+            kv = ins[1] | ins[2]
+            t = ins[0] | (np.full(n, kv.any()) if attn_mask(op) == FULL
+                          else np.logical_or.accumulate(kv))
         else:
             t = np.zeros(n, dtype=bool)
             for a in ins:

@@ -72,6 +72,13 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
+from xdsl.irdl.declarative_assembly_format import (
+    AttributeVariable,
+    CustomDirective,
+    ParsingState,
+    irdl_custom_directive,
+    PrintingState,
+)
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import (
@@ -370,8 +377,9 @@ F64Prop = FloatAttr[Float64Type]
 class GraphOp(IRDLOperation):
     """`tw.graph @main { ... }`: one computation graph (a symbol; a module may hold several).
 
-    Its single block holds `tw.input`/`tw.embedding`/`tw.pos_encoding` sources, computation,
-    and `tw.output` sinks, in an order where every value is defined before it is used.
+    Its single block holds `tw.input`/`tw.embedding`/`tw.pos_encoding`/`tw.pos_table` sources,
+    computation, and `tw.output` sinks, in an order where every value is defined before it is
+    used.
     """
 
     name = "tw.graph"
@@ -545,6 +553,35 @@ class PosEncodingOp(IRDLOperation):
             _fail(self, "max_len must be at least 1")
 
 
+@irdl_op_definition
+class PosTableOp(IRDLOperation):
+    """`%p = tw.pos_table table dense<...> : tensor<LxWxf32> : !tw.vec<W>`: a per-position table.
+
+    At position i (0-based) the value is row i of the (L x W) table; L is the longest sequence
+    the graph supports (a longer run is refused by the input contract, `twdialect.inputs`).
+    Any table: one-hot position indices (an L x L identity), sin/cos with a counter column...
+    Positions come from the model itself, so generation needs no host feedback for them.
+    """
+
+    name = "tw.pos_table"
+    table = prop_def(DenseIntOrFPElementsAttr)
+    out = result_def(VecType)
+    assembly_format = "`table` $table attr-dict `:` type($out)"
+    traits = traits_def(Pure(), TwCanonicalization())
+
+    def __init__(self, table: Weights):
+        table = as_dense(table)
+        _fill(self, result=vec(shape_of(table)[-1]), properties={"table": table})
+
+    @property
+    def max_len(self) -> int:
+        """L: the table's rows, the positions it covers."""
+        return shape_of(self.table)[0]
+
+    def verify_(self) -> None:
+        _check_matrix(self, self.table, "position table", None, width_of(self.out))
+
+
 # --------------------------------------------------------------------------------------
 # Primitives
 # --------------------------------------------------------------------------------------
@@ -653,40 +690,123 @@ class ConcatOp(IRDLOperation):
             _fail(self, f"operand widths sum to {total} but the result is {width_of(self.out)} wide")
 
 
+# The mask kinds of `tw.attn`: "causal" (a query at position i sees keys j <= i; the default,
+# left out of the IR) or "full" (every query sees every key of the whole sequence: an
+# encoder-style, bidirectional head; its output at a position depends on later positions, so
+# a graph with one runs on whole sequences only, never step by step).
+ATTN_MASKS = ("causal", "full")
+CAUSAL, FULL = ATTN_MASKS
+
+
+@irdl_custom_directive
+class AttnMaskDirective(CustomDirective):
+    """`mask full` in `tw.attn`'s custom syntax; nothing for the default (causal). The kind is
+    a bare word; one that is not an identifier prints quoted (the verifier refuses it anyway,
+    and the printed text still parses back to the same op)."""
+
+    mask: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        if not parser.parse_optional_keyword("mask"):
+            return
+        kind = parser.parse_optional_identifier()
+        if kind is None:
+            kind = parser.parse_optional_str_literal()
+        if kind is None:
+            parser.raise_error("expected a mask kind after 'mask' (causal or full)")
+        if kind != CAUSAL:  # the default is left out, so `mask causal` reads as no mask
+            self.mask.set(state, StringAttr(kind))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        attr = self.mask.get(op)
+        if attr is None or (isinstance(attr, StringAttr) and attr.data == CAUSAL):
+            return
+        state.print_whitespace(printer)
+        printer.print_string("mask ")
+        kind = attr.data if isinstance(attr, StringAttr) else None
+        if kind is not None and kind.isidentifier():
+            printer.print_string(kind)
+        else:
+            printer.print_attribute(attr)
+
+    def is_present(self, op: IRDLOperation) -> bool:
+        attr = self.mask.get(op)
+        return attr is not None and not (isinstance(attr, StringAttr) and attr.data == CAUSAL)
+
+    def is_optional_like(self) -> bool:
+        return True
+
+
 @irdl_op_definition
 class AttnOp(IRDLOperation):
-    """One causal attention head family (no 1/sqrt(d) scaling).
+    """One attention head family (no 1/sqrt(d) scaling), causal unless `mask full`.
 
-    `%o = tw.attn %q, %k, %v wq Wq wk Wk wv Wv wo Wo : !tw.vec<Q>, !tw.vec<K>, !tw.vec<V> -> !tw.vec<O>`
-    logits[i, j] = (q_i Wq) . (k_j Wk) for j <= i; out_i = sum_j softmax_j(logits[i]) (v_j Wv) Wo.
+    `%o = tw.attn %q, %k, %v (mask full)? wq Wq wk Wk wv Wv wo Wo : !tw.vec<Q>, !tw.vec<K>, !tw.vec<V> -> !tw.vec<O>`
+    logits[i, j] = (q_i Wq) . (k_j Wk) for j <= i (causal) or every j (full);
+    out_i = sum_j softmax_j(logits[i]) (v_j Wv) Wo.
     """
 
     name = "tw.attn"
     query = operand_def(VecType)
     key = operand_def(VecType)
     value = operand_def(VecType)
+    mask = opt_prop_def(StringAttr)  # absent: causal (see ATTN_MASKS)
     wq = prop_def(DenseIntOrFPElementsAttr)
     wk = prop_def(DenseIntOrFPElementsAttr)
     wv = prop_def(DenseIntOrFPElementsAttr)
     wo = prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = (
-        "$query `,` $key `,` $value `wq` $wq `wk` $wk `wv` $wv `wo` $wo attr-dict `:` "
+        "$query `,` $key `,` $value custom<AttnMaskDirective>($mask) `wq` $wq `wk` $wk "
+        "`wv` $wv `wo` $wo attr-dict `:` "
         "type($query) `,` type($key) `,` type($value) `->` type($out)"
     )
+    custom_directives = (AttnMaskDirective,)
     traits = traits_def(Pure(), TwCanonicalization())
 
     def __init__(self, query: SSAValue, key: SSAValue, value: SSAValue, wq: Weights, wk: Weights,
-                 wv: Weights, wo: Weights):
+                 wv: Weights, wo: Weights, mask: str = CAUSAL):
+        if mask not in ATTN_MASKS:
+            raise TwAttributeException(f"tw.attn: mask must be one of "
+                                       f"{', '.join(map(repr, ATTN_MASKS))}, got {mask!r}")
         props = {"wq": as_dense(wq), "wk": as_dense(wk), "wv": as_dense(wv), "wo": as_dense(wo)}
+        if mask != CAUSAL:  # the default stays out of the IR (it prints and parses as before)
+            props = {"mask": StringAttr(mask), **props}
         _fill(self, [query, key, value], vec(shape_of(props["wo"])[1]), props)
 
+    @property
+    def mask_kind(self) -> str:
+        """"causal" or "full" (see ATTN_MASKS); "causal" where the property is absent."""
+        m = self.properties.get("mask")
+        return CAUSAL if m is None else m.data
+
+    @property
+    def is_full(self) -> bool:
+        return self.mask_kind == FULL
+
     def verify_(self) -> None:
+        m = self.properties.get("mask")
+        if m is not None and (not isinstance(m, StringAttr) or m.data not in ATTN_MASKS):
+            got = m.data if isinstance(m, StringAttr) else m
+            _fail(self, f"mask must be one of {', '.join(ATTN_MASKS)}, got {got!r}")
         _check_matrix(self, self.wq, "wq", width_of(self.query), None)
         d_qk = shape_of(self.wq)[1]
         _check_matrix(self, self.wk, "wk", width_of(self.key), d_qk)
         _check_matrix(self, self.wv, "wv", width_of(self.value), None)
         _check_matrix(self, self.wo, "wo", shape_of(self.wv)[1], width_of(self.out))
+
+
+def attn_mask(op: Operation) -> str:
+    """The mask kind of a `tw.attn` op ("causal" or "full")."""
+    m = op.properties.get("mask")
+    return CAUSAL if m is None else m.data
+
+
+def has_full_attention(graph: GraphOp) -> bool:
+    """Whether `graph` holds a `tw.attn` with `mask full` (then it runs on whole sequences:
+    no step-by-step generation)."""
+    return any(type(op) is AttnOp and "mask" in op.properties and attn_mask(op) == FULL
+               for op in graph.block.ops)
 
 
 @irdl_op_definition
@@ -941,7 +1061,7 @@ def _check_increasing(op, attr, name):
 PRIMITIVE_OPS = (LiteralOp, LinearOp, ReluOp, AddOp, ConcatOp, AttnOp, MlpOp)
 # Views cost nothing: their columns are their operands' columns.
 VIEW_OPS = (ConcatOp, SliceOp, AfterOp)
-SOURCE_OPS = (InputOp, EmbeddingOp, PosEncodingOp)
+SOURCE_OPS = (InputOp, EmbeddingOp, PosEncodingOp, PosTableOp)
 LIBRARY_OPS = (CompareOp, SelectOp, ClampOp, PiecewiseLinearOp, PiecewiseLinear2dOp)
 TW_OPS = (GraphOp, OutputOp) + SOURCE_OPS + PRIMITIVE_OPS + (SliceOp, AfterOp) + LIBRARY_OPS
 _INNER_OPS = frozenset(TW_OPS) - {GraphOp}  # exact types: what a graph's block may hold

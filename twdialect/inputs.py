@@ -3,7 +3,7 @@
 A graph's sources make promises that analyses and the lowering rely on: a `tw.input` holds
 finite numbers inside its declared `#tw.range` (integers when declared `integer`), a
 `tw.embedding` reads integer token ids in [0, vocab), a `tw.pos_encoding` sees positions below
-its `max_len`. A value that breaks a promise gives no answer the compiled model is held to (the
+its `max_len` and a `tw.pos_table` positions it has rows for. A value that breaks a promise gives no answer the compiled model is held to (the
 decomposed compare in a select can answer -2 where the oracle says -30), so both the oracle
 (`twdialect.interp`) and `CompiledTransformer` (`lowering/model.py`) pass their inputs through
 `check_inputs` and refuse the same inputs with the same one-line `EvaluationError`.
@@ -13,8 +13,9 @@ decomposed compare in a select can answer -2 where the oracle says -30), so both
 * ``"error"`` (the default): refuse, naming the input, position, component, value and range;
 * ``"clamp"``: clamp it into the range (to the integers in it for an `integer` input);
 * ``"unchecked"``: feed it as it is, and skip the finiteness, integrality and `max_len`
-  checks too; the compiled model is then no longer promised to match the oracle (a
-  debugging and stress-testing aid).
+  checks too (not a `tw.pos_table`'s length: rows it does not have cannot be read); the
+  compiled model is then no longer promised to match the oracle (a debugging and
+  stress-testing aid).
 
 Names, shapes, dtypes (real numbers only: no booleans, complex numbers, strings or objects),
 a common number of positions (at least one) and token ids (integers in [0, vocab)) are
@@ -61,20 +62,23 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class InputContract:
-    """Every source a graph reads from its caller, and the longest sequence it promises to
-    handle (the smallest `tw.pos_encoding` max_len; None without one)."""
+    """Every source a graph reads from its caller, the longest sequence it promises to
+    handle (the smallest `tw.pos_encoding` max_len; None without one), and the positions its
+    `tw.pos_table`s have rows for (the fewest rows; None without one: a longer sequence is
+    refused in every mode, `"unchecked"` included, since those rows do not exist)."""
 
     specs: tuple[InputSpec, ...]
     max_len: int | None = None
+    table_len: int | None = None
 
     @staticmethod
     def of(graph) -> InputContract:
         """The contract a `tw.graph` declares."""
         from twdialect.dense import shape_of
-        from twdialect.dialect import EmbeddingOp, InputOp, PosEncodingOp, width_of
+        from twdialect.dialect import EmbeddingOp, InputOp, PosEncodingOp, PosTableOp, width_of
 
         specs: list[InputSpec] = []
-        max_len = None
+        max_len = table_len = None
         for op in graph.block.ops:
             if isinstance(op, InputOp):
                 lo, hi = op.range.bounds
@@ -86,7 +90,16 @@ class InputContract:
             elif isinstance(op, PosEncodingOp):
                 m = op.max_len.value.data
                 max_len = m if max_len is None else min(max_len, m)
-        return InputContract(tuple(specs), max_len)
+            elif isinstance(op, PosTableOp):
+                m = shape_of(op.table)[0]
+                table_len = m if table_len is None else min(table_len, m)
+        return InputContract(tuple(specs), max_len, table_len)
+
+    @property
+    def longest(self) -> int | None:
+        """The longest sequence the graph takes in "error" mode (None: no limit)."""
+        lens = [n for n in (self.max_len, self.table_len) if n is not None]
+        return min(lens) if lens else None
 
     def names(self) -> str:
         return ", ".join(f"\"{s.name}\"" for s in self.specs) or "none"
@@ -139,6 +152,10 @@ def check_inputs(contract, inputs, on_out_of_range: str = "error",
         raise EvaluationError(f"position {start + n - 1} is beyond the graph's tw.pos_encoding "
                               f"max_len {contract.max_len} (positions 0..{contract.max_len - 1});"
                               " declare a larger max_len or feed a shorter sequence")
+    if contract.table_len is not None and start + n > contract.table_len:
+        raise EvaluationError(f"position {start + n - 1} is beyond the graph's tw.pos_table, "
+                              f"which has rows for positions 0..{contract.table_len - 1}; give "
+                              "the table more rows or feed a shorter sequence")
     return CheckedInputs(values, n)
 
 

@@ -41,11 +41,15 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
+    PosTableOp,
     ReluOp,
     SelectOp,
     SliceOp,
     AfterOp,
+    FULL,
+    attn_mask,
     describe,
+    has_full_attention,
     width_of,
 )
 from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
@@ -162,9 +166,16 @@ def position_features(n: int, width: int) -> np.ndarray:
 
 
 def causal_attention(q, k, v, wq, wk, wv, wo) -> np.ndarray:
+    return attention(q, k, v, wq, wk, wv, wo, "causal")
+
+
+def attention(q, k, v, wq, wk, wv, wo, mask: str = "causal") -> np.ndarray:
+    """One head family: "causal" (a query at i sees keys j <= i) or "full" (every key of the
+    sequence; a non-finite value anywhere then legitimately reaches every output)."""
     logits = (q @ wq) @ (k @ wk).T
     n = logits.shape[0]
-    logits = np.where(np.tri(n, dtype=bool), logits, -np.inf)
+    if mask != FULL:
+        logits = np.where(np.tri(n, dtype=bool), logits, -np.inf)
     logits -= logits.max(axis=1, keepdims=True)
     p = np.exp(logits)
     p /= p.sum(axis=1, keepdims=True)
@@ -245,6 +256,11 @@ def _positions(op: PosEncodingOp, args, run: Run) -> np.ndarray:
     return position_features(run.n_positions, width_of(op.out))
 
 
+@ORACLE.rule(PosTableOp)
+def _position_table(op: PosTableOp, args, run: Run) -> np.ndarray:
+    return _p(op, "table")[:run.n_positions].copy()  # (the input contract bounds n by L)
+
+
 @ORACLE.rule(LiteralOp)
 def _literal(op: LiteralOp, args, run: Run) -> np.ndarray:
     return np.broadcast_to(_p(op, "value"), (run.n_positions, width_of(op.out))).copy()
@@ -291,7 +307,7 @@ def _mlp(op: MlpOp, args, run: Run) -> np.ndarray:
 
 @ORACLE.rule(AttnOp)
 def _attn(op: AttnOp, args, run: Run) -> np.ndarray:
-    return causal_attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"))
+    return attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"), attn_mask(op))
 
 
 @ORACLE.rule(CompareOp)
@@ -371,6 +387,15 @@ def evaluate(module, inputs: Mapping[str, np.ndarray], graph: str = "main",
     return _outputs(g, check_inputs(g, inputs, on_out_of_range, n_positions))
 
 
+def check_stepwise(graph: GraphOp, what: str) -> None:
+    """Refuse step-by-step generation of a graph with a full-mask head (one line, why)."""
+    if has_full_attention(graph):
+        op = next(o for o in graph.block.ops if type(o) is AttnOp and attn_mask(o) == FULL)
+        raise EvaluationError(f"{what}: {describe(op)} has a full attention mask: its output at "
+                              "a position depends on later positions, so the graph runs on whole "
+                              "sequences only (use evaluate / run / run_batch)")
+
+
 def generate(module, inputs: Mapping[str, np.ndarray], steps: int,
              feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
              graph: str = "main", on_out_of_range: str = "error",
@@ -385,8 +410,10 @@ def generate(module, inputs: Mapping[str, np.ndarray], steps: int,
     as they are: a real value stays real; an `integer` input or a token id that is not an
     integer is refused, never rounded. A feedback that returns nothing, or misses, misnames or
     misshapes an input, is refused with a line saying what it returned. `n_positions` is the
-    prompt length of a graph without inputs."""
+    prompt length of a graph without inputs. A graph with a full-mask `tw.attn` is refused: its
+    outputs at a position depend on later positions, so it runs on whole sequences only."""
     g = find_graph(module, graph)
+    check_stepwise(g, "generate")
     steps = check_steps(steps)
     contract = InputContract.of(g)
     checked = check_inputs(contract, inputs, on_out_of_range, n_positions)

@@ -69,10 +69,12 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
+    PosTableOp,
     ReluOp,
     SelectOp,
     SliceOp,
     AfterOp,
+    ATTN_MASKS,
     VecType,
     int_prop,
     width_of,
@@ -443,6 +445,14 @@ def pos_encoding(width: int, max_len: int = 1024) -> Value:
     return _one(PosEncodingOp(n, m), "pos_encoding")
 
 
+def pos_table(table) -> Value:
+    """Per-position values given by the graph: at position i, row i of `table` (L x W, L the
+    longest sequence the graph takes; a longer one is refused at run time). One-hot position
+    indices are `np.eye(L)`; any finite float32 table works (see `tw.pos_table`)."""
+    t = _matrix("pos_table", table, name="table")
+    return _one(PosTableOp(t), "pos_table")
+
+
 def output(name: str, value: Value, margin: float | None = None) -> None:
     """A named graph output. `margin`: the absolute error its consumer tolerates (half the
     smallest argmax gap of logits, 0.5 for a value rounded to an integer); compiling refuses
@@ -522,8 +532,12 @@ def after(x: Value, *deps: Value) -> Value:
     return _one(AfterOp(x, deps), "after")
 
 
-def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo) -> Value:
-    """Causal attention: softmax_j((q_i Wq).(k_j Wk)) over j <= i, applied to (v_j Wv) Wo."""
+def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "causal") -> Value:
+    """Attention: softmax_j((q_i Wq).(k_j Wk)) over j <= i (`mask="causal"`, the default) or
+    over every position of the sequence (`mask="full"`: bidirectional, encoder-style; a graph
+    with such a head runs on whole sequences only, never step by step), applied to
+    (v_j Wv) Wo."""
+    mask = check_choice("attn", mask, "mask", ATTN_MASKS)
     for v, nm in ((query, "query"), (key, "key"), (value, "value")):
         check_value("attn", v, nm)
     q = _matrix("attn", wq, width_of(query), "wq", None)
@@ -532,7 +546,7 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo) -> Value:
     o = _matrix("attn", wo, v.shape[1], "wo")
     if q.shape[1] != k.shape[1]:
         fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
-    return _one(AttnOp(query, key, value, q, k, v, o), "attn")
+    return _one(AttnOp(query, key, value, q, k, v, o, mask=mask), "attn")
 
 
 def mlp(x: Value, w1, b1, w2, b2=None) -> Value:

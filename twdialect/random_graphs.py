@@ -23,8 +23,13 @@ def _w(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool = True,
                  kinds: tuple[str, ...] | None = None, n_inputs: int = 2,
-                 value_range: float = 4.0, name: str = "main", embedding: bool = False):
-    """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module."""
+                 value_range: float = 4.0, name: str = "main", embedding: bool = False,
+                 full_attn: float = 0.0, pos_table: bool = False):
+    """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module.
+
+    `full_attn`: the probability that an attn op gets a full (bidirectional) mask instead of
+    the causal one; `pos_table`: add a `tw.pos_table` source (64 rows of small values and a
+    position counter). Either leaves the graphs of every seed unchanged where it is off."""
     rng = np.random.default_rng(seed)
     kinds = kinds or (PRIMITIVES + (LIBRARY if library else ()))
     with tw.Graph(name) as g:
@@ -35,6 +40,11 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
         if embedding:  # a token input: ids select rows of a small table
             vals.append(tw.embedding("tokens", np.round(rng.uniform(-2, 2, (
                 int(rng.integers(2, 8)), int(rng.integers(1, max_width + 1)))), 3)))
+        if pos_table:  # per-position rows: a counter column and small values
+            w = int(rng.integers(1, max_width + 1))
+            table = np.round(rng.uniform(-2, 2, (64, w)), 3)
+            table[:, 0] = np.arange(64) / 16.0
+            vals.append(tw.pos_table(table))
 
         def pick():
             # Prefer recent values so graphs get deep, not just wide.
@@ -71,8 +81,9 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
             elif kind == "attn":
                 q, k = pick(), pick()
                 d_qk = int(rng.integers(1, 3))
+                mask = "full" if full_attn and rng.random() < full_attn else "causal"
                 v = tw.attn(q, k, x, _w(rng, width_of(q), d_qk) * 2, _w(rng, width_of(k), d_qk) * 2,
-                            _w(rng, w, out_w), np.eye(out_w))
+                            _w(rng, w, out_w), np.eye(out_w), mask=mask)
             elif kind == "mlp":
                 h = int(rng.integers(1, 6))
                 v = tw.mlp(x, _w(rng, w, h), np.round(rng.uniform(-0.5, 0.5, h), 3),

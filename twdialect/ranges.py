@@ -4,7 +4,7 @@
 evaluating it on one position) and returns `{value: (lo, hi)}` with `lo`, `hi` float64 arrays
 of the value's width. Soundness contract: for any inputs inside their declared `#tw.range`,
 token ids inside the embedding table, and sequence lengths up to each `tw.pos_encoding`'s
-`max_len`, the oracle's value (`twdialect.interp`) at every position lies inside the box.
+`max_len` (and each `tw.pos_table`'s rows), the oracle's value (`twdialect.interp`) at every position lies inside the box.
 
 Library ops are bounded by their *ideal* meaning (the oracle's), which also bounds their
 decomposition where its contract holds (`twdialect/contracts.py`); compare's ramp zone stays
@@ -41,6 +41,7 @@ from twdialect.dialect import (
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
+    PosTableOp,
     ReluOp,
     SelectOp,
     SliceOp,
@@ -157,6 +158,12 @@ def _positions_box(op: PosEncodingOp, boxes: list[Box]) -> Box:
     return pos_encoding_box(width_of(op.out), op.max_len.value.data)
 
 
+@RANGES.rule(PosTableOp)
+def _position_table_box(op: PosTableOp, boxes: list[Box]) -> Box:
+    t = _prop(op, "table")  # every row a run can read: per-column min and max
+    return t.min(axis=0), t.max(axis=0)
+
+
 @RANGES.rule(LiteralOp)
 def _literal_box(op: LiteralOp, boxes: list[Box]) -> Box:
     v = _prop(op, "value")
@@ -210,7 +217,8 @@ def _mlp_box(op: MlpOp, boxes: list[Box]) -> Box:
 
 @RANGES.rule(AttnOp)
 def _attn_box(op: AttnOp, boxes: list[Box]) -> Box:
-    """Softmax weights are a convex combination over positions j <= i, so each output row lies
+    """Softmax weights are a convex combination over positions (j <= i causal, every j under a
+    full mask: the bound is the same hull either way), so each output row lies
     in the hull of the rows (v_j Wv) Wo: bound v Wv, then apply Wo; bound v (Wv Wo) directly as
     well and keep the intersection of the two sound boxes."""
     vlo, vhi = boxes[2]
@@ -337,6 +345,11 @@ def _embedding_integer(op: EmbeddingOp, ins: list[np.ndarray]) -> np.ndarray:
 @INTEGRALITY.rule(PosEncodingOp)
 def _positions_integer(op: PosEncodingOp, ins: list[np.ndarray]) -> np.ndarray:
     return np.arange(width_of(op.out)) < 2  # i and i*i
+
+
+@INTEGRALITY.rule(PosTableOp)
+def _position_table_integer(op: PosTableOp, ins: list[np.ndarray]) -> np.ndarray:
+    return _is_int(_prop(op, "table")).all(axis=0)
 
 
 @INTEGRALITY.rule(LiteralOp)

@@ -84,6 +84,20 @@ builtin.module {
 // -----
 
 builtin.module {
+  tw.graph @pos_table {
+    %pos = tw.pos_table table dense<[[0.0, 1.0], [1.0, 0.0]]> : tensor<2x2xf32> : !tw.vec<2>
+    tw.output "p" %pos : !tw.vec<2>
+  }
+}
+
+// CHECK-LABEL: "tw.graph"() <{sym_name = "pos_table"}> ({
+// CHECK-NEXT{LITERAL}: %pos = "tw.pos_table"() <{table = dense<[[0.000000e+00, 1.000000e+00], [1.000000e+00, 0.000000e+00]]> : tensor<2x2xf32>}> : () -> !tw.vec<2>
+// CHECK-NEXT: "tw.output"(%pos) <{name = "p"}> : (!tw.vec<2>) -> ()
+// CHECK-NEXT: {{^  }\) : \(\) -> \(\)$}}
+
+// -----
+
+builtin.module {
   tw.graph @literal {
     %c = tw.literal dense<[1.0, -2.5]> : tensor<2xf32> : !tw.vec<2>
     %one = tw.literal dense<1.0> : tensor<3xf32> : !tw.vec<3>

@@ -105,6 +105,58 @@ builtin.module {
 
 // -----
 
+// attn: the mask kind is causal or full.
+builtin.module {
+  tw.graph @bad_mask {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<2>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.attn' %o in @bad_mask: mask must be one of causal, full, got 'bidirectional'
+    %o = tw.attn %x, %x, %x mask bidirectional wq dense<1.0> : tensor<2x2xf32> wk dense<1.0> : tensor<2x2xf32> wv dense<1.0> : tensor<2x2xf32> wo dense<1.0> : tensor<2x2xf32> : !tw.vec<2>, !tw.vec<2>, !tw.vec<2> -> !tw.vec<2>
+  }
+}
+
+// -----
+
+// attn: the generic form's mask property is a string naming a kind.
+builtin.module {
+  tw.graph @bad_mask_generic {
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.attn' %o in @bad_mask_generic: mask must be one of causal, full, got 'Full'
+    %o = "tw.attn"(%x, %x, %x) <{mask = "Full", wq = dense<1.0> : tensor<1x1xf32>, wk = dense<1.0> : tensor<1x1xf32>, wv = dense<1.0> : tensor<1x1xf32>, wo = dense<1.0> : tensor<1x1xf32>}> : (!tw.vec<1>, !tw.vec<1>, !tw.vec<1>) -> !tw.vec<1>
+  }
+}
+
+// -----
+
+// pos_table: a 2-D table as wide as the result.
+builtin.module {
+  tw.graph @bad_pos_table_width {
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.pos_table' %p in @bad_pos_table_width: position table has 2 columns but must produce 3
+    %p = tw.pos_table table dense<1.0> : tensor<4x2xf32> : !tw.vec<3>
+  }
+}
+
+// -----
+
+// pos_table: rows by columns, not a vector.
+builtin.module {
+  tw.graph @bad_pos_table_rank {
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.pos_table' %p in @bad_pos_table_rank: position table must be a 2-D matrix, got shape [4]
+    %p = tw.pos_table table dense<1.0> : tensor<4xf32> : !tw.vec<4>
+  }
+}
+
+// -----
+
+// pos_table: finite values only (a hex blob can spell a nan).
+builtin.module {
+  tw.graph @bad_pos_table_value {
+// CHECK: verify_errors.mlir:[[# @LINE + 1]]:5: 'tw.pos_table' %p in @bad_pos_table_value: position table contains a non-finite value
+    %p = tw.pos_table table dense<"0x0000803F0000C07F"> : tensor<2x1xf32> : !tw.vec<1>
+  }
+}
+
+// -----
+
 // An embedding table as wide as the result.
 builtin.module {
   tw.graph @bad_embedding {
