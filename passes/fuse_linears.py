@@ -61,6 +61,7 @@ from twdialect.dialect import (
     LinearOp,
     MlpOp,
     width_of,
+    attn_mask,
 )
 
 # --------------------------------------------------------------------------------------
@@ -290,7 +291,8 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
             dead.extend([owner] + folded)
     if not dead:
         return None
-    new_attn = AttnOp(*new_operands, new_mats["wq"], new_mats["wk"], new_mats["wv"], attn.wo)
+    new_attn = AttnOp(*new_operands, new_mats["wq"], new_mats["wk"], new_mats["wv"], attn.wo,
+                      mask=attn_mask(attn))
     new_attn.attributes.update(attn.attributes)
     return new_attn, new_ops, dead
 

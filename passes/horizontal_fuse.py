@@ -64,6 +64,7 @@ from twdialect.dialect import (
     ReluOp,
     SliceOp,
     width_of,
+    attn_mask,
 )
 
 # Tags copied to the fused ops when every member carries the same value.
@@ -217,7 +218,8 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
                 continue
             query, key_value, value = op.operands
             # Values are hashable and compare by identity: same q/k *values*, same weights.
-            key = (slots[op], query, key_value, props["wq"], props["wk"],
+            # (and one mask kind: a causal and a full head family never share a fused op)
+            key = (slots[op], query, key_value, props["wq"], props["wk"], attn_mask(op),
                    attrs.get(SCOPE), attrs.get(ITERATION))
             bucket = attn_buckets.get(key)
             if bucket is None:
@@ -332,7 +334,7 @@ def _fuse_attns(members: list[Operation], touched: dict[int, Operation]) -> None
         wo[col_v:col_v + dv, col_o:col_o + o] = to_numpy(props["wo"], np.float32)
         col_v += dv
         col_o += o
-    fused = AttnOp(query, key, v, first.wq, first.wk, wv, wo)
+    fused = AttnOp(query, key, v, first.wq, first.wk, wv, wo, mask=attn_mask(first))
     slices = _slices_for(fused.results[0], results, outs)
     _copy_shared_tags(members, prefix + [fused] + slices)
     _replace_members(members, results, prefix + [fused], slices, touched)

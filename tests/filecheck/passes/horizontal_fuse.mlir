@@ -103,6 +103,31 @@ builtin.module {
 
 // -----
 
+// Attentions sharing q, k, Wq, Wk fuse only with the same mask kind: the two full heads become
+// one full attention, the causal one stays apart.
+builtin.module {
+  tw.graph @attn_masks {
+    %k = tw.input "k" <-1.0, 1.0> : !tw.vec<2>
+    %v = tw.input "v" <-1.0, 1.0> : !tw.vec<1>
+    %w = tw.input "w" <-1.0, 1.0> : !tw.vec<1>
+    %c = tw.attn %k, %k, %v wq dense<[[1.0], [0.0]]> : tensor<2x1xf32> wk dense<[[0.0], [1.0]]> : tensor<2x1xf32> wv dense<[[1.0]]> : tensor<1x1xf32> wo dense<[[2.0]]> : tensor<1x1xf32> : !tw.vec<2>, !tw.vec<2>, !tw.vec<1> -> !tw.vec<1>
+    %f1 = tw.attn %k, %k, %v mask full wq dense<[[1.0], [0.0]]> : tensor<2x1xf32> wk dense<[[0.0], [1.0]]> : tensor<2x1xf32> wv dense<[[3.0]]> : tensor<1x1xf32> wo dense<[[1.0]]> : tensor<1x1xf32> : !tw.vec<2>, !tw.vec<2>, !tw.vec<1> -> !tw.vec<1>
+    %f2 = tw.attn %k, %k, %w mask full wq dense<[[1.0], [0.0]]> : tensor<2x1xf32> wk dense<[[0.0], [1.0]]> : tensor<2x1xf32> wv dense<[[1.0]]> : tensor<1x1xf32> wo dense<[[5.0]]> : tensor<1x1xf32> : !tw.vec<2>, !tw.vec<2>, !tw.vec<1> -> !tw.vec<1>
+    tw.output "c" %c : !tw.vec<1>
+    tw.output "f1" %f1 : !tw.vec<1>
+    tw.output "f2" %f2 : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @attn_masks
+// CHECK:      %c = tw.attn %k, %k, %v wq
+// CHECK:      %[[VW:.*]] = tw.concat(%v, %w) : !tw.vec<1>, !tw.vec<1> -> !tw.vec<2>
+// CHECK-NEXT: %[[F:.*]] = tw.attn %k, %k, %[[VW]] mask full wq
+// CHECK-NEXT: %f1 = tw.slice %[[F]][0]
+// CHECK-NEXT: %f2 = tw.slice %[[F]][1]
+// CHECK-NOT:  tw.attn
+
+// -----
+
 // 4->1 and 1->4 on distinct inputs: 1 + 1 head dims apart, min(5, 5) = 5 fused. Kept apart
 // unless pooled-heads=false (a one-head-per-op allocator, where fusing saves a head).
 builtin.module {
