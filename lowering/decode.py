@@ -49,6 +49,7 @@ class Decoder:
 
     def __init__(self, ct: CompiledTransformer, batch: int, capacity: int,
                  cuda_graphs: bool | None = None, compile: bool | str = False):  # noqa: A002
+        ct.check_stepwise("decoder")
         if batch < 1 or capacity < 1:
             raise DecodeError(f"decoder: batch and capacity must be >= 1, got {batch}, {capacity}")
         self.ct, self.batch, self.capacity = ct, batch, capacity

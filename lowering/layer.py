@@ -8,7 +8,7 @@ the heads and neurons it hands out, so the writer can check them against the sch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,10 +52,20 @@ class LayerWeights:
     w2: Matrix  # (N, d)
     b2: np.ndarray  # (d,)
     d_head: int = 1
+    # per head: True where its mask is full (every query sees the whole sequence), False for
+    # causal heads; empty means every head is causal. Pooled position-local head work always
+    # runs in causal heads (its self-attention trick needs the mask).
+    full_heads: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     @property
     def n_heads(self) -> int:
         return self.wq.shape[1] // self.d_head
+
+    def head_is_full(self) -> np.ndarray:
+        """(n_heads,) bool: the full-mask heads."""
+        out = np.zeros(self.n_heads, bool)
+        out[: len(self.full_heads)] = self.full_heads[: self.n_heads]
+        return out
 
     @property
     def n_neurons(self) -> int:
@@ -111,6 +121,7 @@ class LayerBuilder:
         self.b1: list[np.ndarray] = []
         self.b2 = np.zeros(machine.d)
         self.heads = 0  # whole heads taken by attn ops
+        self.full: list[bool] = []  # per whole head: its mask is full
         self.pool: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # head work
         self.neurons = 0
 
@@ -122,9 +133,11 @@ class LayerBuilder:
         return start
 
     # -- attention -------------------------------------------------------------------
-    def take_heads(self, n: int) -> int:
+    def take_heads(self, n: int, mask: str = "causal") -> int:
+        """n whole heads for an attn op with mask kind `mask` ("causal" or "full")."""
         start = self.heads
         self.heads += n
+        self.full.extend([mask == "full"] * n)
         return start
 
     @property
@@ -135,7 +148,8 @@ class LayerBuilder:
         m = self.m
         dh = m.d_head
         n_heads = self.heads_used
-        # Self-attention heads for the pooled position-local work: q.k = G * j peaks at j = i.
+        # Self-attention heads for the pooled position-local work: q.k = G * j peaks at j = i
+        # (under a causal mask: these heads are causal whatever the attn ops' heads are).
         base = self.heads * dh
         p = 0
         for vr, vc_val, orow_dst, oval in self.pool:
@@ -154,7 +168,8 @@ class LayerBuilder:
             wo=self.o.matrix((H, m.d)), bo=self.bo.astype(np.float32),
             w1=self.w1.matrix((m.d, self.neurons)),
             b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(np.float32),
-            w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh)
+            w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh,
+            full_heads=np.array(self.full + [False] * (n_heads - self.heads), bool))
 
 
 def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:

@@ -23,10 +23,10 @@ from twdialect.interp import position_features
 
 @dataclass
 class SourceSlot:
-    kind: str  # "input", "embedding" or "pos"
+    kind: str  # "input", "embedding", "pos" (pos_encoding) or "pos_table"
     name: str
     cols: np.ndarray
-    table: np.ndarray | None = None  # embedding table
+    table: np.ndarray | None = None  # embedding table; a pos_table's (L, W) rows
     pos_width: int = 0  # full pos_encoding width (its first component is the machine column)
 
 
@@ -80,7 +80,7 @@ def _check_plan(sched: Schedule, layers: list[LayerBuilder]) -> None:
 
 
 def _sources(sched: Schedule) -> list[SourceSlot]:
-    from twdialect.dialect import EmbeddingOp, InputOp
+    from twdialect.dialect import EmbeddingOp, InputOp, PosTableOp
 
     out = []
     for g in sched.tg.sources:
@@ -90,6 +90,9 @@ def _sources(sched: Schedule) -> list[SourceSlot]:
             out.append(SourceSlot("input", op.input_name.data, sched.cols[g]))
         elif isinstance(op, EmbeddingOp):
             out.append(SourceSlot("embedding", op.input_name.data, sched.cols[g],
+                                  table=to_numpy(op.table, np.float32)))
+        elif isinstance(op, PosTableOp):
+            out.append(SourceSlot("pos_table", "", sched.cols[g],
                                   table=to_numpy(op.table, np.float32)))
         else:
             out.append(SourceSlot("pos", "", sched.cols[g], pos_width=grp.width + 1))

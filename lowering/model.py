@@ -1,6 +1,7 @@
 """The compiled artifact: a standard transformer as a `torch.nn.Module`, batched.
 
-Each layer is `x = x + Attn(x)` (causal softmax, scale 1, output bias) then
+Each layer is `x = x + Attn(x)` (softmax, scale 1, output bias; causal heads, and full-mask
+heads where the graph has `tw.attn ... mask full`: a second attention call) then
 `x = x + W2 relu(W1 x + b1) + b2`, with per-layer head counts and hidden widths trimmed to
 what the schedule uses. `forward` takes the residual stream as (batch, positions, d); the
 layers add into its (batch * positions, d) rows in place.
@@ -154,22 +155,54 @@ class Attention(nn.Module):
         self.register_buffer("v_dims", _index(v), persistent=False)
         self.n_write = len(write)
         self.active = bool(h) and self.n_write > 0
+        # Per-head mask kinds: full-mask heads (every query sees the whole sequence) run as a
+        # second attention call beside the causal ones; a layer without them keeps the one
+        # causal call (`is_causal`), unchanged.
+        full = w.head_is_full() if h else np.zeros(0, bool)
+        self.n_full = int(full.sum())
+        if self.n_full:
+            causal_idx, full_idx = np.nonzero(~full)[0], np.nonzero(full)[0]
+            order = np.argsort(np.concatenate([causal_idx, full_idx]), kind="stable")
+            self.register_buffer("causal_heads", _index(causal_idx), persistent=False)
+            self.register_buffer("full_heads", _index(full_idx), persistent=False)
+            self.register_buffer("head_order", _index(order), persistent=False)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q (n, heads * head_dim) and kv (n, heads * 2 head_dim) of residual rows x."""
         qkv = x.index_select(1, self.read) @ self.w_qkv
         return qkv.split([self.n_heads * self.head_dim, 2 * self.n_heads * self.head_dim], 1)
 
-    def sequences(self, x: torch.Tensor, b: int, t: int, exact: bool = False
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal attention over b whole sequences of t positions (x: (b * t, d)): the heads'
-        outputs (b * t, heads * head_dim) and the keys and values (b, heads, t, 2 head_dim)."""
+    def sequences(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
+                  valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention over b whole sequences of t positions (x: (b * t, d)): the heads' outputs
+        (b * t, heads * head_dim) and the keys and values (b, heads, t, 2 head_dim). Causal
+        heads see keys j <= i; full-mask heads see every key of their sequence, `valid` (b, t)
+        bool saying which positions are real where sequences are padded (None: all are)."""
         h, e = self.n_heads, self.head_dim
         q, kv = self.project(x)
         q = q.view(b, t, h, e).transpose(1, 2)
         kv = kv.view(b, t, h, 2 * e).transpose(1, 2)
-        out = attend(q, kv[..., :e], kv[..., e:], None, exact)
+        if not self.n_full:
+            out = attend(q, kv[..., :e], kv[..., e:], None, exact)
+        else:
+            out = self._mixed(q, kv, t, exact, valid)
         return out.transpose(1, 2).reshape(b * t, h * e), kv
+
+    def _mixed(self, q, kv, t: int, exact: bool, valid: torch.Tensor | None) -> torch.Tensor:
+        """A layer with full-mask heads: one call for the causal heads (is_causal), one for
+        the full ones over the real keys of each sequence, the heads put back in order."""
+        e = self.head_dim
+        parts = []
+        if self.n_full < self.n_heads:
+            qc, kvc = q.index_select(1, self.causal_heads), kv.index_select(1, self.causal_heads)
+            parts.append(attend(qc, kvc[..., :e], kvc[..., e:], None, exact))
+        if valid is None:
+            keys = torch.ones(1, 1, 1, t, dtype=torch.bool, device=q.device)
+        else:
+            keys = valid.view(valid.shape[0], 1, 1, t)
+        qf, kvf = q.index_select(1, self.full_heads), kv.index_select(1, self.full_heads)
+        parts.append(attend(qf, kvf[..., :e], kvf[..., e:], keys, exact))
+        return torch.cat(parts, 1).index_select(1, self.head_order)
 
     def update(self, x: torch.Tensor, heads_out: torch.Tensor | None) -> torch.Tensor:
         """x (n, d) with this sublayer's output added into its columns."""
@@ -182,12 +215,14 @@ class Attention(nn.Module):
         return x.index_add_(1, self.write, delta if delta.shape[1] == c else delta[:, :c])
 
     def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
-                cache: torch.Tensor | None = None) -> torch.Tensor:
+                cache: torch.Tensor | None = None, valid: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """x (b * t, d) plus this sublayer, over b whole sequences of t positions; the keys and
-        values also go to positions 0..t-1 of `cache` when given (a decoder's prefill)."""
+        values also go to positions 0..t-1 of `cache` when given (a decoder's prefill);
+        `valid`: see `sequences`."""
         if not self.active:
             return self.update(x, None)
-        heads_out, kv = self.sequences(x, b, t, exact)
+        heads_out, kv = self.sequences(x, b, t, exact, valid)
         if cache is not None:
             cache[:, :, :t] = kv
         return self.update(x, heads_out)
@@ -201,9 +236,9 @@ def _widened(dims: list[int], n: int, d_head: int) -> list[int]:
 
 def attend(q, k, v, visible: torch.Tensor | None, exact: bool,
            mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax(q k^T) v, unscaled, over keys `visible` to each query ((b, 1, t, s) bool; None:
-    causal over whole sequences; `mask`: the same as an additive float mask, made once for
-    every layer), by the fused kernel.
+    """Softmax(q k^T) v, unscaled, over keys `visible` to each query ((b, 1, t, s) bool, or
+    (b, 1, 1, s) for full-mask heads; None: causal over whole sequences; `mask`: the same as
+    an additive float mask, made once for every layer), by the fused kernel.
 
     The fused kernel may let a masked key's inf or nan into a row (0 * nan); the caller sees
     the row come out non-finite and recomputes with `exact`: the same kernel over keys and
@@ -297,10 +332,11 @@ class Layer(nn.Module):
         self.mlp = Mlp(w, machine.d)
 
     def forward(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
-                cache: torch.Tensor | None = None) -> torch.Tensor:
-        """x (b * t, d) plus this layer, over b whole sequences of t positions (`cache`: see
-        `Attention.forward`)."""
-        return self.mlp(self.attn(x, b, t, exact, cache))
+                cache: torch.Tensor | None = None, valid: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """x (b * t, d) plus this layer, over b whole sequences of t positions (`cache`,
+        `valid`: see `Attention.forward`)."""
+        return self.mlp(self.attn(x, b, t, exact, cache, valid))
 
     def dense_weights(self) -> dict[str, torch.Tensor]:
         """This layer in the stock layout (nn.Linear's (out, in) weights over all d columns,
@@ -337,10 +373,12 @@ def _contract_of(schedule, sources: list[SourceSlot]) -> InputContract:
     vocabularies, no ranges) when the model was built without its schedule."""
     if schedule is not None:
         return InputContract.of(schedule.tg.graph)
+    tables = [s.table.shape[0] for s in sources if s.kind == "pos_table"]
     return InputContract(tuple(
         InputSpec(s.name, s.kind, len(s.cols) if s.kind == "input" else 1,
                   vocab=s.table.shape[0] if s.table is not None else 0)
-        for s in sources if s.kind != "pos"))
+        for s in sources if s.kind in ("input", "embedding")),
+        table_len=min(tables) if tables else None)
 
 
 class CompiledTransformer(nn.Module):
@@ -363,7 +401,7 @@ class CompiledTransformer(nn.Module):
         self._source_plan = [(s.kind, s.name, len(s.cols)) for s in sources]
         for i, s in enumerate(sources):  # (device copies: the residual is built on the device)
             self.register_buffer(f"source_cols_{i}", _index(s.cols), persistent=False)
-            if s.kind == "embedding":
+            if s.kind in ("embedding", "pos_table"):
                 self.register_buffer(f"source_table_{i}", _tensor(s.table), persistent=False)
         blank = np.zeros(machine.d, np.float32)
         blank[machine.CONST_COL] = 1.0
@@ -371,6 +409,9 @@ class CompiledTransformer(nn.Module):
         self.register_buffer("out_rows", _index(np.concatenate(
             [o.rows for o in outputs]) if outputs else []), persistent=False)
         self._pos_table: torch.Tensor | None = None
+        # full-mask heads anywhere: the model runs on whole sequences only (no KV-cache steps),
+        # and a padded batch tells those heads which positions are real
+        self.full_heads = sum(layer.attn.n_full for layer in self.layers)
         self._forward_graphs: dict[tuple, tuple] = {}
         self._shapes_seen: dict[tuple, int] = {}
 
@@ -415,6 +456,8 @@ class CompiledTransformer(nn.Module):
             cols = getattr(self, f"source_cols_{i}")
             if kind == "pos":
                 rows = pos_table.index_select(0, flat)[:, :width]
+            elif kind == "pos_table":  # the graph's own table: row i at position i
+                rows = getattr(self, f"source_table_{i}").index_select(0, flat)
             elif kind == "embedding":
                 rows = getattr(self, f"source_table_{i}").index_select(0, feeds[name].reshape(n))
             else:
@@ -466,36 +509,44 @@ class CompiledTransformer(nn.Module):
 
     # -- running ----------------------------------------------------------------------
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, exact: bool = False, valid: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """The residual after every layer, for whole sequences x (b, t, d) (position 0 first;
-        x itself is left alone). Traceable: `torch.compile(ct, fullgraph=True)` compiles it."""
+        x itself is left alone). `valid` (b, t) bool: the real positions of padded sequences,
+        which full-mask heads need (None: every position is real; causal heads never look at
+        the padding after a sequence). Traceable: `torch.compile(ct, fullgraph=True)`."""
         b, t, d = x.shape
         rows = x.reshape(b * t, d).clone()  # the sublayers add into the residual in place
         for layer in self.layers:
-            layer(rows, b, t, exact)
+            layer(rows, b, t, exact, None, valid)
         return rows.view(b, t, d)
 
     @torch.inference_mode()
-    def graphed_forward(self, x: torch.Tensor) -> torch.Tensor:
+    def graphed_forward(self, x: torch.Tensor, valid: torch.Tensor | None = None
+                        ) -> torch.Tensor:
         """`forward`, replayed as a CUDA graph on a GPU once a shape comes back (the eager pass
         is bound by launching ~10 kernels a layer: 21 ms for 92 layers on an H100, whatever
         the positions). The result is overwritten by the next call of the same shape. At most
         FORWARD_GRAPHS shapes are kept; elsewhere this is `forward`."""
         if x.device.type != "cuda":
-            return self.forward(x)
-        key = tuple(x.shape)
+            return self.forward(x, valid=valid)
+        key = tuple(x.shape) if valid is None else (tuple(x.shape), "valid")
         graphs = self._forward_graphs
         if key not in graphs:
             self._shapes_seen[key] = self._shapes_seen.get(key, 0) + 1
             if self._shapes_seen[key] < 2:
-                return self.forward(x)
+                return self.forward(x, valid=valid)
             if len(graphs) >= FORWARD_GRAPHS:
                 graphs.pop(next(iter(graphs)))
             static = x.clone()
-            graphs[key] = (static, *cuda_graph(lambda: self.forward(static)))
-        static, graph, out = graphs.pop(key)
-        graphs[key] = (static, graph, out)  # (most recently used last)
+            static_valid = None if valid is None else valid.clone()
+            graphs[key] = (static, static_valid,
+                           *cuda_graph(lambda: self.forward(static, valid=static_valid)))
+        static, static_valid, graph, out = graphs.pop(key)
+        graphs[key] = (static, static_valid, graph, out)  # (most recently used last)
         static.copy_(x)
+        if valid is not None:
+            static_valid.copy_(valid)
         graph.replay()
         return out
 
@@ -519,13 +570,18 @@ class CompiledTransformer(nn.Module):
             n = max(16, 1 << (n - 1).bit_length())
         pos = torch.arange(n, device=self.device).expand(len(checked), n)
         x0 = self.residual(self.feeds(checked, n), pos, self.position_table(n))
-        x = self.graphed_forward(x0)
+        valid = None  # (full-mask heads must not see a shorter sequence's padding)
+        if self.full_heads and any(length < n for length in lengths):
+            valid = pos < torch.as_tensor(lengths, device=self.device)[:, None]
+        x = self.graphed_forward(x0, valid)
         cols, finite = self.output_columns(x), finite_rows(x)
         cols, finite = cols.cpu().numpy(), finite.cpu().numpy()
         out = []
         for i, length in enumerate(lengths):
             if not finite[i, :length].all():  # a non-finite value: the exact attention rule
-                cols[i] = self.output_columns(self.forward(x0[i: i + 1], exact=True))[0].cpu()
+                v = None if valid is None else valid[i: i + 1]
+                cols[i] = self.output_columns(self.forward(x0[i: i + 1], exact=True,
+                                                           valid=v))[0].cpu()
             out.append(self.read_outputs(cols[i, :length]))
         return out
 
@@ -557,6 +613,7 @@ class CompiledTransformer(nn.Module):
         decode step per position, `feedback` called on each sequence's last outputs."""
         from tw_lowering.decode import Decoder
 
+        self.check_stepwise("generate")
         steps = check_steps(steps)
         checked = self.check_batch(prompts, on_out_of_range, n_positions)
         longest = max(c.n_positions for c in checked) + steps
@@ -577,6 +634,16 @@ class CompiledTransformer(nn.Module):
         from tw_lowering.decode import Decoder
 
         return Decoder(self, batch, capacity, cuda_graphs=cuda_graphs, compile=compile)
+
+    def check_stepwise(self, what: str) -> None:
+        """Refuse step-by-step running (generate, a KV-cache decoder) of a model with full-mask
+        heads: one line saying why."""
+        if self.full_heads:
+            raise EvaluationError(
+                f"{what}: the model has {self.full_heads} full-mask attention head"
+                f"{'s' if self.full_heads > 1 else ''} (tw.attn mask full): a head's output at "
+                "a position depends on later positions, so the model runs on whole sequences "
+                "only (use run / run_batch)")
 
     # -- sizes ------------------------------------------------------------------------
     def allocated_params(self) -> int:

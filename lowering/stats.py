@@ -44,6 +44,7 @@ class Stats:
     per_annotation: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
     note: str = ""  # where the compiled graph stands in for the one asked for (the width)
+    full_heads: int = 0  # heads with a full (bidirectional) mask, all layers together
 
     @property
     def depth_ratio(self) -> float:
@@ -62,7 +63,8 @@ class Stats:
             f"layers {self.n_layers} (floor {self.floor}, ratio {self.depth_ratio:.3f})  "
             f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
             f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
-            f"capacity {self.total_capacity}  cancels {self.cancels}",
+            f"capacity {self.total_capacity}  cancels {self.cancels}"
+            + (f"  full-mask heads {self.full_heads}" if self.full_heads else ""),
         ] + ([f"note: {self.note}"] if self.note else []) + [
             "layer    ops  heads (fill)  neurons (fill)  residual (fill)",
         ]
@@ -103,7 +105,8 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         ops_per_layer=ops_per_layer,
         graph_params=graph_params(tg.graph), allocated_params=allocated,
         total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=_per_annotation(sched),
-        seconds=dict(seconds or {}), note=sched.note)
+        seconds=dict(seconds or {}), note=sched.note,
+        full_heads=sum(int(w.head_is_full().sum()) for w in weights))
 
 
 def _per_annotation(sched: Schedule) -> dict[str, dict]:

@@ -1,7 +1,7 @@
 """The lowering's view of a primitive graph: storage groups, component references, tasks.
 
 * A **group** is one block of residual columns: the output of a writer op (linear, add, relu,
-  mlp, attn) or of a source (input, embedding, pos_encoding). A free add
+  mlp, attn) or of a source (input, embedding, pos_encoding, pos_table). A free add
   (`twdialect.analysis.free_adds`) shares its dying addend's group: an accumulating add has no
   task of its own (its addends' writers all add into the group), an add into a dying addend
   is a task that copies only the other addend.
@@ -38,6 +38,7 @@ from twdialect.dialect import (
     LiteralOp,
     OutputOp,
     PosEncodingOp,
+    PosTableOp,
     SliceOp,
     describe,
     width_of,
@@ -86,7 +87,7 @@ class Group:
     value: SSAValue  # the value that names the group (the root of an accumulating add tree)
     writers: list[int] = field(default_factory=list)  # task ids that write into it
     bias: np.ndarray | None = None  # literal addends folded into the first writer's bias
-    source: Operation | None = None  # input/embedding/pos_encoding op, for source groups
+    source: Operation | None = None  # input/embedding/pos_encoding/pos_table op (source groups)
     is_output: bool = False
     readers: list[int] = field(default_factory=list)  # task ids reading it (real reads)
 
@@ -210,7 +211,7 @@ def _output(tg: TaskGraph, op: OutputOp) -> None:
     tg.outputs.append((op.output_name.data, op.value))
 
 
-def _source(tg: TaskGraph, op: InputOp | EmbeddingOp) -> None:
+def _source(tg: TaskGraph, op: InputOp | EmbeddingOp | PosTableOp) -> None:
     res = op.results[0]
     g = tg._new_group(res, width_of(res), source=op)
     tg.sources.append(g)
@@ -278,7 +279,7 @@ def _add(tg: TaskGraph, op: AddOp) -> None:
 # tests/test_op_coverage.py checks every primitive, view, source and sink has a case here.
 CASES: dict[type, Callable[[TaskGraph, Operation], None]] = {
     OutputOp: _output,
-    InputOp: _source, EmbeddingOp: _source, PosEncodingOp: _pos_encoding,
+    InputOp: _source, EmbeddingOp: _source, PosEncodingOp: _pos_encoding, PosTableOp: _source,
     LiteralOp: _literal, ConcatOp: _concat, SliceOp: _slice, AfterOp: _after,
     AddOp: _add,
     **{cls: _writer for cls in WRITER_OPS if cls is not AddOp},

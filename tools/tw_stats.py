@@ -76,13 +76,13 @@ def _check_geometry(args) -> None:
 def _probe_line(ct, prepared, args) -> str:
     """Run the probe on args.probe positions (at most the graph's max_len) of sampled inputs."""
     from tw_lowering.probe import probe
-    from twdialect.dialect import PosEncodingOp
+    from twdialect.inputs import InputContract
     from twdialect.interp import find_graph
     from twdialect.random_graphs import sample_inputs
 
     graph = find_graph(prepared, args.graph)
-    max_lens = [op.max_len.value.data for op in graph.block.ops if isinstance(op, PosEncodingOp)]
-    n = min([args.probe, *max_lens])
+    longest = InputContract.of(graph).longest  # (pos_encoding max_len, pos_table rows)
+    n = min([args.probe] + ([longest] if longest is not None else []))
     feeds = sample_inputs(prepared, n, graph=args.graph)
     report = probe(ct, prepared, feeds, graph=args.graph, n_positions=None if feeds else n)
     capped = f" ({n} positions: the graph's max_len)" if n < args.probe else ""
