@@ -14,14 +14,16 @@
 `stock.py` lays a compiled model out as a stock transformer (one geometry for all layers,
 normalizations made exact identities), `streaming.py` writes weights a layer at a time,
 `metadata.py` records and checks where an export came from. `docs/exports.md` says what each
-format can express and how exact it is.
+format can express and how exact it is: every format is a causal decoder, so a model with
+full-mask heads (`tw.attn ... mask full`) is refused; a `tw.pos_table` rides in the position
+embedding (GPT-2's wpe, TransformerLens' W_pos, GGUF's position table, an ONNX Gather).
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-from tw_lowering.export.metadata import ExportError
+from tw_lowering.export.metadata import ExportError, check_causal
 
 FORMATS = {
     "transformers": ("tw_lowering.export.hf", "export_transformers"),
@@ -53,6 +55,7 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
     elif (d, d_head, d_hidden, pipeline) != (None, None, None, None):
         raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
                           "pipeline apply to a graph only")
+    check_causal(model, format)  # (before the writer's own library is even imported)
     module_name, fn = FORMATS[format]
     try:
         writer = getattr(import_module(module_name), fn)

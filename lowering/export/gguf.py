@@ -84,7 +84,8 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
     import gguf
 
     t0 = time.perf_counter()
-    plan = StockPlan(ct, twins=True, tied_width=True, head_dims=power_of_four, n_ctx=n_positions)
+    plan = StockPlan(ct, twins=True, tied_width=True, head_dims=power_of_four, n_ctx=n_positions,
+                     fmt="gguf")
     g = plan.geometry
     eps = plan.norm_eps(norm_eps)
     if not math.isfinite(float(np.float32(eps))) or float(np.float32(eps)) != eps:

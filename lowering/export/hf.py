@@ -47,7 +47,7 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     instead of the smallest certified one (refused, naming that one, if it cannot be
     certified)."""
     t0 = time.perf_counter()
-    plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions)
+    plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions, fmt="transformers")
     g = plan.geometry
     tokens = token_strings(vocab, g.vocab, "transformers export")
     # (a causal LM's logits are over its own token ids: where the graph's outputs and its token

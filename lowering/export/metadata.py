@@ -31,6 +31,17 @@ class ExportError(TwError):
     work), or a file whose tw metadata does not check out."""
 
 
+def check_causal(ct, fmt: str) -> None:
+    """Refuse a model with full-mask heads: every format here is a causal decoder (one mask
+    for every head; GPT-2, TransformerLens and llama.cpp have no per-head mask, and the ONNX
+    graph's KV cache steps position by position), and none would run such a head as tw does."""
+    n = getattr(ct, "full_heads", 0)
+    if n:
+        raise ExportError(f"export_{fmt}: the model has {n} full-mask attention head"
+                          f"{'s' if n > 1 else ''} (tw.attn mask full); the {fmt} format is a "
+                          "causal decoder, which cannot carry a bidirectional head exactly")
+
+
 def tw_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

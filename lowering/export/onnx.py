@@ -35,7 +35,9 @@ adds the bias last as well, measured, but another runtime's need not).
 
 The residual is built in the graph: the constant-1 column, the position column, the
 pos_encoding features (the runtime's table: float64 computed, float32 stored, `n_positions`
-rows), embedding rows and real inputs, concatenated and placed by one column Gather.
+rows), the rows of each `tw.pos_table` (Gather at the positions), embedding rows and real
+inputs, concatenated and placed by one column Gather. A model with full-mask heads is refused
+(the KV-cache graph steps position by position: a bidirectional head has no such form).
 
 Not carried over: the runtime's exact recomputation of rows that see a non-finite value
 (`lowering.model.attend`): here a masked position's inf or nan spreads as IEEE arithmetic
@@ -56,7 +58,13 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata, tw_version
+from tw_lowering.export.metadata import (
+    ExportError,
+    check_causal,
+    check_metadata,
+    export_metadata,
+    tw_version,
+)
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -153,6 +161,7 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
     "files" ({name: bytes}), "bytes" (both files), "params" (floats stored: the runtime's
     trimmed blocks, `trimmed_params`, plus the embedding and position tables), "dense_params"
     (the stock layout's count, `ct.allocated_params()`), "seconds"}."""
+    check_causal(ct, "onnx")
     import onnx
     from onnx import TensorProto, helper
 
@@ -170,7 +179,8 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
     heads = {i: (ct.layers[i].attn.n_heads, ct.layers[i].attn.head_dim) for i in kv_layers}
     specs = ct.contract.specs
     meta = export_metadata(ct, "onnx", _geometry(ct, heads, n_pos), inputs={
-        "specs": [_spec_json(s) for s in specs], "max_len": ct.contract.max_len},
+        "specs": [_spec_json(s) for s in specs], "max_len": ct.contract.max_len,
+        "table_len": ct.contract.table_len},
         outputs=[[o.name, len(o.rows)] for o in ct.outputs],
         positions="past_kv" if kv_layers else "position_offset", opset=OPSET)
     path = os.fspath(path)
@@ -238,6 +248,12 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
                                "/pos_features", axis=0))
             at["table"] = width
             width += table.shape[1]
+        for k, s in enumerate(ct.sources):  # the graph's own position tables: row p at p
+            if s.kind == "pos_table":
+                shared.append(b.op("Gather", [b.weight(f"pos_table_{k}", s.table.astype(
+                    np.float32)), positions], f"/pos_table_{k}", axis=0))
+                at[f"pos_table_{k}"] = width
+                width += s.table.shape[1]
         pieces = [b.op("Expand", [b.op("Concat", shared, "/shared", axis=1), bn1],
                        "/shared_rows")]
         perm = np.full(d, at["zero"], np.int64)
@@ -247,6 +263,9 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
             if s.kind == "pos":
                 if len(cols):
                     perm[cols] = at["table"] + np.arange(len(cols))
+                continue
+            if s.kind == "pos_table":
+                perm[cols] = at[f"pos_table_{k}"] + np.arange(len(cols))
                 continue
             if s.kind == "embedding":
                 pieces.append(b.op("Gather", [b.weight(f"embedding_{k}", s.table.astype(
@@ -408,7 +427,7 @@ def _contract_of(recorded):
                                 bound(s["lo"], -np.inf), bound(s["hi"], np.inf),
                                 bool(s["integer"]), int(s["vocab"]))
                       for s in recorded["specs"])
-        return InputContract(specs, recorded["max_len"])
+        return InputContract(specs, recorded["max_len"], recorded.get("table_len"))
     except (KeyError, TypeError, ValueError):
         raise ExportError("onnx export: its recorded input contract (tw.inputs) is malformed; "
                           "export it again") from None

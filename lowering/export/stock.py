@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tw_lowering.export.metadata import ExportError
+from tw_lowering.export.metadata import ExportError, check_causal
 from tw_lowering.materialize import position_rows
 
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
@@ -78,13 +78,16 @@ class StockPlan:
 
     `twins`: give every read column a negated twin (LayerNorm formats). `tied_width`: d_model must equal
     n_heads * head_dim. `head_dims`: the head widths allowed (None: any). `n_ctx`: positions
-    the position table covers (default: the largest pos_encoding max_len, else 1024)."""
+    the position table covers (default: the largest pos_encoding max_len, else 1024; at most
+    the rows of the graph's `tw.pos_table`s, whose rows join the position table). A model with
+    full-mask heads is refused (`check_causal`)."""
 
     def __init__(self, ct, twins: bool = False, tied_width: bool = False,
-                 head_dims=None, n_ctx: int | None = None):
+                 head_dims=None, n_ctx: int | None = None, fmt: str = "stock"):
         self.ct = ct
         self.machine = m = ct.machine
         self.twins = twins
+        check_causal(ct, fmt)
         self._check_sources()
         used, read = {m.CONST_COL, m.POS_COL}, set()
         for s in ct.sources:
@@ -117,7 +120,7 @@ class StockPlan:
 
     # -- what can be exported ------------------------------------------------------------
     def _check_sources(self) -> None:
-        kinds = [s for s in self.ct.sources if s.kind != "pos"]
+        kinds = [s for s in self.ct.sources if s.kind not in ("pos", "pos_table")]
         reals = [s.name for s in kinds if s.kind == "input"]
         if reals:
             raise ExportError(f"export: input {reals[0]!r} is real-valued; a causal language "
@@ -132,11 +135,17 @@ class StockPlan:
         return self.token_source.table.shape[0] if self.token_source is not None else 1
 
     def _n_ctx(self, n_ctx: int | None) -> int:
+        tables = [s.table.shape[0] for s in self.ct.sources if s.kind == "pos_table"]
         if n_ctx is not None:
             if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 1 <= n_ctx <= 1 << 20:
                 raise ExportError(f"export: n_positions must be a whole number in [1, 2^20], "
                                   f"got {n_ctx!r}")
+            if tables and n_ctx > min(tables):
+                raise ExportError(f"export: n_positions {n_ctx} is beyond the graph's "
+                                  f"tw.pos_table, which has {min(tables)} rows")
             return n_ctx
+        if tables:
+            return min(tables)
         from twdialect.dialect import PosEncodingOp
 
         graph = self.ct.schedule.tg.graph if self.ct.schedule is not None else None
@@ -177,8 +186,9 @@ class StockPlan:
         return self._rows(rows)
 
     def positions(self) -> np.ndarray:
-        """(n_ctx, d_model): the constant 1, the position index and the pos_encoding features
-        of every position (what `CompiledTransformer.residual` puts there)."""
+        """(n_ctx, d_model): the constant 1, the position index, the pos_encoding features and
+        the pos_table rows of every position (what `CompiledTransformer.residual` puts there):
+        a stock model's learned position embedding carries a per-position table exactly."""
         m, n = self.machine, self.geometry.n_ctx
         rows = np.zeros((n, m.d), np.float64)
         rows[:, m.CONST_COL] = 1.0
@@ -187,6 +197,8 @@ class StockPlan:
             if s.kind == "pos":
                 width = len(s.cols)
                 rows[:, s.cols] = position_rows(0, n, s.pos_width)[:, 1: 1 + width]
+            elif s.kind == "pos_table":
+                rows[:, s.cols] = s.table[:n].astype(np.float64)
         return self._rows(rows)
 
     def unembedding(self) -> np.ndarray:

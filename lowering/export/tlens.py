@@ -62,7 +62,7 @@ def export_tlens(ct, path, n_positions: int | None = None) -> dict:
     {name: bytes}, `bytes`, `padded_params` (the stock layout's parameters),
     `trimmed_params` (what tw's runtime stores), `geometry`, `seconds`."""
     t0 = time.perf_counter()
-    plan = StockPlan(ct, n_ctx=n_positions)
+    plan = StockPlan(ct, n_ctx=n_positions, fmt="tlens")
     g = plan.geometry
     outputs = [{"name": n, "start": a, "width": w} for n, a, w in plan.output_names()]
     meta = export_metadata(ct, FORMAT, g.as_dict(), outputs=outputs,
