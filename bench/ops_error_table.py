@@ -129,6 +129,11 @@ def render(rows: list[dict], compiled: bool) -> str:
         "`allowed` is the contract's bound (abs + rel * |reference|); `ok` says whether every",
         "sample of both the oracle and the compiled model stayed within it.",
         "",
+        "The primitives and sources the library builds on (`tw.attn(..., mask=\"causal\"|\"full\")`,",
+        "`tw.pos_encoding`, `tw.pos_table(table)`, ...) are described in `docs/dialect.md`; the",
+        "attention reads below that take `mask=\"full\"` read the whole sequence (a graph with",
+        "such a head runs on whole sequences only, never step by step).",
+        "",
     ]
     if compiled:
         cols = ["op", "case", "layers", "heads", "neurons", "compiled max abs", "compiled max rel",

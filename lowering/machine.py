@@ -1,10 +1,11 @@
 """The target machine, described once: the scheduler and the weight writer both read it.
 
 A residual stream of width `d` per position; each layer is an attention sublayer
-(`x += sum_h heads + b_o`, heads of width `d_head`, causal softmax, no 1/sqrt scaling) then an
-MLP sublayer (`x += W2 relu(W1 x + b1) + b2`). A few residual columns belong to the machine:
+(`x += sum_h heads + b_o`, heads of width `d_head`, softmax with no 1/sqrt scaling, each head
+causal or, for a `tw.attn ... mask full`, full) then an MLP sublayer (`x += W2 relu(W1 x + b1) + b2`). A few residual columns belong to the machine:
 a constant 1 (so every literal and bias folds into a weight row) and the position index
-(which makes a head attend to its own position: logits G*j over j <= i peak at j = i with gap G).
+(which makes a causal head attend to its own position: logits G*j over j <= i peak at j = i
+with gap G).
 A SwiGLU/RoPE machine for Llama-family exports would be another `Machine` with another
 activation and position scheme; the schedule's resource model does not change.
 
