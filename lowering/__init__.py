@@ -14,6 +14,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tw_lowering.machine import GeometryError, Machine
+from tw_lowering.rasp import compile_rasp_to_model  # noqa: F401 (tracr's interface)
 from tw_lowering.tasks import LoweringError
 from twdialect import ArgumentError
 from twdialect.dialect import GraphOp

@@ -1,0 +1,115 @@
+"""RASP programs compiled with tracr's own interface: change one import, get tw's model.
+
+    from tracr.rasp import rasp
+    from tw_lowering import compile_rasp_to_model      # was: from tracr.compiler.compiling import ...
+    model = compile_rasp_to_model(program, vocab={1, 2, 3}, max_seq_len=5,
+                                  compiler_bos="BOS")
+    model.apply(["BOS", 1, 2, 3]).decoded             # as tracr's AssembledTransformerModel
+    model.module, model.compiled, model.stats         # the tw graph, the torch model, its stats
+
+The translation (`twdialect.frontends.rasp`) is exact by construction: every Map is a table
+over its input's value set, so tracr's `mlp_exactness` has nothing to approximate (it is
+accepted and ignored).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from twdialect.dense import shape_of
+from twdialect.dialect import AttnOp
+
+COMPILER_BOS = "compiler_bos"
+COMPILER_PAD = "compiler_pad"
+
+
+@dataclass
+class RaspOutput:
+    """What `apply` gives: `decoded` as tracr's, and the output rows before decoding."""
+
+    decoded: list
+    outputs: np.ndarray  # (positions, output width) float64
+
+
+class RaspModel:
+    """A compiled RASP program: `apply` as tracr's model; `module` (the tw graph as
+    translated), `compiled` (the CompiledTransformer), `stats`, `rasp_graph` (how inputs are
+    fed and outputs read)."""
+
+    def __init__(self, rasp_graph, compiled, seconds: dict):
+        self.rasp_graph = rasp_graph
+        self.module = rasp_graph.module
+        self.compiled = compiled
+        self.seconds = seconds
+
+    @property
+    def stats(self):
+        return self.compiled.stats
+
+    def apply(self, tokens: Sequence) -> RaspOutput:
+        """Run on one input [bos, *tokens]: the model's outputs, decoded."""
+        return self.apply_batch([tokens])[0]
+
+    def apply_batch(self, batch: Sequence[Sequence]) -> list[RaspOutput]:
+        """`apply` over several inputs in one batched run."""
+        rg = self.rasp_graph
+        feeds = [{rg.token_input: rg.token_ids(t)} for t in batch]
+        outs = self.compiled.run_batch(feeds)
+        return [RaspOutput(rg.decode(o[rg.output], t), np.asarray(o[rg.output]))
+                for o, t in zip(outs, batch)]
+
+    def evaluate(self, tokens: Sequence) -> RaspOutput:
+        """The oracle (tw's reference interpreter) on the translated graph, decoded alike."""
+        from twdialect import evaluate
+
+        rg = self.rasp_graph
+        out = evaluate(self.module, {rg.token_input: rg.token_ids(tokens)})[rg.output]
+        return RaspOutput(rg.decode(out, tokens), np.asarray(out))
+
+
+def head_width(module) -> int:
+    """The narrowest d_head (a power of two, at least 8) that holds every head's query/key
+    width."""
+    widest = max((shape_of(op.wq)[1] for op in module.walk() if isinstance(op, AttnOp)),
+                 default=1)
+    return max(8, 1 << (widest - 1).bit_length())
+
+
+def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False,
+                          compiler_bos: Any = COMPILER_BOS, compiler_pad: Any = COMPILER_PAD,
+                          mlp_exactness: int = 100, *, d: int | None = None,
+                          d_head: int | None = None, d_hidden: int | None = None,
+                          pipeline: str | None = "default") -> RaspModel:
+    """tracr's `compile_rasp_to_model`, compiled by tw: exact, and as narrow as fits.
+
+    `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
+    narrowest width whose schedule reaches the critical-path floor, `d_hidden` to 4 d (as
+    `compile`); `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile is a RaspError
+    naming the expression."""
+    from tw_lowering import compile
+    from twdialect.frontends.rasp import translate
+
+    del mlp_exactness  # every map is an exact table
+    t0 = time.perf_counter()
+    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    t1 = time.perf_counter()
+    dh = d_head or head_width(rg.module)
+    width = d or _floor_width(rg.module, dh, d_hidden, pipeline)
+    ct = compile(rg.module, d=width, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
+    t2 = time.perf_counter()
+    return RaspModel(rg, ct, {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
+
+
+def _floor_width(module, d_head: int, d_hidden: int | None, pipeline) -> int:
+    """The narrowest multiple of d_head whose schedule reaches the floor (the sweep from the
+    narrowest width that fits, then a bisection below the first point at the floor)."""
+    from tw_lowering.sweep import width_for, width_sweep
+
+    curve = width_sweep(module, d_head, d_hidden=d_hidden, pipeline=pipeline)
+    point = width_for(module, d_head, max_layers=curve[-1].floor, d_hidden=d_hidden,
+                      pipeline=pipeline, curve=curve)
+    return (point or curve[-1]).d

@@ -1,0 +1,662 @@
+"""RASP programs (DeepMind tracr's language) as tw graphs, exact by construction.
+
+    from tracr.rasp import rasp
+    from twdialect.frontends.rasp import translate
+    program = rasp.Map(lambda x: x + 1, rasp.tokens)
+    rg = translate(program, vocab={1, 2, 3}, max_seq_len=5)
+    rg.module                        # a tw module: evaluate it, run passes, compile it
+
+`tw_lowering.compile_rasp_to_model` (tracr's own interface) compiles the result.
+
+The sequence the graph runs on is tracr's: position 0 holds the BOS token, positions 1..n the
+input tokens, so RASP's `indices` at position p is p - 1. Encodings follow tracr's
+annotations (`rasp.categorical`, the default, and `rasp.numerical`):
+
+* a categorical SOp is a one-hot vector over its value set (all zero: None), a numerical
+  SOp one number;
+* Map / SequenceMap are tables over the input value sets, so every one is exact: a
+  categorical input is a `tw.linear` (one-hot rows), a numerical one a `tw.piecewise_linear`
+  through its value set, a pair of inputs one MLP with a neuron per value pair;
+* Select + Aggregate / SelectorWidth is one `tw.attn` whose logits are GAIN * [selected]
+  between one-hot queries and keys (any predicate, and any And/Or/Not tree, is a table over
+  the joint value sets); BOS is every query's fallback: it takes half the gain, so it wins
+  only where nothing is selected (Aggregate's default), or the full gain for SelectorWidth,
+  where its share 1 / (width + 1) gives the width through a table;
+* every value at the BOS position is a compile-time constant (BOS attends only to itself),
+  computed here by the oracle as the graph grows; heads subtract it from their keys and
+  queries so a BOS column never looks selected, and Aggregate replaces it by the default.
+
+Beyond tracr: numerical Select keys and queries, SequenceMap over numerical inputs, Map from
+numerical to categorical, Aggregate defaults other than None/0, numerical tokens and
+indices, `length` (full attention only), ConstantSOp and ConstantSelector are compiled (each
+through an exact table). Refused, with the expression named: value sets too large to table
+(MAX_TABLE entries), `length` under a causal mask (a causal model cannot see the sequence's
+end), values that are neither numbers nor hashable, a numerical SOp holding a non-number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from twdialect import ops as tw
+from twdialect.dialect import width_of
+from twdialect.errors import TwError
+from twdialect.interp import evaluate_op
+
+try:
+    from tracr.rasp import rasp
+except ImportError:  # pragma: no cover - exercised where tracr is absent
+    rasp = None
+
+Value = SSAValue
+
+# Logit gap between a selected key and an unselected one: unselected keys weigh exp(-GAIN)
+# (1e-26) of a selected one, BOS exp(-GAIN / 2) where anything is selected.
+GAIN = 60.0
+# Largest table (one-hot width, neurons of a pair map, joint value set) the frontend builds.
+MAX_TABLE = 4096
+# A table in one MLP may stray this far (relative to its largest row) in float32; a steeper one
+# takes two MLPs, exact on its plateaus.
+CLEAN = 2e-6
+# How far (relative) an input may sit off its value when a table's plateaus are measured.
+PERTURB = 1e-6
+# A categorical output row within this of one-hot is that value; of a mix summing to 1, the mix.
+MIX_TOLERANCE = 1e-3
+# Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
+# is enumerated for a table.
+MAX_MEANS = 1_000_000
+
+
+class RaspError(TwError):
+    """A RASP program (or one of its expressions, named) that tw cannot compile, and why."""
+
+
+def _need_tracr() -> None:
+    if rasp is None:
+        raise RaspError("the RASP frontend needs tracr: pip install 'tw[rasp]' (tracr-pypi)")
+
+
+def _label(expr) -> str:
+    try:
+        return f"{type(expr).__name__} '{expr.label}'"
+    except Exception:  # noqa: BLE001 - a label is only decoration
+        return type(expr).__name__
+
+
+def _ordered(values) -> list:
+    """A value set in a stable order (numbers first, by value; then others by repr)."""
+    def key(v):
+        if isinstance(v, (bool, int, float, np.integer, np.floating)):
+            return (0, float(v), "")
+        return (1, 0.0, repr(v))
+    return sorted(set(values), key=key)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (bool, int, float, np.integer, np.floating)) and math.isfinite(float(v))
+
+
+@dataclass
+class Encoded:
+    """A translated SOp: its tw value, encoding, value set and its value at BOS."""
+
+    value: Value
+    numerical: bool
+    space: list | None  # categorical: the value of each column; numerical: possible values
+    bos: np.ndarray = field(repr=False)
+
+    @property
+    def width(self) -> int:
+        return width_of(self.value)
+
+
+@dataclass
+class RaspGraph:
+    """A translated program: the tw module, and how to feed and read it."""
+
+    module: ModuleOp
+    vocab: list
+    max_seq_len: int
+    causal: bool
+    bos: Any
+    pad: Any
+    numerical: bool  # the output's encoding
+    space: list | None  # the output's value set (categorical: one per column)
+    output: str = "out"
+    token_input: str = "tokens"
+
+    def token_ids(self, tokens: Sequence) -> np.ndarray:
+        """Token ids for a sequence [bos, *tokens] (pad tokens allowed); a token outside the
+        vocabulary or a sequence longer than max_seq_len + 1 is a RaspError."""
+        seq = list(tokens)
+        if not seq or seq[0] != self.bos:
+            raise RaspError(f"the input must start with the BOS token {self.bos!r}, got "
+                            f"{seq[:1]!r}")
+        if len(seq) > self.max_seq_len + 1:
+            raise RaspError(f"the input holds {len(seq) - 1} tokens after BOS; the model was "
+                            f"compiled for at most max_seq_len={self.max_seq_len}")
+        index = {v: i for i, v in enumerate(self.vocab)}
+        ids = [len(self.vocab)]
+        for t in seq[1:]:
+            if t == self.pad:
+                ids.append(len(self.vocab) + 1)
+            elif t in index:
+                ids.append(index[t])
+            else:
+                raise RaspError(f"token {t!r} is not in the vocabulary {self.vocab!r}")
+        return np.array(ids, dtype=np.int64)
+
+    def decode(self, out: np.ndarray, tokens: Sequence) -> list:
+        """tracr's `decoded`: the BOS token, then each position's value (categorical: the
+        hot column's value, None where no column is hot; numerical: the number)."""
+        out = np.asarray(out, dtype=np.float64)
+        values: list = [tokens[0]]
+        for p in range(1, out.shape[0]):
+            if tokens[p] == self.pad:
+                values.append(self.pad)
+            elif self.numerical:
+                values.append(float(out[p, 0]))
+            else:
+                values.append(self._categorical(out[p]))
+        return values
+
+
+    def _categorical(self, row: np.ndarray):
+        """The hot column's value; None where none is hot. A mix of number columns (a
+        categorical Aggregate over keys holding different numbers) reads as their mean, as
+        RASP's evaluator gives it."""
+        k = int(np.argmax(row))
+        if row[k] > 1 - MIX_TOLERANCE:
+            return self.space[k]
+        weights = row.sum()
+        if abs(weights - 1) < MIX_TOLERANCE and row[k] > MIX_TOLERANCE and \
+                all(_is_number(v) for v in self.space):
+            return float(row @ np.array([float(v) for v in self.space]))
+        return self.space[k] if row[k] > 0.5 else None
+
+
+class _Translator:
+    """One program's translation: a memo of translated expressions and the graph it grows."""
+
+    def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad):
+        self.vocab = _ordered(vocab)
+        if not self.vocab:
+            raise RaspError("vocab must not be empty")
+        for v in (bos, pad):
+            if v in self.vocab:
+                raise RaspError(f"the BOS/pad token {v!r} must not be in the vocabulary")
+        if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+            raise RaspError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+        self.max_seq_len = int(max_seq_len)
+        self.causal = bool(causal)
+        self.bos, self.pad = bos, pad
+        self.memo: dict[int, Encoded] = {}
+        self.at_bos: dict[Value, np.ndarray] = {}
+        self.seen = 0
+
+    # -- the graph and its BOS constants ---------------------------------------------
+    def build(self, program) -> RaspGraph:
+        _need_tracr()
+        if not isinstance(program, rasp.SOp):
+            raise RaspError(f"the program must be a RASP SOp, got {type(program).__name__}")
+        with tw.Graph("main") as g:
+            self.graph = g
+            self._sources()
+            out = self.sop(program)
+            tw.output("out", out.value)
+        return RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos,
+                         self.pad, out.numerical, out.space)
+
+    def _sources(self) -> None:
+        v = len(self.vocab)
+        numeric = all(_is_number(t) for t in self.vocab)
+        # token ids: the vocabulary, then BOS, then pad. Columns: one-hot, BOS flag, value.
+        table = np.zeros((v + 2, v + 2))
+        table[np.arange(v), np.arange(v)] = 1.0
+        table[v, v] = 1.0
+        if numeric:
+            table[:v, v + 1] = [float(t) for t in self.vocab]
+        emb = tw.embedding("tokens", table)
+        self.feeds = {"tokens": table[v:v + 1]}
+        self.tokens_onehot = tw.slice(emb, 0, v)
+        self.bos_flag = tw.slice(emb, v, 1)
+        self.tokens_value = tw.slice(emb, v + 1, 1) if numeric else None
+        n = self.max_seq_len
+        pos = np.zeros((n + 1, n + 1))
+        pos[np.arange(1, n + 1), np.arange(n)] = 1.0  # one-hot of p - 1
+        pos[np.arange(1, n + 1), n] = np.arange(n)  # p - 1
+        idx = tw.pos_table(pos)
+        self.indices_onehot = tw.slice(idx, 0, n)
+        self.indices_value = tw.slice(idx, n, 1)
+        self.one = tw.literal([1.0])
+        self._sync()
+
+    def _sync(self) -> None:
+        """The BOS-position value of every op built since the last call (the oracle on a
+        one-position sequence: BOS attends only to itself)."""
+        for op in self.graph.ops[self.seen:]:
+            if not op.results:
+                continue
+            args = [self.at_bos[o] for o in op.operands]
+            self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
+        self.seen = len(self.graph.ops)
+
+    def encoded(self, value: Value, numerical: bool, space) -> Encoded:
+        self._sync()
+        return Encoded(value, numerical, space, self.at_bos[value][0].copy())
+
+    # -- SOps ------------------------------------------------------------------------
+    def sop(self, expr) -> Encoded:
+        key = expr.unique_id
+        if key not in self.memo:
+            with tw.annotate(str(expr.label)):
+                enc = self._translate(expr)
+            numerical = rasp.is_numerical(expr)
+            if enc.numerical != numerical:
+                enc = self.as_numerical(enc, expr) if numerical else self.as_categorical(enc, expr)
+            self.memo[key] = enc
+        return self.memo[key]
+
+    def _translate(self, expr) -> Encoded:
+        numerical = rasp.is_numerical(expr)
+        if isinstance(expr, rasp.TokensType):
+            if numerical and self.tokens_value is None:
+                raise RaspError(f"{_label(expr)}: numerical tokens need a vocabulary of numbers")
+            if numerical:
+                return self.encoded(self.tokens_value, True, list(self.vocab))
+            return self.encoded(self.tokens_onehot, False, list(self.vocab))
+        if isinstance(expr, rasp.IndicesType):
+            space = list(range(self.max_seq_len))
+            if numerical:
+                return self.encoded(self.indices_value, True, space)
+            return self.encoded(self.indices_onehot, False, space)
+        if isinstance(expr, rasp.LengthType):
+            return self._length(expr)
+        if isinstance(expr, rasp.Full):
+            return self._constant(expr, [expr.fill])
+        if isinstance(expr, rasp.ConstantSOp):
+            return self._constant_sop(expr)
+        if isinstance(expr, rasp.Map):
+            return self._map(expr)
+        if isinstance(expr, rasp.SequenceMap):
+            return self._sequence_map(expr)
+        if isinstance(expr, rasp.Aggregate):
+            return self._aggregate(expr)
+        if isinstance(expr, rasp.SelectorWidth):
+            return self._selector_width(expr, expr.selector)
+        raise RaspError(f"{_label(expr)}: not a RASP construct the frontend knows")
+
+    def _constant(self, expr, values: list) -> Encoded:
+        (fill,) = values
+        if rasp.is_numerical(expr):
+            return self.encoded(tw.literal([self._number(expr, fill)]), True, [fill])
+        return self.encoded(tw.literal([1.0]), False, [fill])
+
+    def _constant_sop(self, expr) -> Encoded:
+        values = list(expr.value)
+        if len(values) > self.max_seq_len:
+            raise RaspError(f"{_label(expr)}: {len(values)} values, more than max_seq_len="
+                            f"{self.max_seq_len}")
+        n = self.max_seq_len
+        if rasp.is_numerical(expr):
+            table = np.zeros((n + 1, 1))
+            table[1:len(values) + 1, 0] = [self._number(expr, v) for v in values]
+            return self.encoded(tw.pos_table(table), True, _ordered(values))
+        space = _ordered(values)
+        table = np.zeros((n + 1, len(space)))
+        for p, v in enumerate(values):
+            table[p + 1, space.index(v)] = 1.0
+        return self.encoded(tw.pos_table(table), False, space)
+
+    def _number(self, expr, v) -> float:
+        if not _is_number(v):
+            raise RaspError(f"{_label(expr)}: a numerical SOp holds {v!r}, not a finite number")
+        return float(v)
+
+    def _map(self, expr) -> Encoded:
+        inner = self.sop(expr.inner)
+        if inner.space is None:
+            raise RaspError(f"{_label(expr)}: its input's value set is unknown (too many means "
+                            "to enumerate), so the map cannot be tabled")
+        outs = [_apply(expr.f, x) for x in inner.space]
+        return self._table(expr, inner, outs)
+
+    def _table(self, expr, inner: Encoded, outs: list) -> Encoded:
+        """Map the input's value set through `outs` (one result per value; _NONE where the
+        function fails or gives None)."""
+        numerical = rasp.is_numerical(expr)
+        real = [o for o in outs if o is not _NONE]
+        if numerical:
+            rows = np.array([[self._number(expr, o)] if o is not _NONE else [0.0] for o in outs])
+            space = _ordered(real)
+        else:
+            space = _ordered(real)
+            self._check_size(expr, len(space), "output values")
+            col = {v: i for i, v in enumerate(space)}
+            rows = np.zeros((len(outs), max(1, len(space))))
+            for r, o in enumerate(outs):
+                if o is not _NONE:
+                    rows[r, col[o]] = 1.0
+        if not inner.numerical:
+            return self.encoded(tw.linear(inner.value, rows), numerical, space)
+        return self.encoded(self._numeric_table(expr, inner, rows), numerical, space)
+
+    def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray) -> Value:
+        """rows[k] at the input's k-th possible value: a literal for one value, else a
+        table of steps (`steps`) through them, exact at each and a quarter gap around it."""
+        points, rows = _merge_float32(expr, [float(x) for x in inner.space], rows)
+        if points.size == 1 or not np.any(rows != rows[0]):  # the map is a constant
+            return tw.literal(rows[0])
+        self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
+                         "steps")
+        return steps(inner.value, points, rows)
+
+    def as_categorical(self, enc: Encoded, expr) -> Encoded:
+        """A numerical value as a one-hot over its value set (a table; exact at each value)."""
+        if not enc.numerical:
+            return enc
+        if enc.space is None:
+            raise RaspError(f"{_label(expr)}: a categorical use of a numerical value whose value "
+                            "set is unknown (too many means to enumerate)")
+        space = _ordered(enc.space)
+        self._check_size(expr, len(space), "values")
+        rows = np.eye(len(space))
+        inner = Encoded(enc.value, True, space, enc.bos)
+        return self.encoded(self._numeric_table(expr, inner, rows), False, space)
+
+    def as_numerical(self, enc: Encoded, expr) -> Encoded:
+        """A categorical value as its number (one-hot @ values)."""
+        if enc.numerical:
+            return enc
+        rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
+        return self.encoded(tw.linear(enc.value, rows), True, list(enc.space))
+
+    def _sequence_map(self, expr) -> Encoded:
+        fst, snd = self.sop(expr.fst), self.sop(expr.snd)
+        if isinstance(expr, rasp.LinearSequenceMap) and fst.numerical and snd.numerical \
+                and rasp.is_numerical(expr):
+            a, b = float(expr.fst_fac), float(expr.snd_fac)
+            space = _linear_space(fst.space, snd.space, a, b)
+            if expr.fst.unique_id == expr.snd.unique_id:
+                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space)
+            return self.encoded(tw.linear(tw.concat(fst.value, snd.value), [[a], [b]]), True,
+                                space)
+        if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
+            cat = self.as_categorical(fst, expr)
+            return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
+        a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
+        joint, pairs = self.joint([a, b], expr)
+        return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
+
+    def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
+        """One-hot over the tuples of several categorical values: one neuron per tuple,
+        relu(sum of the tuple's columns - (k - 1)), 1 exactly where every part is hot."""
+        if len(parts) == 1:
+            return parts[0], [(v,) for v in parts[0].space]
+        sizes = [len(p.space) for p in parts]
+        self._check_size(expr, math.prod(sizes), "value combinations")
+        combos = list(itertools.product(*[range(s) for s in sizes]))
+        offsets = np.cumsum([0] + sizes[:-1])
+        w1 = np.zeros((sum(sizes), len(combos)))
+        for c, combo in enumerate(combos):
+            w1[offsets + np.array(combo), c] = 1.0
+        x = tw.concat(*[p.value for p in parts])
+        h = tw.mlp(x, w1, np.full(len(combos), -(len(parts) - 1.0)), np.eye(len(combos)))
+        tuples = [tuple(p.space[i] for p, i in zip(parts, combo)) for combo in combos]
+        return self.encoded(h, False, tuples), tuples
+
+    def _check_size(self, expr, n: int, what: str) -> None:
+        if n > MAX_TABLE:
+            raise RaspError(f"{_label(expr)}: {n} {what}, more than the {MAX_TABLE} a table "
+                            "may hold")
+
+    def _length(self, expr) -> Encoded:
+        if self.causal:
+            raise RaspError(f"{_label(expr)}: `length` needs the whole sequence; a causal model "
+                            "cannot see its end (compile with causal=False)")
+        everything = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE)
+        return self._selector_width(expr, everything)
+
+    # -- selectors ---------------------------------------------------------------------
+    def head(self, selector, value: Value, bos_weight: float) -> Value:
+        """One attention head over `selector`: keys and queries one-hot (joint where the
+        selector reads several SOps), logits GAIN * [selected] + bos_weight * GAIN at the
+        BOS key, BOS queries pinned to BOS. Returns attention over concat(value, bos flag)."""
+        leaves = _leaves(selector)
+        keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
+        k_enc, k_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in keys], selector)
+        q_enc, q_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in queries],
+                                     selector)
+        k_slot = {s.unique_id: i for i, s in enumerate(keys)}
+        q_slot = {s.unique_id: i for i, s in enumerate(queries)}
+        pred = np.zeros((len(q_tuples), len(k_tuples)))
+        for a, qt in enumerate(q_tuples):
+            for b, kt in enumerate(k_tuples):
+                pred[a, b] = float(_selected(selector, kt, qt, k_slot, q_slot))
+        nk, nq = len(k_tuples), len(q_tuples)
+        ck, cq = k_enc.bos, q_enc.bos
+        wq = np.zeros((nq + 2, nk + 1))
+        wq[:nq, :nk] = GAIN * pred
+        wq[nq, nk] = bos_weight * GAIN  # the constant 1: BOS's fallback logit
+        wq[nq + 1, :nk] = -GAIN * (cq @ pred)  # a BOS query's own one-hot does not count
+        wq[nq + 1, nk] = GAIN  # BOS queries attend to BOS
+        wk = np.eye(nk + 1)
+        wk[nk, :nk] = -ck  # nor does the BOS key's
+        query = tw.concat(q_enc.value, self.one, self.bos_flag)
+        key = tw.concat(k_enc.value, self.bos_flag)
+        v = tw.concat(value, self.bos_flag)
+        n = width_of(v)
+        mask = "causal" if self.causal else "full"
+        return tw.attn(query, key, v, wq, wk, np.eye(n), np.eye(n), mask=mask)
+
+    def _sides(self, leaves: list, side: str) -> list:
+        out, seen = [], set()
+        for leaf in leaves:
+            if isinstance(leaf, rasp.ConstantSelector):
+                s = rasp.indices
+            else:
+                s = getattr(leaf, side)
+            if s.unique_id not in seen:
+                seen.add(s.unique_id)
+                out.append(s)
+        return out
+
+    def _aggregate(self, expr) -> Encoded:
+        numerical = rasp.is_numerical(expr)
+        src = self.sop(expr.sop)
+        if src.numerical and not numerical:
+            # a numerical source's mean, then its one-hot (a categorical one-hot mean would
+            # mix the values instead of averaging them)
+            mean = self._aggregate_as(expr, src, True)
+            return self.as_categorical(mean, expr)
+        return self._aggregate_as(expr, src, numerical)
+
+    def _aggregate_as(self, expr, src: Encoded, numerical: bool) -> Encoded:
+        """The mean of `src` over the selected keys (numerical: of its number; categorical:
+        of its one-hot), the default where none is selected."""
+        src = self.as_numerical(src, expr.sop) if numerical else self.as_categorical(src, expr.sop)
+        default = expr.default
+        if numerical and default is not None and not _is_number(default):
+            raise RaspError(f"{_label(expr)}: a numerical aggregate's default must be a number, "
+                            f"got {default!r}")
+        if numerical:
+            d = np.array([0.0 if default is None else self._number(expr, default)])
+            space = _mean_space(src.space, self.max_seq_len, d[0])
+        else:
+            space = list(src.space)
+            if default is not None and default not in space:
+                raise RaspError(f"{_label(expr)}: default {default!r} is not one of the "
+                                f"aggregated values {space[:8]!r}")
+            d = np.zeros(len(space))
+            if default is not None:
+                d[space.index(default)] = 1.0
+        o = self.head(expr.selector, src.value, 0.5)
+        w = src.width
+        # out = mean + (BOS share) * (default - the value BOS holds)
+        fix = np.vstack([np.eye(w), (d - src.bos)[None, :]])
+        return self.encoded(tw.linear(o, fix), numerical, space)
+
+    def _selector_width(self, expr, selector) -> Encoded:
+        o = self.head(selector, self.one, 1.0)
+        share = tw.slice(o, 1, 1)  # 1 / (width + 1) away from BOS, 1 at BOS
+        n = self.max_seq_len
+        widths = list(range(n, -1, -1))
+        points = np.array([1.0 / (k + 1) for k in widths])
+        numerical = rasp.is_numerical(expr)
+        rows = np.array([[float(k)] for k in widths]) if numerical else np.eye(n + 1)[widths]
+        return self.encoded(steps(share, points[::-1], rows[::-1]), numerical,
+                            list(range(n + 1)))
+
+
+def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
+    """rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
+    neighbours whose rows differ: an input a little off its value (float32 rounding of a
+    softmax share or of an earlier table) still reads the exact row, so a one-hot stays 0/1
+    and a later head's logits keep their full gap; a threshold over a million values is one
+    step.
+
+    One MLP (two neurons a step, each pair opening towards the nearer end of the input's
+    range, so few hinges fire far from their ramp) where its float32 rounding at the points
+    (and near them) stays below CLEAN of the rows; else two MLPs that saturate exactly on every plateau:
+    h = relu(s (x - b1)), then 1 - relu(1 - h)."""
+    change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
+    lo_x, hi_x = float(points[0]), float(points[-1])
+    b1 = points[change] + (points[change + 1] - points[change]) / 4
+    b2 = points[change + 1] - (points[change + 1] - points[change]) / 4
+    slope = 1.0 / (b2 - b1)
+    delta = rows[change + 1] - rows[change]
+    left = (b1 - lo_x) < (hi_x - b2)  # the ramp sits nearer the low end: hinges open left
+    w1 = np.concatenate([np.where(left, -slope, slope), np.where(left, -slope, slope)])[None, :]
+    bias1 = np.concatenate([np.where(left, slope * b2, -slope * b1),
+                            np.where(left, slope * b1, -slope * b2)])
+    w2 = np.concatenate([np.where(left[:, None], -delta, delta),
+                         np.where(left[:, None], delta, -delta)])
+    bias2 = rows[0] + delta[left].sum(axis=0)
+    scale = max(1.0, float(np.abs(rows).max()))
+    if _plateau_error(points, rows, (w1, bias1, w2, bias2)) <= CLEAN * scale:
+        return tw.mlp(x, w1, bias1, w2, bias2)
+    h = tw.mlp(x, slope[None, :], -slope * b1, np.eye(len(change)))
+    return tw.mlp(h, -np.eye(len(change)), np.ones(len(change)), -delta,
+                  rows[0] + delta.sum(axis=0))
+
+
+def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple) -> float:
+    """The largest float32 error of a one-MLP table at its points, and at the points moved
+    by PERTURB (relative): what its plateaus give the ops that read them."""
+    w1, b1, w2, b2 = (np.asarray(a, np.float32) for a in mlp)
+    worst = 0.0
+    for moved in (points, points * (1 + PERTURB), points * (1 - PERTURB)):
+        x = np.asarray(moved, np.float32)[:, None]
+        out = np.maximum(x @ w1 + b1, np.float32(0)) @ w2 + b2
+        worst = max(worst, float(np.abs(out.astype(np.float64) - rows).max()))
+    return worst
+
+
+def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points sorted; those float32 cannot tell apart become one, where their rows agree."""
+    order = np.argsort(np.asarray(points, dtype=np.float64), kind="stable")
+    p, r = np.asarray(points, dtype=np.float64)[order], np.asarray(rows)[order]
+    same = np.asarray(p[1:], np.float32) == np.asarray(p[:-1], np.float32)
+    if same.any():
+        clash = same & np.any(r[1:] != r[:-1], axis=1)
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0])
+            raise RaspError(f"{_label(expr)}: inputs {p[k]!r} and {p[k + 1]!r} are one float32 "
+                            "number but map to different values")
+        keep = np.concatenate([[True], ~same])
+        p, r = p[keep], r[keep]
+    return p, r
+
+
+class _None:
+    """Marks a table entry with no value (the function failed or gave None)."""
+
+
+_NONE = _None()
+
+
+def _apply(f: Callable, *args):
+    try:
+        out = f(*args)
+    except Exception:  # noqa: BLE001 - a value the program never meets at run time
+        return _NONE
+    if out is None:
+        return _NONE
+    try:
+        hash(out)
+    except TypeError:
+        raise RaspError(f"a map gave {out!r}, which is not hashable: RASP values are numbers, "
+                        "strings, booleans or tuples") from None
+    return out
+
+
+def _leaves(selector) -> list:
+    if isinstance(selector, (rasp.Select, rasp.ConstantSelector)):
+        return [selector]
+    if isinstance(selector, (rasp.SelectorAnd, rasp.SelectorOr)):
+        return _leaves(selector.fst) + _leaves(selector.snd)
+    if isinstance(selector, rasp.SelectorNot):
+        return _leaves(selector.inner)
+    raise RaspError(f"{_label(selector)}: not a RASP selector the frontend knows")
+
+
+def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> bool:
+    """The selector tree at one (key tuple, query tuple)."""
+    if isinstance(selector, rasp.Select):
+        k = kt[k_slot[selector.keys.unique_id]]
+        q = qt[q_slot[selector.queries.unique_id]]
+        return bool(selector.predicate(k, q))
+    if isinstance(selector, rasp.ConstantSelector):
+        i = rasp.indices.unique_id
+        q, k = qt[q_slot[i]], kt[k_slot[i]]
+        rows = selector.value
+        return q < len(rows) and k < len(rows[q]) and bool(rows[q][k])
+    if isinstance(selector, rasp.SelectorAnd):
+        return _selected(selector.fst, kt, qt, k_slot, q_slot) and \
+            _selected(selector.snd, kt, qt, k_slot, q_slot)
+    if isinstance(selector, rasp.SelectorOr):
+        return _selected(selector.fst, kt, qt, k_slot, q_slot) or \
+            _selected(selector.snd, kt, qt, k_slot, q_slot)
+    return not _selected(selector.inner, kt, qt, k_slot, q_slot)
+
+
+def _linear_space(a: list | None, b: list | None, fa: float, fb: float) -> list | None:
+    if a is None or b is None or len(a) * len(b) > MAX_MEANS:
+        return None
+    return _ordered(fa * float(x) + fb * float(y) for x in a for y in b)
+
+
+def _mean_space(values: list | None, n: int, default: float) -> list | None:
+    """Every mean of 1..n of `values` (with repeats), and the default, computed exactly
+    (fractions: a mean reached two ways is one value); None where there are more than
+    MAX_MEANS."""
+    if values is None:
+        return None
+    vals = sorted({Fraction(float(v)) for v in values})
+    if set(vals) <= {0, 1}:
+        means = {Fraction(k, m) for m in range(1, n + 1) for k in range(m + 1)
+                 if (k == 0 or 1 in vals) and (k == m or 0 in vals)}
+    else:
+        sums, means = {Fraction(0)}, set()
+        for m in range(1, n + 1):
+            sums = {s + v for s in sums for v in vals}
+            means |= {s / m for s in sums}
+            if len(sums) > MAX_MEANS or len(means) > MAX_MEANS:
+                return None
+    return _ordered({float(x) for x in means} | {float(default)})
+
+
+def translate(program, vocab, max_seq_len: int, causal: bool = False,
+              compiler_bos: Any = "compiler_bos", compiler_pad: Any = "compiler_pad") -> RaspGraph:
+    """The tw graph of a RASP program (tracr's arguments: the input vocabulary, the longest
+    input, causal or full attention, the BOS and pad tokens)."""
+    _need_tracr()
+    return _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad).build(program)
