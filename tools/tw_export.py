@@ -40,7 +40,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("-p", "--pipeline", default=None, help="passes before lowering ('default')")
     p.add_argument("--graph", default="main", help="the tw.graph of a .mlir file")
     p.add_argument("--n-positions", type=bounded_int("--n-positions", 1, 1 << 20),
-                   help="positions the export takes (default: the graph's pos_encoding max_len)")
+                   help="positions the export takes (default: the graph's pos_encoding max_len, "
+                   "or its pos_table's rows)")
     p.add_argument("--json", action="store_true", help="one JSON object")
     return p
 
