@@ -1,0 +1,239 @@
+"""The RASP frontend: tw's oracle and compiled model against tracr's own evaluator.
+
+Exhaustive over every input up to length 5 for tracr's library programs (vocabularies of 3),
+tracr's integration test cases (and the ones tracr refuses, which tw compiles), the library at
+max_seq_len 10, 20 and 50 on sampled inputs, and the errors a user can meet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rasp_mod = pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+from tracr.compiler import test_cases  # noqa: E402
+from tracr.rasp import rasp  # noqa: E402
+
+from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
+from tw_lowering import compile_rasp_to_model  # noqa: E402
+from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BOS = "BOS"
+
+
+def agrees(got, want) -> bool:
+    """One position: equal values; numbers within 1e-4; a numerical None reads as 0 (the
+    compiled default, as in tracr's models)."""
+    if want is None:
+        return got is None or (isinstance(got, float) and abs(got) < 1e-4)
+    if isinstance(got, float) and isinstance(want, (int, float)) and not isinstance(want, bool):
+        return abs(got - want) < 1e-4
+    if isinstance(got, float) and isinstance(want, bool):
+        return abs(got - float(want)) < 1e-4
+    return got == want and type(got) is type(want) or got == want
+
+
+def expected(program, tokens):
+    try:
+        return rasp.evaluate(program, tokens)
+    except Exception:  # noqa: BLE001 - an input the program has no meaning for
+        return None
+
+
+def check(model, program, inputs, oracle: bool = True) -> None:
+    outs = model.apply_batch([[BOS, *x] for x in inputs])
+    for x, out in zip(inputs, outs):
+        want = expected(program, x)
+        if want is None:
+            continue
+        assert out.decoded[0] == BOS
+        got = out.decoded[1:]
+        assert all(agrees(g, w) for g, w in zip(got, want)), (x, got, want)
+        if oracle:
+            ora = model.evaluate([BOS, *x]).decoded[1:]
+            assert all(agrees(g, w) for g, w in zip(ora, want)), ("oracle", x, ora, want)
+
+
+def all_inputs(vocab, longest: int) -> list[list]:
+    vals = sorted(vocab, key=str)
+    return [list(p) for n in range(1, longest + 1) for p in itertools.product(vals, repeat=n)]
+
+
+def sampled(vocab, longest: int, k: int, seed: int = 0) -> list[list]:
+    rng = random.Random(seed)
+    vals = sorted(vocab, key=str)
+    return [[rng.choice(vals) for _ in range(rng.randint(1, longest))] for _ in range(k)] + \
+        [[rng.choice(vals) for _ in range(longest)] for _ in range(4)]
+
+
+@pytest.mark.parametrize("name", list(LIB_PROGRAMS))
+def test_lib_program_exhaustive_to_length_5(name):
+    program, vocab = LIB_PROGRAMS[name](5)
+    model = compile_rasp_to_model(program, vocab, 5, compiler_bos=BOS)
+    assert model.stats.n_layers == model.stats.floor
+    check(model, program, all_inputs(vocab, 5))
+
+
+@pytest.mark.parametrize("n", [10, 20, 50])
+@pytest.mark.parametrize("name", list(LIB_PROGRAMS))
+def test_lib_program_at_longer_lengths(name, n):
+    program, vocab = LIB_PROGRAMS[name](n)
+    model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS)
+    check(model, program, sampled(vocab, n, 12, seed=n), oracle=n <= 20)
+
+
+def _cases(group: str) -> list:
+    return [pytest.param(c, id=c["testcase_name"]) for c in getattr(test_cases, group)]
+
+
+@pytest.mark.parametrize("case", _cases("TEST_CASES"))
+def test_tracr_test_cases(case):
+    _run_case(case, causal=False)
+
+
+@pytest.mark.parametrize("case", _cases("CAUSAL_TEST_CASES"))
+def test_tracr_causal_test_cases(case):
+    _run_case(case, causal=True)
+
+
+@pytest.mark.parametrize("case", _cases("UNSUPPORTED_TEST_CASES"))
+def test_what_tracr_refuses_tw_compiles(case):
+    """tracr's validator refuses these (numerical Select keys, a categorical mean of numbers,
+    non-zero defaults, numerical SequenceMaps, numerical tokens and indices...); tw compiles
+    each exactly."""
+    _run_case(case, causal=False)
+
+
+def _run_case(case, causal: bool):
+    program, vocab, n = case["program"], case["vocab"], case["max_seq_len"]
+    model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos=BOS)
+    if "test_input" in case and "expected_output" in case:
+        got = model.apply([BOS, *case["test_input"]]).decoded[1:]
+        assert all(agrees(g, w) for g, w in zip(got, case["expected_output"])), got
+    inputs = all_inputs(vocab, min(n, 5)) if len(vocab) <= 3 else \
+        all_inputs(vocab, min(n, 3)) + sampled(vocab, n, 40)
+    if causal:  # a causal model sees only the prefix: compare what a prefix determines
+        outs = model.apply_batch([[BOS, *x] for x in inputs])
+        for x, out in zip(inputs, outs):
+            for i in range(len(x)):
+                want = expected(program, x[:i + 1])
+                if want is not None:
+                    assert agrees(out.decoded[1 + i], want[i]), (x, i, out.decoded, want)
+        return
+    check(model, program, inputs)
+
+
+def test_decoded_matches_tracr_compiled_model():
+    """tracr's own AssembledTransformerModel and tw's give the same `decoded` lists."""
+    compiling = pytest.importorskip("tracr.compiler.compiling")
+    program, vocab = LIB_PROGRAMS["sort_unique"](4)
+    theirs = compiling.compile_rasp_to_model(program, vocab, 4, compiler_bos=BOS)
+    ours = compile_rasp_to_model(program, vocab, 4, compiler_bos=BOS)
+    for x in all_inputs(vocab, 3):
+        if len(set(x)) == len(x):  # sort_unique's contract: unique keys
+            assert ours.apply([BOS, *x]).decoded == theirs.apply([BOS, *x]).decoded
+
+
+def test_model_exposes_module_model_and_stats():
+    program, vocab = LIB_PROGRAMS["hist"](5)
+    model = compile_rasp_to_model(program, vocab, 5, compiler_bos=BOS)
+    assert model.module is model.rasp_graph.module
+    assert model.compiled.stats is model.stats
+    assert model.stats.n_layers >= 1 and model.seconds["total"] > 0
+
+
+def test_full_attention_program_refuses_generate():
+    program, vocab = LIB_PROGRAMS["length"](5)
+    model = compile_rasp_to_model(program, vocab, 5, compiler_bos=BOS)
+    ids = model.rasp_graph.token_ids([BOS, "a"])
+    with pytest.raises(Exception, match="full"):
+        model.compiled.generate({"tokens": ids}, steps=1, feedback=lambda out: out)
+
+
+def test_causal_program_uses_causal_heads_only():
+    program = lib_frac_prevs = LIB_PROGRAMS["frac_prevs"](5)[0]
+    del lib_frac_prevs
+    rg = translate(program, {"x", "y"}, 5, causal=True, compiler_bos=BOS)
+    masks = {op.mask_kind for op in rg.module.walk() if op.name == "tw.attn"}
+    assert masks == {"causal"}
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+def test_length_under_a_causal_mask_is_refused():
+    with pytest.raises(RaspError, match="causal model cannot see its end"):
+        translate(rasp.Map(lambda n: n + 1, rasp.length), {1, 2}, 5, causal=True)
+
+
+def test_bad_inputs_are_named():
+    program, vocab = LIB_PROGRAMS["hist"](3)
+    model = compile_rasp_to_model(program, vocab, 3, compiler_bos=BOS)
+    with pytest.raises(RaspError, match="not in the vocabulary"):
+        model.apply([BOS, "z"])
+    with pytest.raises(RaspError, match="max_seq_len=3"):
+        model.apply([BOS, "a", "a", "a", "a"])
+    with pytest.raises(RaspError, match="must start with the BOS"):
+        model.apply(["a"])
+
+
+@pytest.mark.parametrize("program, match", [
+    (lambda: 3, "must be a RASP SOp"),
+    (lambda: rasp.numerical(rasp.Map(lambda x: "s", rasp.tokens)), "not a finite number"),
+    (lambda: rasp.Map(lambda x: [x], rasp.tokens), "not hashable"),
+])
+def test_programs_tw_cannot_compile_are_named(program, match):
+    with pytest.raises(RaspError, match=match):
+        translate(program(), {1, 2}, 4)
+
+
+def test_bos_in_the_vocabulary_is_refused():
+    with pytest.raises(RaspError, match="must not be in the vocabulary"):
+        translate(rasp.tokens, {"BOS", "a"}, 4, compiler_bos="BOS")
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tw_tools.tw_rasp", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_tw_rasp_runs_a_program_file():
+    r = _cli(str(ROOT / "examples/rasp/reverse.py"), "1", "2", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "['BOS', 3, 2, 1]"
+    r = _cli(str(ROOT / "examples/rasp/reverse.py"), "3", "1", "--oracle")
+    assert r.stdout.splitlines() == ["['BOS', 1, 3]"]
+
+
+def test_tw_rasp_emits_tw_ir():
+    r = _cli(str(ROOT / "examples/rasp/reverse.py"), "--emit-mlir")
+    assert r.returncode == 0 and "tw.attn" in r.stdout and "mask full" in r.stdout
+
+
+@pytest.mark.parametrize("args, match", [
+    (["missing.py"], "no such file"),
+    (["{reverse}", "7"], "not in the vocabulary"),
+    (["{reverse}", "--program", "nothing"], "defines no `nothing`"),
+])
+def test_tw_rasp_errors_are_one_line(args, match):
+    args = [a.format(reverse=ROOT / "examples/rasp/reverse.py") for a in args]
+    r = _cli(*args)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tw-rasp: error:") and match in lines[0]
+
+
+def test_numbers_decode_as_numbers():
+    program = rasp.numerical(rasp.Map(lambda x: x / 2, rasp.tokens))
+    model = compile_rasp_to_model(program, {1, 2, 3}, 3, compiler_bos=BOS)
+    out = model.apply([BOS, 3, 1])
+    assert out.decoded[1:] == pytest.approx([1.5, 0.5], abs=1e-6)
+    assert isinstance(out.outputs, np.ndarray)
