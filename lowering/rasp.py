@@ -87,8 +87,8 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     """tracr's `compile_rasp_to_model`, compiled by tw: exact, and as narrow as fits.
 
     `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
-    narrowest width whose schedule reaches the critical-path floor, `d_hidden` to 4 d (as
-    `compile`); `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile is a RaspError
+    narrowest width whose schedule reaches the fewest layers, with `d_hidden` 4 d or twice
+    the widest MLP (`hidden_width`), whichever stores fewer parameters; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile is a RaspError
     naming the expression."""
     from tw_lowering import compile
     from twdialect.frontends.rasp import translate
@@ -98,18 +98,35 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     t1 = time.perf_counter()
     dh = d_head or head_width(rg.module)
-    width = d or _floor_width(rg.module, dh, d_hidden, pipeline)
+    if d is None:
+        hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(rg.module, pipeline)]
+        point = min((_floor_point(rg.module, dh, h, pipeline) for h in hidden),
+                    key=lambda p: (p.n_layers, p.params))
+        width, d_hidden = point.d, d_hidden if d_hidden is not None else point.d_hidden
+    else:
+        width = d
     ct = compile(rg.module, d=width, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
     t2 = time.perf_counter()
     return RaspModel(rg, ct, {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
 
 
-def _floor_width(module, d_head: int, d_hidden: int | None, pipeline) -> int:
+def hidden_width(module, pipeline) -> int:
+    """Twice the widest MLP of the prepared graph (a multiple of 8): room for two tables in a
+    layer, without the 4 d default's idle neurons when one wide table sets d."""
+    from tw_lowering import prepare
+    from twdialect.dialect import MlpOp
+
+    widest = max((shape_of(op.w1)[1] for op in prepare(module, pipeline).walk()
+                  if isinstance(op, MlpOp)), default=4)
+    return 8 * -(-2 * widest // 8)
+
+
+def _floor_point(module, d_head: int, d_hidden: int | None, pipeline):
     """The narrowest multiple of d_head whose schedule reaches the floor (the sweep from the
     narrowest width that fits, then a bisection below the first point at the floor)."""
     from tw_lowering.sweep import width_for, width_sweep
 
     curve = width_sweep(module, d_head, d_hidden=d_hidden, pipeline=pipeline)
-    point = width_for(module, d_head, max_layers=curve[-1].floor, d_hidden=d_hidden,
+    point = width_for(module, d_head, max_layers=curve[-1].n_layers, d_hidden=d_hidden,
                       pipeline=pipeline, curve=curve)
-    return (point or curve[-1]).d
+    return point or curve[-1]

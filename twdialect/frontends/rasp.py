@@ -47,7 +47,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from twdialect import ops as tw
-from twdialect.dialect import width_of
+from twdialect.dense import to_numpy
+from twdialect.dialect import LinearOp, width_of
 from twdialect.errors import TwError
 from twdialect.interp import evaluate_op
 
@@ -426,10 +427,13 @@ class _Translator:
         return self._selector_width(expr, everything)
 
     # -- selectors ---------------------------------------------------------------------
-    def head(self, selector, value: Value, bos_weight: float) -> Value:
+    def head(self, selector, value: Encoded | None, bos_weight: float, wo: np.ndarray) -> Value:
         """One attention head over `selector`: keys and queries one-hot (joint where the
         selector reads several SOps), logits GAIN * [selected] + bos_weight * GAIN at the
-        BOS key, BOS queries pinned to BOS. Returns attention over concat(value, bos flag)."""
+        BOS key, BOS queries pinned to BOS; it reads concat(value, BOS flag) (the flag alone
+        for None) through `wo`. A key, query or value that is a `tw.linear` of another value
+        is read through its matrix (folded into the head's projections), so a Map feeding a
+        selector costs nothing of its own."""
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
         k_enc, k_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in keys], selector)
@@ -441,21 +445,32 @@ class _Translator:
         for a, qt in enumerate(q_tuples):
             for b, kt in enumerate(k_tuples):
                 pred[a, b] = float(_selected(selector, kt, qt, k_slot, q_slot))
-        nk, nq = len(k_tuples), len(q_tuples)
-        ck, cq = k_enc.bos, q_enc.bos
-        wq = np.zeros((nq + 2, nk + 1))
-        wq[:nq, :nk] = GAIN * pred
-        wq[nq, nk] = bos_weight * GAIN  # the constant 1: BOS's fallback logit
-        wq[nq + 1, :nk] = -GAIN * (cq @ pred)  # a BOS query's own one-hot does not count
-        wq[nq + 1, nk] = GAIN  # BOS queries attend to BOS
-        wk = np.eye(nk + 1)
-        wk[nk, :nk] = -ck  # nor does the BOS key's
-        query = tw.concat(q_enc.value, self.one, self.bos_flag)
-        key = tw.concat(k_enc.value, self.bos_flag)
-        v = tw.concat(value, self.bos_flag)
-        n = width_of(v)
+        # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows
+        a, b = _factor(GAIN * pred)
+        nk = a.shape[1]
+        # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + GAIN bos
+        q_in, q_mat, q_bias = _through_linear(q_enc.value)
+        wq = np.vstack([q_mat @ a, (q_bias @ a)[None, :], (-(q_enc.bos @ a))[None, :]])
+        wq = np.hstack([wq, np.zeros((wq.shape[0], 1))])
+        wq[-2, nk] = bos_weight * GAIN  # the constant 1: BOS's fallback logit
+        wq[-1, nk] = GAIN  # BOS queries attend to BOS
+        # key [k, 1, bos] -> (k - bos ck) B | bos
+        k_in, k_mat, k_bias = _through_linear(k_enc.value)
+        wk = np.vstack([np.hstack([k_mat @ b, np.zeros((k_mat.shape[0], 1))]),
+                        np.append(k_bias @ b, 0.0)[None, :],
+                        np.append(-(k_enc.bos @ b), 1.0)[None, :]])
+        query = tw.concat(q_in, self.one, self.bos_flag)
+        key = tw.concat(k_in, self.one, self.bos_flag)
+        if value is None:
+            v, wv = self.bos_flag, np.eye(1)
+        else:  # value [v, 1, bos] -> v | bos
+            v_in, v_mat, v_bias = _through_linear(value.value)
+            w = v_mat.shape[1]
+            v = tw.concat(v_in, self.one, self.bos_flag)
+            wv = np.zeros((v_mat.shape[0] + 2, w + 1))
+            wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
         mask = "causal" if self.causal else "full"
-        return tw.attn(query, key, v, wq, wk, np.eye(n), np.eye(n), mask=mask)
+        return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
 
     def _sides(self, leaves: list, side: str) -> list:
         out, seen = [], set()
@@ -498,15 +513,12 @@ class _Translator:
             d = np.zeros(len(space))
             if default is not None:
                 d[space.index(default)] = 1.0
-        o = self.head(expr.selector, src.value, 0.5)
-        w = src.width
         # out = mean + (BOS share) * (default - the value BOS holds)
-        fix = np.vstack([np.eye(w), (d - src.bos)[None, :]])
-        return self.encoded(tw.linear(o, fix), numerical, space)
+        fix = np.vstack([np.eye(src.width), (d - src.bos)[None, :]])
+        return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space)
 
     def _selector_width(self, expr, selector) -> Encoded:
-        o = self.head(selector, self.one, 1.0)
-        share = tw.slice(o, 1, 1)  # 1 / (width + 1) away from BOS, 1 at BOS
+        share = self.head(selector, None, 1.0, np.eye(1))  # 1 / (width + 1); 1 at BOS
         n = self.max_seq_len
         widths = list(range(n, -1, -1))
         points = np.array([1.0 / (k + 1) for k in widths])
@@ -574,6 +586,28 @@ def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndar
         keep = np.concatenate([[True], ~same])
         p, r = p[keep], r[keep]
     return p, r
+
+
+def _factor(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """m = A B^T exactly, with as few columns as m has distinct rows or distinct columns
+    (whichever is fewer): a selector that tells few key (or query) values apart needs that
+    many query/key dimensions, not one per value."""
+    cols, col_class = np.unique(m, axis=1, return_inverse=True)
+    rows, row_class = np.unique(m, axis=0, return_inverse=True)
+    if cols.shape[1] <= rows.shape[0]:  # keys by their column class
+        return cols, np.eye(cols.shape[1])[col_class.reshape(-1)]
+    return np.eye(rows.shape[0])[row_class.reshape(-1)], rows.T
+
+
+def _through_linear(v: Value) -> tuple[Value, np.ndarray, np.ndarray]:
+    """(x, M, b) with v = x M + b: a `tw.linear`'s operand and weights, else (v, I, 0)."""
+    op = v.owner
+    if isinstance(op, LinearOp):
+        m = to_numpy(op.weight, np.float64)
+        b = to_numpy(op.bias, np.float64) if op.bias is not None else np.zeros(m.shape[1])
+        return op.x, m, b
+    n = width_of(v)
+    return v, np.eye(n), np.zeros(n)
 
 
 class _None:

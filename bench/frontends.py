@@ -1,0 +1,234 @@
+"""RASP programs compiled by tw and by tracr, side by side, in one run (JSON lines).
+
+    python3 bench/frontends.py                     # tracr's lib programs at lengths 5, 10, 20, 50
+    python3 bench/frontends.py --lengths 5,10 --programs sort,hist
+    python3 bench/frontends.py --no-tracr          # tw alone (tracr compiles take seconds to minutes)
+
+One line per (program, length): tw's layers, floor, residual width, heads, neurons, params
+(allocated in the stock layout, stored by tw's trimmed runtime, non-zero), compile time (after
+a warm-up compile, so no first-import cost) and exactness on inputs (every input up to length
+5 where there are at most 5,000 of them, else a seeded sample), beside tracr's own compile of
+the same program (layers, d_model, heads used, params allocated and non-zero, compile time,
+exactness of its compiled model on the same inputs); then a summary line with the ratios.
+
+Exactness: the share of inputs whose every position equals `rasp.evaluate` (numbers within
+1e-4; positions where the evaluator gives None are not compared, as tracr's own tests do,
+since tracr's model cannot output None). tracr's model is run by a float32 numpy forward pass
+written from its assembled weights (`tracr_forward`: embeddings, attention with logits scaled
+by 1/sqrt(key_size) and its causal mask, ReLU MLPs, the output space's read-out), checked
+against `model.apply` on two inputs per program (the check is in the output:
+`tracr.forward_checked`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import random
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+
+BOS, PAD = "BOS", "PAD"
+SAMPLE = 200  # inputs per (program, length) when not exhaustive
+EXHAUSTIVE_MAX = 5000
+
+
+def inputs_for(vocab, n: int, seed: int) -> tuple[list[list], bool]:
+    vals = sorted(vocab, key=str)
+    if n <= 5 and sum(len(vals) ** k for k in range(1, n + 1)) <= EXHAUSTIVE_MAX:
+        return [list(p) for k in range(1, n + 1) for p in itertools.product(vals, repeat=k)], True
+    rng = random.Random(seed)
+    xs = [[rng.choice(vals) for _ in range(rng.randint(1, n))] for _ in range(SAMPLE)]
+    return xs + [[rng.choice(vals) for _ in range(n)] for _ in range(SAMPLE // 10)], False
+
+
+def agrees(got, want) -> bool:
+    if want is None:
+        return True
+    if isinstance(got, (float, np.floating)) or isinstance(want, float):
+        try:
+            return abs(float(got) - float(want)) < 1e-4
+        except (TypeError, ValueError):
+            return False
+    return got == want
+
+
+def exact_share(outs: list[list], program, xs: list[list]) -> float:
+    from tracr.rasp import rasp
+
+    ok = total = 0
+    for x, got in zip(xs, outs):
+        try:
+            want = rasp.evaluate(program, x)
+        except Exception:  # noqa: BLE001 - no meaning for this input
+            continue
+        total += 1
+        ok += all(agrees(g, w) for g, w in zip(got, want))
+    return round(ok / total, 4) if total else 1.0
+
+
+def tw_row(program, vocab, n: int, xs: list[list]) -> dict:
+    import torch
+
+    from tw_lowering import compile_rasp_to_model
+
+    t = time.perf_counter()
+    model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS, compiler_pad=PAD)
+    seconds = time.perf_counter() - t
+    s = model.stats
+    nonzero = sum(int(torch.count_nonzero(b)) for layer in model.compiled.layers
+                  for _, b in layer.named_buffers() if b.is_floating_point())
+    outs = [o.decoded[1:] for o in model.apply_batch([[BOS, *x] for x in xs])]
+    return dict(layers=s.n_layers, floor=s.floor, d=s.d, d_head=s.d_head, d_hidden=s.d_hidden,
+                heads=int(sum(s.heads_per_layer)), neurons=int(sum(s.neurons_per_layer)),
+                params_allocated=model.compiled.allocated_params(),
+                params_stored=model.compiled.stored_params(), params_nonzero=nonzero,
+                compile_s=round(seconds, 4), exact=exact_share(outs, program, xs))
+
+
+def tracr_forward(model, program):
+    """tracr's compiled model as float32 numpy (one jit per length otherwise): the decoded
+    outputs of a batch of equal-length token lists [BOS, *x]."""
+    cfg, labels = model.model_config, model.residual_labels
+    p = {k: {kk: np.asarray(v, np.float32) for kk, v in d.items()} for k, d in model.params.items()}
+    enc = getattr(model.output_encoder, "encoding_map", None)
+    if enc is not None:
+        read = np.zeros((len(labels), len(enc)), np.float32)
+        for val, j in enc.items():
+            read[labels.index(f"{program.label}:{val}"), j] = 1.0
+    else:
+        read = np.zeros((len(labels), 1), np.float32)
+        read[labels.index(program.label), 0] = 1.0
+    heads, key = cfg.num_heads, cfg.key_size
+
+    def lin(x, name):
+        return x @ p[name]["w"] + p[name]["b"]
+
+    def forward(tokens: list[list]) -> list[list]:
+        ids = np.array([model.input_encoder.encode(t) for t in tokens])
+        b, t = ids.shape
+        x = p["token_embed"]["embeddings"][ids] + p["pos_embed"]["embeddings"][np.arange(t)][None]
+        for i in range(cfg.num_layers):
+            pre = f"transformer/layer_{i}/attn/"
+            q, k, v = (lin(x, pre + w).reshape(b, t, heads, key) for w in ("query", "key", "value"))
+            logits = np.einsum("bthd,bshd->bhts", q, k) / np.float32(np.sqrt(key))
+            if cfg.causal:
+                logits = np.where(np.tril(np.ones((t, t), bool)), logits, -1e30)
+            w = np.exp(logits - logits.max(-1, keepdims=True))
+            w /= w.sum(-1, keepdims=True)
+            x = x + lin(np.einsum("bhts,bshd->bthd", w, v).reshape(b, t, heads * key),
+                        pre + "linear")
+            pre = f"transformer/layer_{i}/mlp/"
+            x = x + lin(np.maximum(lin(x, pre + "linear_1"), 0), pre + "linear_2")
+        out = x @ read
+        rows = out.argmax(-1) if enc is not None else out[..., 0]
+        return [model.output_encoder.decode(r.tolist())[1:] for r in rows]
+
+    return forward
+
+
+def tracr_row(program, vocab, n: int, xs: list[list], cap: float) -> dict:
+    from tracr.compiler import compiling
+
+    t = time.perf_counter()
+    model = compiling.compile_rasp_to_model(program, vocab, n, compiler_bos=BOS,
+                                            compiler_pad=PAD)
+    seconds = time.perf_counter() - t
+    cfg, params = model.model_config, model.params
+    alloc = int(sum(np.size(v) for d in params.values() for v in d.values()))
+    nonzero = int(sum(np.count_nonzero(np.asarray(v)) for d in params.values() for v in d.values()))
+    heads_used = 0
+    for i in range(cfg.num_layers):
+        q = np.asarray(params[f"transformer/layer_{i}/attn/query"]["w"])
+        heads_used += sum(bool(np.any(q[:, h * cfg.key_size:(h + 1) * cfg.key_size]))
+                          for h in range(cfg.num_heads))
+    forward = tracr_forward(model, program)
+    checked = all(forward([[BOS, *x]])[0] == model.apply([BOS, *x]).decoded[1:]
+                  for x in (xs[0], xs[-1]))
+    by_len: dict[int, list[int]] = {}
+    for i, x in enumerate(xs):
+        by_len.setdefault(len(x), []).append(i)
+    outs: list = [None] * len(xs)
+    for _, idx in sorted(by_len.items()):
+        for i, o in zip(idx, forward([[BOS, *xs[i]] for i in idx])):
+            outs[i] = o
+    return dict(layers=cfg.num_layers, d_model=len(model.residual_labels), heads=heads_used,
+                mlp_hidden=cfg.mlp_hidden_size, params_allocated=alloc, params_nonzero=nonzero,
+                compile_s=round(seconds, 3), exact=exact_share(outs, program, xs),
+                forward_checked=checked)
+
+
+def main(argv=None) -> int:
+    from tw_examples.rasp import LIB_PROGRAMS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="5,10,20,50")
+    ap.add_argument("--programs", default=",".join(LIB_PROGRAMS))
+    ap.add_argument("--no-tracr", action="store_true", help="tw alone")
+    ap.add_argument("--tracr-cap", type=float, default=600.0,
+                    help="skip tracr at longer lengths once one of its compiles took this long")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    names = args.programs.split(",")
+    for name in names:
+        if name not in LIB_PROGRAMS:
+            ap.error(f"unknown program {name!r} (known: {', '.join(LIB_PROGRAMS)})")
+    # warm-up: imports and first-call costs, outside every timing
+    # (a program of its own: tracr's jit caches would favour a program measured later)
+    from tracr.rasp import rasp
+
+    warm = rasp.numerical(rasp.Map(lambda x: x + 1, rasp.tokens))
+    tw_row(warm, {0, 1}, 2, [[0]])
+    if not args.no_tracr:
+        tracr_row(warm, {0, 1}, 2, [[0], [1]], args.tracr_cap)
+    rows, too_slow = [], set()
+    for name in names:
+        for n in lengths:
+            program, vocab = LIB_PROGRAMS[name](n)
+            xs, exhaustive = inputs_for(vocab, n, seed=n)
+            row = {"program": name, "max_seq_len": n, "inputs": len(xs),
+                   "exhaustive": exhaustive, "tw": tw_row(program, vocab, n, xs)}
+            if not args.no_tracr and name not in too_slow:
+                try:
+                    row["tracr"] = tracr_row(program, vocab, n, xs, args.tracr_cap)
+                    if row["tracr"]["compile_s"] > args.tracr_cap:
+                        too_slow.add(name)
+                except Exception as e:  # noqa: BLE001 - tracr's refusal is a result
+                    row["tracr"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            rows.append(row)
+            print(json.dumps(row, sort_keys=True), flush=True)
+    both = [r for r in rows if "layers" in r.get("tracr", {})]
+    summary = {
+        "summary": True, "rows": len(rows),
+        "tw_exact_everywhere": all(r["tw"]["exact"] == 1.0 for r in rows),
+        "tracr_exact_rows": sum(r["tracr"]["exact"] == 1.0 for r in both),
+        "compared_rows": len(both),
+        "fewer_layers_rows": sum(r["tw"]["layers"] < r["tracr"]["layers"] for r in both),
+        "no_more_layers_rows": sum(r["tw"]["layers"] <= r["tracr"]["layers"] for r in both),
+    }
+    if both:
+        alloc = [r["tracr"]["params_allocated"] / r["tw"]["params_allocated"] for r in both]
+        stored = [r["tracr"]["params_allocated"] / r["tw"]["params_stored"] for r in both]
+        nz = [r["tracr"]["params_nonzero"] / r["tw"]["params_nonzero"] for r in both]
+        speed = [r["tracr"]["compile_s"] / r["tw"]["compile_s"] for r in both]
+        summary.update(
+            params_ratio_min=round(min(alloc), 2), params_ratio_median=round(statistics.median(alloc), 2),
+            stored_ratio_min=round(min(stored), 2),
+            stored_ratio_median=round(statistics.median(stored), 2),
+            nonzero_ratio_min=round(min(nz), 2), nonzero_ratio_median=round(statistics.median(nz), 2),
+            compile_speedup_min=round(min(speed), 1),
+            compile_speedup_median=round(statistics.median(speed), 1))
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
