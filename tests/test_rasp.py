@@ -237,3 +237,29 @@ def test_numbers_decode_as_numbers():
     out = model.apply([BOS, 3, 1])
     assert out.decoded[1:] == pytest.approx([1.5, 0.5], abs=1e-6)
     assert isinstance(out.outputs, np.ndarray)
+
+
+BEYOND_TRACR = {
+    "constant_sop": lambda: rasp.SequenceMap(lambda x, c: x + c, rasp.tokens,
+                                             rasp.ConstantSOp([10, 20, 30], check_length=False)),
+    "constant_selector": lambda: rasp.numerical(rasp.Aggregate(
+        rasp.ConstantSelector([[1, 0, 0], [1, 1, 0], [0, 1, 1]], check_length=False),
+        rasp.numerical(rasp.Map(lambda x: x, rasp.tokens)), default=0)),
+    "length": lambda: rasp.Map(lambda n: n * 2, rasp.length),
+    "selector_or_of_different_sops": lambda: rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ)
+        | rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT),
+        rasp.numerical(rasp.Map(lambda x: x, rasp.tokens)), default=0)),
+    "selector_not_width": lambda: rasp.SelectorWidth(
+        ~rasp.Select(rasp.tokens, rasp.indices, rasp.Comparison.GT)),
+}
+
+
+@pytest.mark.parametrize("name", list(BEYOND_TRACR))
+def test_constructs_beyond_tracr(name):
+    program = BEYOND_TRACR[name]()
+    model = compile_rasp_to_model(program, {1, 2, 3}, 3, compiler_bos=BOS)
+    inputs = all_inputs({1, 2, 3}, 3)
+    if name == "constant_selector":  # its matrix is for length 3
+        inputs = [x for x in inputs if len(x) == 3]
+    check(model, program, inputs)
