@@ -246,6 +246,9 @@ BEYOND_TRACR = {
         rasp.ConstantSelector([[1, 0, 0], [1, 1, 0], [0, 1, 1]], check_length=False),
         rasp.numerical(rasp.Map(lambda x: x, rasp.tokens)), default=0)),
     "length": lambda: rasp.Map(lambda n: n * 2, rasp.length),
+    "categorical_default_outside_the_values": lambda: rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == q - 1), rasp.tokens,
+        default=7),
     "selector_or_of_different_sops": lambda: rasp.numerical(rasp.Aggregate(
         rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ)
         | rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT),

@@ -505,16 +505,16 @@ class _Translator:
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
             space = _mean_space(src.space, self.max_seq_len, d[0])
-        else:
+        else:  # a default outside the aggregated values gets a column of its own
             space = list(src.space)
             if default is not None and default not in space:
-                raise RaspError(f"{_label(expr)}: default {default!r} is not one of the "
-                                f"aggregated values {space[:8]!r}")
+                space.append(default)
             d = np.zeros(len(space))
             if default is not None:
                 d[space.index(default)] = 1.0
         # out = mean + (BOS share) * (default - the value BOS holds)
-        fix = np.vstack([np.eye(src.width), (d - src.bos)[None, :]])
+        widen = np.eye(src.width, len(space))
+        fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
         return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space)
 
     def _selector_width(self, expr, selector) -> Encoded:
