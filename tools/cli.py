@@ -315,3 +315,23 @@ def check_pipeline_names(spec: str) -> None:
         raise ToolError(f"bad pass pipeline {spec!r}: unknown pass "
                         f"{', '.join(repr(n) for n in unknown)} (known: "
                         f"{', '.join(sorted(known))}, or 'default')")
+
+
+# -- what a compiled model reports -------------------------------------------------------------
+
+def compiled_info(stats, seconds: float) -> dict:
+    """A compiled model's size as tw-run and tw-rasp report it (text and --json alike)."""
+    return dict(backend="compiled", n_layers=stats.n_layers, floor=stats.floor, d=stats.d,
+                d_head=stats.d_head, d_hidden=stats.d_hidden,
+                allocated_params=stats.allocated_params,
+                heads=int(sum(stats.heads_per_layer)), neurons=int(sum(stats.neurons_per_layer)),
+                compile_seconds=round(seconds, 4))
+
+
+def size_line(info: dict) -> str:
+    """`compiled_info` as one line: layers against the floor, the geometry, the size."""
+    return (f"{info['n_layers']} layers (floor {info['floor']}), d={info['d']} "
+            f"d_head={info['d_head']} d_hidden={info['d_hidden']}, {info['heads']} heads, "
+            f"{info['neurons']} neurons, {info['allocated_params']} allocated params; "
+            f"compiled in {info['compile_seconds']:.3f} s")
+

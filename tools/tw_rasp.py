@@ -22,7 +22,8 @@ import json
 import runpy
 from collections.abc import Sequence
 
-from tw_tools.cli import ArgumentParser, ToolError, bounded_int, one_line, run_tool
+from tw_tools.cli import (ArgumentParser, ToolError, bounded_int, compiled_info, one_line,
+                          run_tool, size_line)
 
 PROG = "tw-rasp"
 
@@ -130,22 +131,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"the program does not compile: {one_line(e)}") from None
         out = model.apply([spec["bos"], *tokens])
-        s = model.stats
-        info.update(backend="compiled", n_layers=s.n_layers, floor=s.floor, d=s.d,
-                    d_head=s.d_head, d_hidden=s.d_hidden,
-                    heads=int(sum(s.heads_per_layer)), neurons=int(sum(s.neurons_per_layer)),
-                    allocated_params=s.allocated_params,
-                    compile_seconds=round(model.seconds["total"], 4))
+        info.update(compiled_info(model.stats, model.seconds["total"]))
     info["decoded"] = out.decoded
     if args.json:
         print(json.dumps(info, sort_keys=True, default=str))
         return 0
     print(out.decoded)
     if not args.oracle:
-        print(f"# {info['n_layers']} layers (floor {info['floor']}), d={info['d']} "
-              f"d_head={info['d_head']} d_hidden={info['d_hidden']}, {info['heads']} heads, "
-              f"{info['neurons']} neurons, {info['allocated_params']} allocated params; "
-              f"compiled in {info['compile_seconds']:.3f} s")
+        print(f"# {size_line(info)}")
     return 0
 
 

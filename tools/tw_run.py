@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
-from tw_tools.cli import run_tool
+from tw_tools.cli import compiled_info, run_tool, size_line
 
 PROG = "tw-run"
 GEOMETRY_OPTIONS = ("--d", "--d-head", "--d-hidden")
@@ -118,11 +118,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         runner = model.run
         s = model.stats
         # the compiler's own phases (passes, schedule, weights, module), without first imports
-        seconds = sum(s.seconds.values()) if s.seconds else wall
-        info.update(backend="compiled", n_layers=s.n_layers, floor=s.floor, d=d, d_head=d_head,
-                    d_hidden=d_hidden, allocated_params=s.allocated_params,
-                    heads=int(sum(s.heads_per_layer)), neurons=int(sum(s.neurons_per_layer)),
-                    compile_seconds=round(seconds, 4))
+        info.update(compiled_info(s, sum(s.seconds.values()) if s.seconds else wall))
     answer = generate(program, args.prompt, runner)
     info["answer"] = answer
     if args.json:
@@ -132,10 +128,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.oracle:
         print(f"# {program.name}: reference interpreter (not compiled)")
     else:
-        print(f"# {program.name}: {info['n_layers']} layers (floor {info['floor']}), d={d} "
-              f"d_head={d_head} d_hidden={d_hidden}, {info['heads']} heads, "
-              f"{info['neurons']} neurons, {info['allocated_params']} allocated params; "
-              f"compiled in {info['compile_seconds']:.3f} s")
+        print(f"# {program.name}: {size_line(info)}")
     return 0
 
 
