@@ -737,13 +737,59 @@ class AttnMaskDirective(CustomDirective):
         return True
 
 
+# Rotary position embeddings on `tw.attn` (torchwright 0.2.0's `Attn` exactly, HF LLaMA
+# convention): after projection, q_i = q_i Wq and k_j = k_j Wk are rotated by their absolute
+# positions i and j over their first `dims` components, rotate_half style: component p and
+# p + dims/2 (p < dims/2) form one plane turned by the angle pos * base^(-2p/dims); the last
+# d_qk - dims components are left alone. Absent: no rotation. ROPE_BASE is torchwright's
+# default base (the LLaMA3 family's).
+ROPE_BASE = 500000.0
+
+
+@irdl_custom_directive
+class AttnRopeDirective(CustomDirective):
+    """`rope base 5.000000e+05 dims 8` in `tw.attn`'s custom syntax; nothing where the op has
+    no rotation. Both properties come together (the verifier refuses one without the other;
+    the text still prints what there is, and parses back to the same op)."""
+
+    rope_base: AttributeVariable
+    rope_dims: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        if not parser.parse_optional_keyword("rope"):
+            return
+        if parser.parse_optional_keyword("base"):
+            self.rope_base.set(state, float_prop(parser.parse_float()))
+        if parser.parse_optional_keyword("dims"):
+            self.rope_dims.set(state, IntegerAttr(parser.parse_integer(), i64))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        base, dims = self.rope_base.get(op), self.rope_dims.get(op)
+        if base is None and dims is None:
+            return
+        state.print_whitespace(printer)
+        printer.print_string("rope")
+        if base is not None:
+            printer.print_string(" base ")
+            printer.print_float(base.value.data, f64)
+        if dims is not None:
+            printer.print_string(f" dims {dims.value.data}")
+
+    def is_present(self, op: IRDLOperation) -> bool:
+        return self.rope_base.get(op) is not None or self.rope_dims.get(op) is not None
+
+    def is_optional_like(self) -> bool:
+        return True
+
+
 @irdl_op_definition
 class AttnOp(IRDLOperation):
     """One attention head family (no 1/sqrt(d) scaling), causal unless `mask full`.
 
-    `%o = tw.attn %q, %k, %v (mask full)? wq Wq wk Wk wv Wv wo Wo : !tw.vec<Q>, !tw.vec<K>, !tw.vec<V> -> !tw.vec<O>`
-    logits[i, j] = (q_i Wq) . (k_j Wk) for j <= i (causal) or every j (full);
-    out_i = sum_j softmax_j(logits[i]) (v_j Wv) Wo.
+    `%o = tw.attn %q, %k, %v (mask full)? (rope base B dims R)? wq Wq wk Wk wv Wv wo Wo : !tw.vec<Q>, !tw.vec<K>, !tw.vec<V> -> !tw.vec<O>`
+    logits[i, j] = rot_i(q_i Wq) . rot_j(k_j Wk) for j <= i (causal) or every j (full), rot_p
+    the rotary position embedding at absolute position p (identity without `rope`, see
+    ROPE_BASE); out_i = sum_j softmax_j(logits[i]) (v_j Wv) Wo.
     """
 
     name = "tw.attn"
@@ -751,28 +797,44 @@ class AttnOp(IRDLOperation):
     key = operand_def(VecType)
     value = operand_def(VecType)
     mask = opt_prop_def(StringAttr)  # absent: causal (see ATTN_MASKS)
+    rope_base = opt_prop_def(F64Prop)  # absent (with rope_dims): no rotation (see ROPE_BASE)
+    rope_dims = opt_prop_def(I64Prop)
     wq = prop_def(DenseIntOrFPElementsAttr)
     wk = prop_def(DenseIntOrFPElementsAttr)
     wv = prop_def(DenseIntOrFPElementsAttr)
     wo = prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = (
-        "$query `,` $key `,` $value custom<AttnMaskDirective>($mask) `wq` $wq `wk` $wk "
+        "$query `,` $key `,` $value custom<AttnMaskDirective>($mask) "
+        "custom<AttnRopeDirective>($rope_base, $rope_dims) `wq` $wq `wk` $wk "
         "`wv` $wv `wo` $wo attr-dict `:` "
         "type($query) `,` type($key) `,` type($value) `->` type($out)"
     )
-    custom_directives = (AttnMaskDirective,)
+    custom_directives = (AttnMaskDirective, AttnRopeDirective)
     traits = traits_def(Pure(), TwCanonicalization())
 
     def __init__(self, query: SSAValue, key: SSAValue, value: SSAValue, wq: Weights, wk: Weights,
-                 wv: Weights, wo: Weights, mask: str = CAUSAL):
+                 wv: Weights, wo: Weights, mask: str = CAUSAL, rope_base: float | None = None,
+                 rope_dims: int | None = None):
+        """`rope_base` / `rope_dims`: rotary position embeddings (both, or neither: none); a
+        base alone rotates all d_qk components."""
         if mask not in ATTN_MASKS:
             raise TwAttributeException(f"tw.attn: mask must be one of "
                                        f"{', '.join(map(repr, ATTN_MASKS))}, got {mask!r}")
         props = {"wq": as_dense(wq), "wk": as_dense(wk), "wv": as_dense(wv), "wo": as_dense(wo)}
+        if rope_base is not None or rope_dims is not None:
+            if rope_base is None:
+                raise TwAttributeException("tw.attn: rope_dims without rope_base")
+            dims = shape_of(props["wq"])[1] if rope_dims is None else rope_dims
+            props = {"rope_base": float_prop(rope_base), "rope_dims": int_prop(dims), **props}
         if mask != CAUSAL:  # the default stays out of the IR (it prints and parses as before)
             props = {"mask": StringAttr(mask), **props}
         _fill(self, [query, key, value], vec(shape_of(props["wo"])[1]), props)
+
+    @property
+    def rope(self) -> tuple[float, int] | None:
+        """(base, dims) of a rotary op, None without rotation (see ROPE_BASE)."""
+        return attn_rope(self)
 
     @property
     def mask_kind(self) -> str:
@@ -794,12 +856,41 @@ class AttnOp(IRDLOperation):
         _check_matrix(self, self.wk, "wk", width_of(self.key), d_qk)
         _check_matrix(self, self.wv, "wv", width_of(self.value), None)
         _check_matrix(self, self.wo, "wo", shape_of(self.wv)[1], width_of(self.out))
+        base, dims = self.properties.get("rope_base"), self.properties.get("rope_dims")
+        if (base is None) != (dims is None):
+            _fail(self, "rope needs both a base and dims, got only "
+                        f"{'dims' if base is None else 'a base'}")
+        if base is not None:
+            b = _check_scalar(self, base, "rope base")
+            if not b > 1:
+                _fail(self, f"rope base must exceed 1, got {b}")
+            r = dims.value.data
+            if r <= 0 or r % 2 or r > d_qk:
+                _fail(self, f"rope dims must be even and in (0, d_qk={d_qk}] (rotate_half "
+                            f"pairs component p with p + dims/2), got {r}")
 
 
 def attn_mask(op: Operation) -> str:
     """The mask kind of a `tw.attn` op ("causal" or "full")."""
     m = op.properties.get("mask")
     return CAUSAL if m is None else m.data
+
+
+def attn_rope(op: Operation) -> tuple[float, int] | None:
+    """(base, dims) of a rotary `tw.attn`, None for one without rotation."""
+    base, dims = op.properties.get("rope_base"), op.properties.get("rope_dims")
+    if base is None or dims is None:
+        return None
+    return float(base.value.data), int(dims.value.data)
+
+
+def rope_kwargs(op: Operation) -> dict:
+    """AttnOp keyword arguments that keep `op`'s mask and rotation (passes rebuilding it)."""
+    rope = attn_rope(op)
+    out = {"mask": attn_mask(op)}
+    if rope is not None:
+        out.update(rope_base=rope[0], rope_dims=rope[1])
+    return out
 
 
 def has_full_attention(graph: GraphOp) -> bool:

@@ -50,6 +50,7 @@ from twdialect.dialect import (
     attn_mask,
     describe,
     has_full_attention,
+    attn_rope,
     width_of,
 )
 from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
@@ -169,10 +170,39 @@ def causal_attention(q, k, v, wq, wk, wv, wo) -> np.ndarray:
     return attention(q, k, v, wq, wk, wv, wo, "causal")
 
 
-def attention(q, k, v, wq, wk, wv, wo, mask: str = "causal") -> np.ndarray:
+def rope_inv_freq(base: float, dims: int) -> np.ndarray:
+    """(dims/2,) float64 plane frequencies base^(-2p/dims) (torchwright's `rope_inv_freq`,
+    which rounds them to float32; tw keeps float64)."""
+    return float(base) ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+
+
+def rope_cos_sin(positions: np.ndarray, base: float, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P, dims) float64 cos and sin tables at absolute `positions`, rotate_half layout: the
+    first and second halves carry the same angles pos * base^(-2p/dims)."""
+    ang = np.asarray(positions, np.float64)[:, None] * rope_inv_freq(base, dims)[None, :]
+    return np.concatenate([np.cos(ang)] * 2, 1), np.concatenate([np.sin(ang)] * 2, 1)
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, base: float, dims: int) -> np.ndarray:
+    """Rows x (P, d_qk) rotated by their absolute positions over their first `dims`
+    components (HF LLaMA's rotate_half: component p pairs with p + dims/2; the last
+    d_qk - dims pass unchanged): torchwright's `apply_rope`, in float64."""
+    cos, sin = rope_cos_sin(positions, base, dims)
+    front, half = x[:, :dims], dims // 2
+    rotated = front * cos + np.concatenate([-front[:, half:], front[:, :half]], 1) * sin
+    return np.concatenate([rotated, x[:, dims:]], 1)
+
+
+def attention(q, k, v, wq, wk, wv, wo, mask: str = "causal",
+              rope: tuple[float, int] | None = None) -> np.ndarray:
     """One head family: "causal" (a query at i sees keys j <= i) or "full" (every key of the
-    sequence; a non-finite value anywhere then legitimately reaches every output)."""
-    logits = (q @ wq) @ (k @ wk).T
+    sequence; a non-finite value anywhere then legitimately reaches every output). `rope`
+    (base, dims): q Wq and k Wk rotated by their absolute positions first (`apply_rope`)."""
+    qp, kp = q @ wq, k @ wk
+    if rope is not None:
+        pos = np.arange(qp.shape[0])
+        qp, kp = apply_rope(qp, pos, *rope), apply_rope(kp, pos, *rope)
+    logits = qp @ kp.T
     n = logits.shape[0]
     if mask != FULL:
         logits = np.where(np.tri(n, dtype=bool), logits, -np.inf)
@@ -307,7 +337,8 @@ def _mlp(op: MlpOp, args, run: Run) -> np.ndarray:
 
 @ORACLE.rule(AttnOp)
 def _attn(op: AttnOp, args, run: Run) -> np.ndarray:
-    return attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"), attn_mask(op))
+    return attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"), attn_mask(op),
+                     attn_rope(op))
 
 
 @ORACLE.rule(CompareOp)

@@ -75,6 +75,7 @@ from twdialect.dialect import (
     SliceOp,
     AfterOp,
     ATTN_MASKS,
+    ROPE_BASE,
     VecType,
     int_prop,
     width_of,
@@ -532,11 +533,18 @@ def after(x: Value, *deps: Value) -> Value:
     return _one(AfterOp(x, deps), "after")
 
 
-def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "causal") -> Value:
+def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "causal",
+         rope=None, rope_base: float | None = None, rope_dims: int | None = None) -> Value:
     """Attention: softmax_j((q_i Wq).(k_j Wk)) over j <= i (`mask="causal"`, the default) or
     over every position of the sequence (`mask="full"`: bidirectional, encoder-style; a graph
     with such a head runs on whole sequences only, never step by step), applied to
-    (v_j Wv) Wo."""
+    (v_j Wv) Wo.
+
+    Rotary position embeddings (torchwright's `Attn`, HF LLaMA's rotate_half; see `tw.attn`):
+    `rope=(base, dims)` rotates q Wq and k Wk by their absolute positions over their first
+    `dims` components; `rope=True` is torchwright's default (base 5e5, every d_qk component);
+    or the keywords `rope_base=` (and `rope_dims=`, default d_qk). None (the default): no
+    rotation."""
     mask = check_choice("attn", mask, "mask", ATTN_MASKS)
     for v, nm in ((query, "query"), (key, "key"), (value, "value")):
         check_value("attn", v, nm)
@@ -546,7 +554,33 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "ca
     o = _matrix("attn", wo, v.shape[1], "wo")
     if q.shape[1] != k.shape[1]:
         fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
-    return _one(AttnOp(query, key, value, q, k, v, o, mask=mask), "attn")
+    base, dims = _rope_of(rope, rope_base, rope_dims, q.shape[1])
+    return _one(AttnOp(query, key, value, q, k, v, o, mask=mask, rope_base=base,
+                       rope_dims=dims), "attn")
+
+
+def _rope_of(rope, rope_base, rope_dims, d_qk: int) -> tuple[float | None, int | None]:
+    """The (base, dims) `attn` asked for, checked, or (None, None)."""
+    if rope is not None and rope is not False:
+        if rope_base is not None or rope_dims is not None:
+            fail("attn", "give rope=(base, dims) or rope_base=/rope_dims=, not both")
+        if rope is True:
+            rope_base = ROPE_BASE
+        elif isinstance(rope, (tuple, list)) and len(rope) == 2:
+            rope_base, rope_dims = rope
+        else:
+            fail("attn", f"rope must be (base, dims), True or None, got {rope!r}")
+    if rope_base is None:
+        if rope_dims is not None:
+            fail("attn", "rope_dims needs rope_base")
+        return None, None
+    base = check_number("attn", rope_base, "rope base")
+    if not base > 1:
+        fail("attn", f"rope base must exceed 1, got {base}")
+    dims = d_qk if rope_dims is None else check_int("attn", rope_dims, "rope dims", 1)
+    if dims % 2 or dims > d_qk:
+        fail("attn", f"rope dims must be even and at most d_qk={d_qk}, got {dims}")
+    return base, dims
 
 
 def mlp(x: Value, w1, b1, w2, b2=None) -> Value:

@@ -24,12 +24,14 @@ def _w(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool = True,
                  kinds: tuple[str, ...] | None = None, n_inputs: int = 2,
                  value_range: float = 4.0, name: str = "main", embedding: bool = False,
-                 full_attn: float = 0.0, pos_table: bool = False):
+                 full_attn: float = 0.0, pos_table: bool = False, rope: float = 0.0):
     """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module.
 
     `full_attn`: the probability that an attn op gets a full (bidirectional) mask instead of
     the causal one; `pos_table`: add a `tw.pos_table` source (64 rows of small values and a
-    position counter). Either leaves the graphs of every seed unchanged where it is off."""
+    position counter); `rope`: the probability that an attn op gets a rotary position embedding
+    (d_qk 2 or 4, every or the first two components rotated, a base from 10 to 5e5). Each
+    leaves the graphs of every seed unchanged where it is off."""
     rng = np.random.default_rng(seed)
     kinds = kinds or (PRIMITIVES + (LIBRARY if library else ()))
     with tw.Graph(name) as g:
@@ -82,8 +84,13 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
                 q, k = pick(), pick()
                 d_qk = int(rng.integers(1, 3))
                 mask = "full" if full_attn and rng.random() < full_attn else "causal"
+                turn = None
+                if rope and rng.random() < rope:  # (no draws at all where rope is off)
+                    d_qk = int(rng.choice([2, 4]))
+                    turn = (float(rng.choice([10.0, 100.0, 1e4, 5e5])),
+                            int(rng.choice([2, d_qk])))
                 v = tw.attn(q, k, x, _w(rng, width_of(q), d_qk) * 2, _w(rng, width_of(k), d_qk) * 2,
-                            _w(rng, w, out_w), np.eye(out_w), mask=mask)
+                            _w(rng, w, out_w), np.eye(out_w), mask=mask, rope=turn)
             elif kind == "mlp":
                 h = int(rng.integers(1, 6))
                 v = tw.mlp(x, _w(rng, w, h), np.round(rng.uniform(-0.5, 0.5, h), 3),
