@@ -61,7 +61,8 @@ from twdialect.dialect import (
     LinearOp,
     MlpOp,
     width_of,
-    attn_mask,
+    attn_rope,
+    rope_kwargs,
 )
 
 # --------------------------------------------------------------------------------------
@@ -249,8 +250,8 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
         owner = value.owner
         if isinstance(owner, LinearOp) and same_schedule_tags(owner, attn):
             a, a_bias, _ = input_side(owner)
-            if any(i != 1 for i in slots) and np.any(a_bias != 0.0):
-                continue  # a query or value bias has nowhere to go
+            if (rotary or any(i != 1 for i in slots)) and np.any(a_bias != 0.0):
+                continue  # a query or value bias has nowhere to go (nor a rotary key's)
             old = op_params(owner) + sum(mats[ATTN_INPUTS[i][1]].size for i in slots)
             new = sum(a.shape[0] * mats[ATTN_INPUTS[i][1]].shape[1] for i in slots)
             if new > old and not allow_inflate:
@@ -260,6 +261,11 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
                 new_mats[key] = a @ mats[key]
                 new_operands[i] = owner.x
             dead.append(owner)
+    # A key bias c adds q_i . c to every logit of row i, which the softmax drops; rotated by
+    # the key's position it adds q_i . R_j c, which varies with j: a rotary head keeps it.
+    # (Folding an input-side matrix into Wq / Wk is exact either way: the rotation acts on
+    # the projections, whose columns stay as they are.)
+    rotary = attn_rope(attn) is not None
         elif isinstance(owner, ConcatOp):
             offset, operands_out, rows = 0, [], {i: [] for i in slots}
             folded = []
@@ -268,7 +274,7 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
                 inner = v.owner
                 ok = isinstance(inner, LinearOp) and v.has_one_use() \
                     and same_schedule_tags(inner, attn) \
-                    and not (any(i != 1 for i in slots)
+                    and not ((rotary or any(i != 1 for i in slots))
                              and np.any(input_side(inner)[1] != 0.0))
                 if ok and not allow_inflate:
                     d_in = width_of(inner.x)
@@ -292,7 +298,7 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
     if not dead:
         return None
     new_attn = AttnOp(*new_operands, new_mats["wq"], new_mats["wk"], new_mats["wv"], attn.wo,
-                      mask=attn_mask(attn))
+                      **rope_kwargs(attn))
     new_attn.attributes.update(attn.attributes)
     return new_attn, new_ops, dead
 

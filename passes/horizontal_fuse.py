@@ -65,6 +65,8 @@ from twdialect.dialect import (
     SliceOp,
     width_of,
     attn_mask,
+    attn_rope,
+    rope_kwargs,
 )
 
 # Tags copied to the fused ops when every member carries the same value.
@@ -218,8 +220,10 @@ def _collect_groups(graph: GraphOp, slots: dict[Operation, int], max_group: int,
                 continue
             query, key_value, value = op.operands
             # Values are hashable and compare by identity: same q/k *values*, same weights.
-            # (and one mask kind: a causal and a full head family never share a fused op)
+            # (and one mask kind and rotation: a causal and a full head family, or two with
+            # different rotary settings, never share a fused op)
             key = (slots[op], query, key_value, props["wq"], props["wk"], attn_mask(op),
+                   attn_rope(op),
                    attrs.get(SCOPE), attrs.get(ITERATION))
             bucket = attn_buckets.get(key)
             if bucket is None:
@@ -334,7 +338,7 @@ def _fuse_attns(members: list[Operation], touched: dict[int, Operation]) -> None
         wo[col_v:col_v + dv, col_o:col_o + o] = to_numpy(props["wo"], np.float32)
         col_v += dv
         col_o += o
-    fused = AttnOp(query, key, v, first.wq, first.wk, wv, wo, mask=attn_mask(first))
+    fused = AttnOp(query, key, v, first.wq, first.wk, wv, wo, **rope_kwargs(first))
     slices = _slices_for(fused.results[0], results, outs)
     _copy_shared_tags(members, prefix + [fused] + slices)
     _replace_members(members, results, prefix + [fused], slices, touched)
