@@ -234,6 +234,11 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
     alone reads) into wq/wk/wv. Returns (new attn, new ops to insert before it, ops that become
     dead), or None when nothing folds."""
     operands = [attn.query, attn.key, attn.value]
+    # A key bias c adds q_i . c to every logit of row i, which the softmax drops; rotated by
+    # the key's position it adds q_i . R_j c, which varies with j: a rotary head keeps it.
+    # (Folding an input-side matrix into Wq / Wk is exact either way: the rotation acts on
+    # the projections, whose columns stay as they are.)
+    rotary = attn_rope(attn) is not None
     mats = {w: to_numpy(attn.properties[w]) for _, w in ATTN_INPUTS}
     new_operands = list(operands)
     new_mats = dict(mats)
@@ -261,11 +266,6 @@ def fold_into_attn(attn: AttnOp, allow_inflate: bool) -> tuple[AttnOp, list[Oper
                 new_mats[key] = a @ mats[key]
                 new_operands[i] = owner.x
             dead.append(owner)
-    # A key bias c adds q_i . c to every logit of row i, which the softmax drops; rotated by
-    # the key's position it adds q_i . R_j c, which varies with j: a rotary head keeps it.
-    # (Folding an input-side matrix into Wq / Wk is exact either way: the rotation acts on
-    # the projections, whose columns stay as they are.)
-    rotary = attn_rope(attn) is not None
         elif isinstance(owner, ConcatOp):
             offset, operands_out, rows = 0, [], {i: [] for i in slots}
             folded = []
