@@ -207,7 +207,7 @@ class Decoder:
                 a.forward(x, b, 1)
             else:
                 h, e = a.n_heads, a.head_dim
-                q, kv = a.project(x)
+                q, kv = a.project(x, pos)  # (rotary heads: each sequence's own position)
                 cache.view(-1, 2 * e).index_copy_(0, rows[h], kv.reshape(b * h, 2 * e))
                 keys = cache.narrow(2, 0, bucket)  # (narrow: cheaper than slicing, per call)
                 out = attend(q.view(b, h, 1, e), keys.narrow(3, 0, e), keys.narrow(3, e, e),

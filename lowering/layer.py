@@ -56,10 +56,22 @@ class LayerWeights:
     # causal heads; empty means every head is causal. Pooled position-local head work always
     # runs in causal heads (its self-attention trick needs the mask).
     full_heads: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # per head: (base, dims) of its rotary position embedding, dims 0 for a head without one
+    # (q and k of a rotary head are rotated by absolute position over its first dims head
+    # dimensions, rotate_half); empty means no rotary head. Pooled position-local head work
+    # never rotates (its self-attention trick reads the position column).
+    rope_heads: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
     @property
     def n_heads(self) -> int:
         return self.wq.shape[1] // self.d_head
+
+    def head_rope(self) -> np.ndarray:
+        """(n_heads, 2) float64: per head (base, dims), (0, 0) without rotation."""
+        out = np.zeros((self.n_heads, 2))
+        k = min(len(self.rope_heads), self.n_heads)
+        out[:k] = self.rope_heads[:k]
+        return out
 
     def head_is_full(self) -> np.ndarray:
         """(n_heads,) bool: the full-mask heads."""
@@ -122,6 +134,7 @@ class LayerBuilder:
         self.b2 = np.zeros(machine.d)
         self.heads = 0  # whole heads taken by attn ops
         self.full: list[bool] = []  # per whole head: its mask is full
+        self.rope: list[tuple[float, int]] = []  # per whole head: (base, dims), (0, 0): none
         self.pool: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # head work
         self.neurons = 0
 
@@ -133,11 +146,14 @@ class LayerBuilder:
         return start
 
     # -- attention -------------------------------------------------------------------
-    def take_heads(self, n: int, mask: str = "causal") -> int:
-        """n whole heads for an attn op with mask kind `mask` ("causal" or "full")."""
+    def take_heads(self, n: int, mask: str = "causal",
+                   rope: tuple[float, int] | None = None) -> int:
+        """n whole heads for an attn op with mask kind `mask` ("causal" or "full") and rotary
+        embedding `rope` ((base, dims), None: none)."""
         start = self.heads
         self.heads += n
         self.full.extend([mask == "full"] * n)
+        self.rope.extend([rope or (0.0, 0)] * n)
         return start
 
     @property
@@ -149,7 +165,8 @@ class LayerBuilder:
         dh = m.d_head
         n_heads = self.heads_used
         # Self-attention heads for the pooled position-local work: q.k = G * j peaks at j = i
-        # (under a causal mask: these heads are causal whatever the attn ops' heads are).
+        # (under a causal mask, unrotated: these heads are causal and have no rotary
+        # embedding whatever the attn ops' heads have).
         base = self.heads * dh
         p = 0
         for vr, vc_val, orow_dst, oval in self.pool:
@@ -169,7 +186,9 @@ class LayerBuilder:
             w1=self.w1.matrix((m.d, self.neurons)),
             b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(np.float32),
             w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh,
-            full_heads=np.array(self.full + [False] * (n_heads - self.heads), bool))
+            full_heads=np.array(self.full + [False] * (n_heads - self.heads), bool),
+            rope_heads=np.array(self.rope + [(0.0, 0)] * (n_heads - self.heads),
+                                np.float64).reshape(-1, 2))
 
 
 def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:

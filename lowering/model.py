@@ -126,8 +126,11 @@ class Attention(nn.Module):
         super().__init__()
         self.d, self.d_head = d, d_head
         self.n_heads = h = w.n_heads
-        qk = _aligned({c % d_head for c in set(w.wq.cols.tolist()) & set(w.wk.cols.tolist())},
-                      d_head)
+        # rotary heads rotate head dims 0..dims-1 in planes (p, p + dims/2): all are kept
+        rope = w.head_rope() if h else np.zeros((0, 2))
+        rot_dims = int(rope[:, 1].max(initial=0))
+        qk = _aligned({c % d_head for c in set(w.wq.cols.tolist()) & set(w.wk.cols.tolist())}
+                      | set(range(rot_dims)), d_head)
         v = _aligned({c % d_head for c in set(w.wv.cols.tolist()) & set(w.wo.rows.tolist())},
                      d_head)
         self.head_dim = e = max(len(qk), len(v))
@@ -166,11 +169,71 @@ class Attention(nn.Module):
             self.register_buffer("causal_heads", _index(causal_idx), persistent=False)
             self.register_buffer("full_heads", _index(full_idx), persistent=False)
             self.register_buffer("head_order", _index(order), persistent=False)
+        self._rope_tables(rope, qk)
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (n, heads * head_dim) and kv (n, heads * 2 head_dim) of residual rows x."""
+    def _rope_tables(self, rope: np.ndarray, qk: list[int]) -> None:
+        """Per rotary head and kept head dim: its plane's frequency base^(-2p/dims) (float64;
+        0 where the dim is not rotated), its partner in the plane (rotate_half: dim c < dims/2
+        pairs with c + dims/2, signs -1 and +1) and whether it turns at all. A layer without
+        rotary heads keeps none of this and projects exactly as before."""
+        rot = np.nonzero(rope[:, 1] > 0)[0]
+        self.n_rope = len(rot)
+        if not self.n_rope:
+            return
+        e = self.head_dim
+        at = _position_map(np.array(qk, np.int64), self.d_head)
+        freq = np.zeros((len(rot), e))
+        partner = np.tile(np.arange(e), (len(rot), 1))
+        sign = np.zeros((len(rot), e), np.float32)
+        for r, head in enumerate(rot):
+            base, dims = float(rope[head, 0]), int(rope[head, 1])
+            half = dims // 2
+            for i, c in enumerate(qk[:e]):
+                if c >= dims:
+                    continue
+                p = c % half
+                freq[r, i] = base ** (-2.0 * p / dims)
+                partner[r, i] = at[c + half if c < half else c - half]
+                sign[r, i] = -1.0 if c < half else 1.0
+        self.register_buffer("rope_heads", _index(rot), persistent=False)
+        self.register_buffer("rope_freq", torch.from_numpy(freq), persistent=False)
+        self.register_buffer("rope_partner", _index(partner + np.arange(len(rot))[:, None] * e
+                                                     ).reshape(-1), persistent=False)
+        self.register_buffer("rope_sign", _tensor(sign), persistent=False)
+        self.register_buffer("rope_turns", torch.from_numpy(sign != 0), persistent=False)
+
+    def _turn(self, y: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """y (n, rotary heads, head_dim) rotated by each row's absolute position: cos and sin
+        of the angle pos * freq computed in float64, rounded to float32 (torchwright rounds the
+        angle itself to float32, tw the result only); unrotated dims pass unchanged."""
+        ang = positions.to(torch.float64)[:, None, None] * self.rope_freq
+        cos, sin = torch.cos(ang).to(y.dtype), torch.sin(ang).to(y.dtype)
+        partner = y.reshape(y.shape[0], -1).index_select(1, self.rope_partner).view_as(y)
+        return torch.where(self.rope_turns, y * cos + partner * (sin * self.rope_sign), y)
+
+    def rotate(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (n, heads * head_dim) and kv (n, heads * 2 head_dim) with the rotary heads' q and
+        k rotated by `positions` (n,), the rows' absolute positions; v is never rotated."""
+        n, h, e = q.shape[0], self.n_heads, self.head_dim
+        qh, kvh = q.view(n, h, e), kv.view(n, h, 2 * e)
+        heads = self.rope_heads
+        qh = qh.index_copy(1, heads, self._turn(qh.index_select(1, heads), positions))
+        kvr = kvh.index_select(1, heads)
+        kvr = torch.cat([self._turn(kvr[..., :e], positions), kvr[..., e:]], -1)
+        kvh = kvh.index_copy(1, heads, kvr)
+        return qh.reshape(n, h * e), kvh.reshape(n, 2 * h * e)
+
+    def project(self, x: torch.Tensor, positions: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (n, heads * head_dim) and kv (n, heads * 2 head_dim) of residual rows x, the
+        rotary heads' q and k rotated by `positions` (n,): each row's absolute position (a
+        layer with rotary heads needs them)."""
         qkv = x.index_select(1, self.read) @ self.w_qkv
-        return qkv.split([self.n_heads * self.head_dim, 2 * self.n_heads * self.head_dim], 1)
+        q, kv = qkv.split([self.n_heads * self.head_dim, 2 * self.n_heads * self.head_dim], 1)
+        if self.n_rope:
+            q, kv = self.rotate(q, kv, positions)
+        return q, kv
 
     def sequences(self, x: torch.Tensor, b: int, t: int, exact: bool = False,
                   valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +242,10 @@ class Attention(nn.Module):
         heads see keys j <= i; full-mask heads see every key of their sequence, `valid` (b, t)
         bool saying which positions are real where sequences are padded (None: all are)."""
         h, e = self.n_heads, self.head_dim
-        q, kv = self.project(x)
+        positions = None
+        if self.n_rope:  # whole sequences start at position 0
+            positions = torch.arange(t, device=x.device).repeat(b)
+        q, kv = self.project(x, positions)
         q = q.view(b, t, h, e).transpose(1, 2)
         kv = kv.view(b, t, h, 2 * e).transpose(1, 2)
         if not self.n_full:
@@ -412,6 +478,8 @@ class CompiledTransformer(nn.Module):
         # full-mask heads anywhere: the model runs on whole sequences only (no KV-cache steps),
         # and a padded batch tells those heads which positions are real
         self.full_heads = sum(layer.attn.n_full for layer in self.layers)
+        # rotary heads (tw.attn rope ...): their q and k turn by absolute position
+        self.rope_heads = sum(layer.attn.n_rope for layer in self.layers)
         self._forward_graphs: dict[tuple, tuple] = {}
         self._shapes_seen: dict[tuple, int] = {}
 

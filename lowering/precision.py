@@ -30,9 +30,20 @@ from tw_lowering.tasks import Refs
 from twdialect.dense import to_numpy
 from twdialect.f32_error import mlp_error_bound
 from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
+from twdialect.dialect import attn_rope
 from twdialect.errors import TwError
 
 EPS = 2.0 ** -24  # unit roundoff of float32
+
+
+def _planes(m: np.ndarray, dims: int) -> np.ndarray:
+    """Per-component magnitudes after a rotary embedding over the first `dims` components:
+    each of a plane's two components (p, p + dims/2) is bounded by the plane's norm."""
+    out = np.array(m, np.float64)
+    half = dims // 2
+    norm = np.hypot(out[:half], out[half:dims])
+    out[:half], out[half:dims] = norm, norm
+    return out
 
 
 def _in_error(err: list[float], refs: Refs) -> float:
@@ -118,10 +129,16 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
             # key's own errors carried through their matrices.
             q_refs, k_refs = tg.refs[op.query], tg.refs[op.key]
             m_q, m_k = _in_magnitude(mag, q_refs) @ np.abs(wq), _in_magnitude(mag, k_refs) @ np.abs(wk)
+            s_q, s_k = np.abs(wq).sum(axis=0), np.abs(wk).sum(axis=0)
+            rope, turn = attn_rope(op), 0
+            if rope is not None:  # a rotated component is bounded by its plane's norm, and
+                # the rotation's own float32 products and sum add a few roundings
+                m_q, m_k, s_q, s_k = (_planes(a, rope[1]) for a in (m_q, m_k, s_q, s_k))
+                turn = 4
             with np.errstate(all="ignore"):
-                d = (EPS * (wq.shape[0] + wk.shape[0] + wq.shape[1] + 2) * float(m_q @ m_k)
-                     + _in_error(err, q_refs) * float(np.abs(wq).sum(axis=0) @ m_k)
-                     + _in_error(err, k_refs) * float(m_q @ np.abs(wk).sum(axis=0)))
+                d = (EPS * (wq.shape[0] + wk.shape[0] + wq.shape[1] + 2 + turn) * float(m_q @ m_k)
+                     + _in_error(err, q_refs) * float(s_q @ m_k)
+                     + _in_error(err, k_refs) * float(m_q @ s_k))
                 v_max = float(np.max(m_v @ np.abs(wvo), initial=0.0))
                 e += float(np.expm1(min(2.0 * d, 700.0))) * 2.0 * v_max
         else:  # relu: exact on its input

@@ -12,7 +12,9 @@ literals cost nothing: literals ride on the machine's constant-1 column):
 
   attn          whole heads: ceil(value dims / d_head), value dims = min(Wv cols, value support,
                 Wo cols) (the narrowest factorization of (v Wv) Wo), whatever the mask kind
-                (the layer records each head's mask; pooled head work stays in causal heads)
+                (the layer records each head's mask and rotary embedding, a rotary op's q/k at
+                head dims 0..d_qk-1 so its rotation planes lie in each of its heads; pooled
+                head work stays in causal, unrotated heads)
   mlp           its hidden width in neurons
   relu          one neuron per distinct non-constant input component
   linear, add   head work: min(support, outputs) value dims, pooled d_head to a head with the
@@ -35,6 +37,7 @@ from tw_lowering.layer import LayerBuilder, combine, component_rows
 from tw_lowering.machine import Machine
 from tw_lowering.tasks import Refs, Task, TaskGraph
 from twdialect.dense import shape_of, to_numpy
+from twdialect.dialect import attn_rope
 from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp, attn_mask
 
 
@@ -123,7 +126,7 @@ def _write_attn(layer: LayerBuilder, machine: Machine, cols, tg: TaskGraph, t: T
     if extra_bias is not None:
         layer.bo[out_cols] += extra_bias
     n_heads = max(1, math.ceil(dims / dh))
-    h0 = layer.take_heads(n_heads, attn_mask(op))
+    h0 = layer.take_heads(n_heads, attn_mask(op), attn_rope(op))  # (q/k: head dims 0..d_qk-1)
     qrows, qmat, qconst = combine(qr, qs, wq)
     krows, kmat, kconst = combine(kr, ks, wk)
     dqk = wq.shape[1]

@@ -43,6 +43,7 @@ class Stats:
     total_capacity: int
     per_annotation: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    rope_heads: int = 0  # heads with a rotary position embedding, all layers together
     note: str = ""  # where the compiled graph stands in for the one asked for (the width)
     full_heads: int = 0  # heads with a full (bidirectional) mask, all layers together
 
@@ -68,6 +69,8 @@ class Stats:
         ] + ([f"note: {self.note}"] if self.note else []) + [
             "layer    ops  heads (fill)  neurons (fill)  residual (fill)",
         ]
+        if self.rope_heads:
+            lines[1] += f"  rotary heads {self.rope_heads}"
         n_heads = self.d // self.d_head
         for i in range(self.n_layers):
             h, n, r = self.heads_per_layer[i], self.neurons_per_layer[i], self.occupancy_per_layer[i]
@@ -102,6 +105,7 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         n_layers=sched.n_layers, floor=sched.floor, d=m.d, d_head=m.d_head, d_hidden=m.d_hidden,
         n_ops=len(tg.ops), heads_per_layer=heads, neurons_per_layer=neurons,
         occupancy_per_layer=sched.occupancy, cancels=len(sched.cancels),
+        rope_heads=sum(int((w.head_rope()[:, 1] > 0).sum()) for w in weights),
         ops_per_layer=ops_per_layer,
         graph_params=graph_params(tg.graph), allocated_params=allocated,
         total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=_per_annotation(sched),
