@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from tw_lowering.export.metadata import ExportError, check_causal
+from tw_lowering.export.metadata import ExportError, check_causal, check_unrotated
 
 FORMATS = {
     "transformers": ("tw_lowering.export.hf", "export_transformers"),
@@ -56,6 +56,8 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
         raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
                           "pipeline apply to a graph only")
     check_causal(model, format)  # (before the writer's own library is even imported)
+    if format != "onnx":  # (the ONNX graph rotates rotary heads' q and k itself)
+        check_unrotated(model, format)
     module_name, fn = FORMATS[format]
     try:
         writer = getattr(import_module(module_name), fn)

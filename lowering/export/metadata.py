@@ -42,6 +42,19 @@ def check_causal(ct, fmt: str) -> None:
                           "causal decoder, which cannot carry a bidirectional head exactly")
 
 
+def check_unrotated(ct, fmt: str) -> None:
+    """Refuse a model with rotary heads (tw.attn rope) in a format without per-head rotary
+    embeddings: GPT-2 (transformers, GGUF gpt2) and TransformerLens's GPT-2 layout add learned
+    absolute positions and rotate nothing. (A Llama-family export could carry a model whose
+    every head is rotary with one base and dims; tw writes none yet.) The ONNX writer builds
+    its own attention and carries the rotation."""
+    n = getattr(ct, "rope_heads", 0)
+    if n:
+        raise ExportError(f"export_{fmt}: the model has {n} rotary attention head"
+                          f"{'s' if n > 1 else ''} (tw.attn rope); the {fmt} format has no "
+                          "rotary position embeddings (export to onnx, which carries them)")
+
+
 def tw_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -38,6 +38,10 @@ pos_encoding features (the runtime's table: float64 computed, float32 stored, `n
 rows), the rows of each `tw.pos_table` (Gather at the positions), embedding rows and real
 inputs, concatenated and placed by one column Gather. A model with full-mask heads is refused
 (the KV-cache graph steps position by position: a bidirectional head has no such form).
+Rotary heads (`tw.attn ... rope`) are carried: per layer with some, q and the new keys turn
+by their absolute positions before the past is joined (x cos + (x R) sin, R a per-head
+signed partner matrix, the angles' cos and sin computed in float64 and cast to float32, as
+the runtime does; the cache holds turned keys).
 
 Not carried over: the runtime's exact recomputation of rows that see a non-finite value
 (`lowering.model.attend`): here a masked position's inf or nan spreads as IEEE arithmetic
@@ -328,6 +332,8 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
                 kv = b.op("Transpose", [b.op("Reshape", [kv, b.const(
                     f"/{name}/kv_shape", np.array([0, 0, h, 2 * e], np.int64))],
                     f"/{name}/kv_heads")], f"/{name}/kv", perm=[0, 2, 1, 3])
+                if a.n_rope:  # rotary heads: q and the new keys turn by absolute position
+                    q, kv = _rotate(b, a, q, kv, positions, name)
                 present = b.op("Concat", [f"past_kv_{i}", kv], f"/{name}/present", axis=2,
                                outputs=[f"present_kv_{i}"])
                 outputs.append(helper.make_tensor_value_info(present, TensorProto.FLOAT,
@@ -399,6 +405,49 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
     return {"format": "onnx", "path": path, "files": files, "bytes": sum(files.values()),
             "params": b.floats, "trimmed_params": ct.stored_params(),
             "dense_params": ct.allocated_params(), "seconds": time.perf_counter() - start_time}
+
+
+def _rope_arrays(a) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The runtime's rotary tables of attention sublayer `a` (`Attention._rope_tables`) over
+    all its heads, for q (h, 1, e) and for the k-then-v rows (h, 1, 2e): float64 frequencies
+    (0: not rotated) and per head the (width, width) matrix taking a row to its sign-folded
+    rotate_half partners (zero for unrotated dims, so they pass exactly)."""
+    h, e = a.n_heads, a.head_dim
+    heads = _numpy(a.rope_heads)
+    freq = np.zeros((h, 1, 2 * e))
+    freq[heads, 0, :e] = _numpy(a.rope_freq)
+    mix = np.zeros((h, 2 * e, 2 * e), np.float32)
+    partner = _numpy(a.rope_partner).reshape(len(heads), e) % e
+    sign = _numpy(a.rope_sign)
+    for r, head in enumerate(heads):
+        mix[head, partner[r], np.arange(e)] = sign[r]
+    return freq[:, :, :e], mix[:, :e, :e], freq, mix
+
+
+def _rotate(b, a, q, kv, positions, name):
+    """q (batch, h, new, e) and kv (batch, h, new, 2e) with the rotary heads' q and k turned
+    by `positions` (new,): x cos + (x R) sin, cos and sin of the float64 angles rounded to
+    float32, as `lowering.model.Attention.rotate` computes them."""
+    from onnx import TensorProto
+
+    fq, mq, fkv, mkv = _rope_arrays(a)
+    pos = b.op("Unsqueeze", [b.op("Cast", [positions], f"/{name}/rope_pos", to=TensorProto.DOUBLE),
+                             b.const(f"/{name}/rope_axis", np.array([1], np.int64))],
+               f"/{name}/rope_pos_col")  # (new, 1)
+    out = []
+    for x, freq, mix, tag in ((q, fq, mq, "q"), (kv, fkv, mkv, "kv")):
+        ang = b.op("Mul", [pos, b.weight(f"{name}.rope_freq_{tag}", freq)],
+                   f"/{name}/rope_ang_{tag}")  # (h, new, width)
+        cos = b.op("Cast", [b.op("Cos", [ang], f"/{name}/rope_cos64_{tag}")],
+                   f"/{name}/rope_cos_{tag}", to=TensorProto.FLOAT)
+        sin = b.op("Cast", [b.op("Sin", [ang], f"/{name}/rope_sin64_{tag}")],
+                   f"/{name}/rope_sin_{tag}", to=TensorProto.FLOAT)
+        turned = b.op("Mul", [b.op("MatMul", [x, b.weight(f"{name}.rope_mix_{tag}", mix)],
+                                   f"/{name}/rope_partner_{tag}"), sin],
+                      f"/{name}/rope_turn_{tag}")
+        out.append(b.op("Add", [b.op("Mul", [x, cos], f"/{name}/rope_keep_{tag}"), turned],
+                        f"/{name}/rope_{tag}"))
+    return out[0], out[1]
 
 
 def _geometry(ct, heads: Mapping[int, tuple[int, int]], n_pos) -> dict:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tw_lowering.export.metadata import ExportError, check_causal
+from tw_lowering.export.metadata import ExportError, check_causal, check_unrotated
 from tw_lowering.materialize import position_rows
 
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
@@ -80,7 +80,8 @@ class StockPlan:
     n_heads * head_dim. `head_dims`: the head widths allowed (None: any). `n_ctx`: positions
     the position table covers (default: the largest pos_encoding max_len, else 1024; at most
     the rows of the graph's `tw.pos_table`s, whose rows join the position table). A model with
-    full-mask heads is refused (`check_causal`)."""
+    full-mask heads is refused (`check_causal`), and one with rotary heads (`check_unrotated`:
+    the stock formats have learned absolute positions, no rotation)."""
 
     def __init__(self, ct, twins: bool = False, tied_width: bool = False,
                  head_dims=None, n_ctx: int | None = None, fmt: str = "stock"):
@@ -88,6 +89,7 @@ class StockPlan:
         self.machine = m = ct.machine
         self.twins = twins
         check_causal(ct, fmt)
+        check_unrotated(ct, fmt)
         self._check_sources()
         used, read = {m.CONST_COL, m.POS_COL}, set()
         for s in ct.sources:
