@@ -900,29 +900,92 @@ def has_full_attention(graph: GraphOp) -> bool:
                for op in graph.block.ops)
 
 
+# The activations of `tw.mlp`: "relu" (the default, left out of the IR) or "swish" (SiLU:
+# z * sigmoid(z)). With an up projection (`up Wu (ub bu)?`) every lane is gated:
+# act(x W1 + b1) * (x Wu + bu), the SwiGLU-style lane of Llama-family MLPs.
+MLP_ACTIVATIONS = ("relu", "swish")
+RELU, SWISH = MLP_ACTIVATIONS
+
+
+@irdl_custom_directive
+class MlpActDirective(CustomDirective):
+    """`act swish` in `tw.mlp`'s custom syntax; nothing for the default (relu), so every relu
+    mlp prints as before. A kind that is not an identifier prints quoted (the verifier refuses
+    it, and the printed text still parses back to the same op)."""
+
+    act: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        if not parser.parse_optional_keyword("act"):
+            return
+        kind = parser.parse_optional_identifier()
+        if kind is None:
+            kind = parser.parse_optional_str_literal()
+        if kind is None:
+            parser.raise_error("expected an activation after 'act' (relu or swish)")
+        if kind != RELU:  # the default is left out, so `act relu` reads as no act
+            self.act.set(state, StringAttr(kind))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        attr = self.act.get(op)
+        if attr is None or (isinstance(attr, StringAttr) and attr.data == RELU):
+            return
+        state.print_whitespace(printer)
+        printer.print_string("act ")
+        kind = attr.data if isinstance(attr, StringAttr) else None
+        if kind is not None and kind.isidentifier():
+            printer.print_string(kind)
+        else:
+            printer.print_attribute(attr)
+
+    def is_present(self, op: IRDLOperation) -> bool:
+        attr = self.act.get(op)
+        return attr is not None and not (isinstance(attr, StringAttr) and attr.data == RELU)
+
+    def is_optional_like(self) -> bool:
+        return True
+
+
 @irdl_op_definition
 class MlpOp(IRDLOperation):
-    """`%y = tw.mlp %x w1 W1 (b1 b1)? w2 W2 (b2 b2)? : !tw.vec<I> -> !tw.vec<O>`.
+    """`%y = tw.mlp %x (act swish)? w1 W1 (b1 b1)? (up Wu)? (ub bu)? w2 W2 (b2 b2)? : !tw.vec<I> -> !tw.vec<O>`.
 
-    y = relu(x W1 + b1) W2 + b2: exactly what one MLP sublayer computes.
+    y = lanes W2 + b2, lane_j = act(x W1 + b1)_j * up_j(x): exactly what one MLP sublayer
+    computes. act is relu (the default, left out of the IR) or swish (z * sigmoid(z));
+    up_j(x) = (x Wu + bu)_j where the op has an up projection (a gated mlp), else 1.
     """
 
     name = "tw.mlp"
     x = operand_def(VecType)
+    act = opt_prop_def(StringAttr)  # absent: relu (see MLP_ACTIVATIONS)
     w1 = prop_def(DenseIntOrFPElementsAttr)
     b1 = opt_prop_def(DenseIntOrFPElementsAttr)
+    up = opt_prop_def(DenseIntOrFPElementsAttr)
+    ub = opt_prop_def(DenseIntOrFPElementsAttr)
     w2 = prop_def(DenseIntOrFPElementsAttr)
     b2 = opt_prop_def(DenseIntOrFPElementsAttr)
     out = result_def(VecType)
     assembly_format = (
-        "$x `w1` $w1 (`b1` $b1^)? `w2` $w2 (`b2` $b2^)? attr-dict `:` type($x) `->` type($out)"
+        "$x custom<MlpActDirective>($act) `w1` $w1 (`b1` $b1^)? (`up` $up^)? (`ub` $ub^)? "
+        "`w2` $w2 (`b2` $b2^)? attr-dict `:` type($x) `->` type($out)"
     )
+    custom_directives = (MlpActDirective,)
     traits = traits_def(Pure(), TwCanonicalization())
 
     def __init__(self, x: SSAValue, w1: Weights, w2: Weights, *, b1: Weights | None = None,
-                 b2: Weights | None = None):
-        props = {"w1": as_dense(w1)}
+                 b2: Weights | None = None, activation: str = RELU, up: Weights | None = None,
+                 up_bias: Weights | None = None):
+        if activation not in MLP_ACTIVATIONS:
+            raise TwAttributeException(f"tw.mlp: activation must be one of "
+                                       f"{', '.join(map(repr, MLP_ACTIVATIONS))}, "
+                                       f"got {activation!r}")
+        if up is None and up_bias is not None:
+            raise TwAttributeException("tw.mlp: an up bias (ub) needs an up projection (up)")
+        props = {} if activation == RELU else {"act": StringAttr(activation)}
+        props["w1"] = as_dense(w1)
         _with_optional(props, "b1", b1)
+        _with_optional(props, "up", up)
+        _with_optional(props, "ub", up_bias)
         props["w2"] = as_dense(w2)
         _with_optional(props, "b2", b2)
         _fill(self, [x], vec(shape_of(props["w2"])[1]), props)
@@ -931,14 +994,67 @@ class MlpOp(IRDLOperation):
     def hidden(self) -> int:
         return shape_of(self.w1)[1]
 
+    @property
+    def activation(self) -> str:
+        """"relu" or "swish" (see MLP_ACTIVATIONS); "relu" where the property is absent."""
+        return mlp_activation(self)
+
+    @property
+    def is_gated(self) -> bool:
+        """Whether every lane is multiplied by its up projection x Wu + bu."""
+        return "up" in self.properties
+
+    @property
+    def is_plain(self) -> bool:
+        """relu(x W1 + b1) W2 + b2: a relu mlp without an up projection."""
+        return is_plain_mlp(self)
+
     def verify_(self) -> None:
+        a = self.properties.get("act")
+        if a is not None and (not isinstance(a, StringAttr) or a.data not in MLP_ACTIVATIONS):
+            got = a.data if isinstance(a, StringAttr) else a
+            _fail(self, f"act must be one of {', '.join(MLP_ACTIVATIONS)}, got {got!r}")
         _check_matrix(self, self.w1, "w1", width_of(self.x), None)
         h = shape_of(self.w1)[1]
         if self.b1 is not None:
             _check_vector(self, self.b1, "b1", h)
+        if self.up is not None:
+            _check_matrix(self, self.up, "up", width_of(self.x), h)
+        if self.ub is not None:
+            if self.up is None:
+                _fail(self, "ub (the up bias) needs an up projection (up)")
+            _check_vector(self, self.ub, "ub", h)
         _check_matrix(self, self.w2, "w2", h, width_of(self.out))
         if self.b2 is not None:
             _check_vector(self, self.b2, "b2", width_of(self.out))
+
+
+def mlp_activation(op: Operation) -> str:
+    """The activation of a `tw.mlp` op ("relu" or "swish")."""
+    a = op.properties.get("act")
+    return RELU if a is None else a.data
+
+
+def is_plain_mlp(op: Operation) -> bool:
+    """A relu `tw.mlp` without an up projection (what every mlp was before activations)."""
+    return "up" not in op.properties and mlp_activation(op) == RELU
+
+
+def mlp_kind(op: Operation) -> tuple[str, bool]:
+    """(activation, gated) of a `tw.mlp`: two mlps of one kind compute lanes alike."""
+    return mlp_activation(op), "up" in op.properties
+
+
+def mlp_like(op: MlpOp, x: SSAValue, w1: Weights, w2: Weights, *, b1: Weights | None = None,
+             b2: Weights | None = None, up: Weights | None = None,
+             up_bias: Weights | None = None) -> MlpOp:
+    """A new `tw.mlp` of `op`'s kind (activation; gated where `op` is, and then `up` must be
+    given) with the given weights: how a pass rebuilds an mlp without dropping its kind."""
+    if op.is_gated and up is None:
+        raise ValueError("mlp_like: a gated mlp needs its up projection")
+    if not op.is_gated and up is not None:
+        raise ValueError("mlp_like: an up projection for an mlp that is not gated")
+    return MlpOp(x, w1, w2, b1=b1, b2=b2, activation=mlp_activation(op), up=up, up_bias=up_bias)
 
 
 @irdl_op_definition

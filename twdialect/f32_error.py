@@ -322,3 +322,46 @@ def linear_error_bound(w: np.ndarray, b: np.ndarray | None, lo: np.ndarray, hi: 
             continue
         err[j] += n.dot_error(n.dot_total) + (ulp(n.dot_total + abs(n.b)) / 2 if n.b else 0.0)
     return err
+
+
+# The largest slope of swish, z * sigmoid(z) (1.0998 at z = 2.3994): a Lipschitz constant.
+SWISH_SLOPE = 1.1
+
+
+def ffn_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
+                    b2: np.ndarray | None, lo: np.ndarray, hi: np.ndarray,
+                    activation: str = "relu", up: np.ndarray | None = None,
+                    ub: np.ndarray | None = None, integer: np.ndarray | None = None,
+                    e_in: np.ndarray | None = None) -> np.ndarray:
+    """Per output, a conservative bound on |float32 - exact| of a swish or gated `tw.mlp`:
+    lanes act(x w1 + b1) * (x up + ub) (up = 1 where not gated), then lanes @ w2 + b2, over
+    the box. No hinge analysis (that is `mlp_error_bound`, relu only): each pre-activation
+    and up projection by `linear_error_bound`; an activation moves its input error by at most
+    its slope (1, or SWISH_SLOPE) and swish adds its own rounding (a few ulp of |z|: torch's
+    silu rounds the exponential, the sum and the product); a product adds e_a |u| + |a| e_u +
+    e_a e_u and one rounding of its result; |act(z)| <= |z| bounds the lanes' size. The
+    output sums follow the dot-product bound (n + 2 roundings of the largest partial sum)."""
+    w1, w2 = np.asarray(w1, np.float64), np.asarray(w2, np.float64)
+    h = w1.shape[1]
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    x_mag = np.maximum(np.abs(lo), np.abs(hi))
+    eps = 2.0 ** -MANTISSA
+    with np.errstate(over="ignore", invalid="ignore"):
+        z_mag = x_mag @ np.abs(w1) + (0.0 if b1 is None else np.abs(np.asarray(b1)).reshape(-1))
+        e_z = linear_error_bound(w1, b1, lo, hi, integer, e_in)
+        if activation == "swish":
+            e_a = SWISH_SLOPE * e_z + 4.0 * eps * z_mag
+        else:
+            e_a = e_z
+        a_mag = z_mag
+        if up is not None:
+            u_mag = x_mag @ np.abs(up) + (0.0 if ub is None else np.abs(np.asarray(ub)).reshape(-1))
+            e_u = linear_error_bound(up, ub, lo, hi, integer, e_in)
+            lane = a_mag * u_mag
+            e_l = e_a * u_mag + a_mag * e_u + e_a * e_u + eps * lane
+        else:
+            lane, e_l = a_mag, e_a
+        b2_mag = 0.0 if b2 is None else np.abs(np.asarray(b2)).reshape(-1)
+        sums = lane @ np.abs(w2) + b2_mag
+        err = e_l @ np.abs(w2) + eps * (h + 2) * sums
+    return np.nan_to_num(err, nan=np.inf)

@@ -37,6 +37,8 @@ from twdialect.dialect import (
     LinearOp,
     LiteralOp,
     MlpOp,
+    SWISH,
+    mlp_activation,
     OutputOp,
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
@@ -48,9 +50,9 @@ from twdialect.dialect import (
     AfterOp,
     FULL,
     attn_mask,
+    attn_rope,
     describe,
     has_full_attention,
-    attn_rope,
     width_of,
 )
 from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
@@ -331,8 +333,16 @@ def _after(op: AfterOp, args, run: Run) -> np.ndarray:
 @ORACLE.rule(MlpOp)
 def _mlp(op: MlpOp, args, run: Run) -> np.ndarray:
     w1, w2 = _p(op, "w1"), _p(op, "w2")
-    h = np.maximum(args[0] @ w1 + _opt(op, "b1", w1.shape[1]), 0.0)
+    z = args[0] @ w1 + _opt(op, "b1", w1.shape[1])
+    h = swish(z) if mlp_activation(op) == SWISH else np.maximum(z, 0.0)
+    if "up" in op.properties:  # a gated mlp: every lane times its up projection
+        h = h * (args[0] @ _p(op, "up") + _opt(op, "ub", w1.shape[1]))
     return h @ w2 + _opt(op, "b2", w2.shape[1])
+
+
+def swish(z: np.ndarray) -> np.ndarray:
+    """SiLU, z * sigmoid(z), in a form that never overflows (z/2 (1 + tanh(z/2)))."""
+    return 0.5 * z * (1.0 + np.tanh(0.5 * z))
 
 
 @ORACLE.rule(AttnOp)

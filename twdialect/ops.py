@@ -64,6 +64,7 @@ from twdialect.dialect import (
     InputOp,
     LinearOp,
     LiteralOp,
+    MLP_ACTIVATIONS,
     MlpOp,
     OutputOp,
     PiecewiseLinear2dOp,
@@ -583,14 +584,24 @@ def _rope_of(rope, rope_base, rope_dims, d_qk: int) -> tuple[float | None, int |
     return base, dims
 
 
-def mlp(x: Value, w1, b1, w2, b2=None) -> Value:
-    """One MLP chain: relu(x W1 + b1) W2 + b2."""
+def mlp(x: Value, w1, b1, w2, b2=None, activation: str = "relu", up=None,
+        up_bias=None) -> Value:
+    """One MLP chain: lanes W2 + b2 with lane_j = act(x W1 + b1)_j * up_j(x); act is
+    "relu" (the default) or "swish" (z * sigmoid(z)); up_j(x) = (x up + up_bias)_j where `up`
+    is given (a gated, SwiGLU-style mlp: activation="swish" with `up` is Llama's), else 1."""
+    activation = check_choice("mlp", activation, "activation", MLP_ACTIVATIONS)
     check_value("mlp", x, "x")
     m1 = _matrix("mlp", w1, width_of(x), "w1", None)
     m2 = _matrix("mlp", w2, m1.shape[1], "w2")
     r1 = None if b1 is None else _row("mlp", b1, m1.shape[1], "b1")
     r2 = None if b2 is None else _row("mlp", b2, m2.shape[1], "b2")
-    return _one(MlpOp(x, m1, m2, b1=r1, b2=r2), "mlp")
+    if up is None and up_bias is not None:
+        fail("mlp", "up_bias needs an up projection (up)")
+    mu = None if up is None else _matrix("mlp", up, width_of(x), "up", None)
+    if mu is not None and mu.shape[1] != m1.shape[1]:
+        fail("mlp", f"up must have as many columns as w1 ({mu.shape[1]} vs {m1.shape[1]})")
+    ru = None if up_bias is None else _row("mlp", up_bias, m1.shape[1], "up_bias")
+    return _one(MlpOp(x, m1, m2, b1=r1, b2=r2, activation=activation, up=mu, up_bias=ru), "mlp")
 
 
 # --------------------------------------------------------------------------------------

@@ -24,14 +24,17 @@ def _w(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool = True,
                  kinds: tuple[str, ...] | None = None, n_inputs: int = 2,
                  value_range: float = 4.0, name: str = "main", embedding: bool = False,
-                 full_attn: float = 0.0, pos_table: bool = False, rope: float = 0.0):
+                 full_attn: float = 0.0, pos_table: bool = False, rope: float = 0.0,
+                 ffn: float = 0.0):
     """A random graph of about `n_ops` ops over `n_inputs` inputs; returns its module.
 
     `full_attn`: the probability that an attn op gets a full (bidirectional) mask instead of
     the causal one; `pos_table`: add a `tw.pos_table` source (64 rows of small values and a
     position counter); `rope`: the probability that an attn op gets a rotary position embedding
-    (d_qk 2 or 4, every or the first two components rotated, a base from 10 to 5e5). Each
-    leaves the graphs of every seed unchanged where it is off."""
+    (d_qk 2 or 4, every or the first two components rotated, a base from 10 to 5e5); `ffn`:
+    the probability that an mlp gets a swish activation, a gate (an up projection and
+    bias), or both (a third each). Each leaves the graphs of every seed unchanged where it is
+    off."""
     rng = np.random.default_rng(seed)
     kinds = kinds or (PRIMITIVES + (LIBRARY if library else ()))
     with tw.Graph(name) as g:
@@ -93,9 +96,17 @@ def random_graph(seed: int, n_ops: int = 12, max_width: int = 4, library: bool =
                             _w(rng, w, out_w), np.eye(out_w), mask=mask, rope=turn)
             elif kind == "mlp":
                 h = int(rng.integers(1, 6))
-                v = tw.mlp(x, _w(rng, w, h), np.round(rng.uniform(-0.5, 0.5, h), 3),
-                           _w(rng, h, out_w), np.round(rng.uniform(-0.5, 0.5, out_w), 3)
-                           if rng.random() < 0.5 else None)
+                w1, b1 = _w(rng, w, h), np.round(rng.uniform(-0.5, 0.5, h), 3)
+                w2 = _w(rng, h, out_w)
+                b2 = np.round(rng.uniform(-0.5, 0.5, out_w), 3) if rng.random() < 0.5 else None
+                act, up, ub = "relu", None, None
+                if ffn and rng.random() < ffn:  # (no draws at all where ffn is off)
+                    kind_of = int(rng.integers(3))  # swish, gated relu, gated swish
+                    act = "relu" if kind_of == 1 else "swish"
+                    if kind_of:
+                        up = _w(rng, w, h) * 2
+                        ub = np.round(rng.uniform(-1, 1, h), 3) if rng.random() < 0.5 else None
+                v = tw.mlp(x, w1, b1, w2, b2, activation=act, up=up, up_bias=ub)
             elif kind == "compare":
                 v = tw.compare(x, float(np.round(rng.uniform(-1, 1), 2)))
             elif kind == "select":

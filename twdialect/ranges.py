@@ -38,6 +38,8 @@ from twdialect.dialect import (
     LinearOp,
     LiteralOp,
     MlpOp,
+    SWISH,
+    mlp_activation,
     PiecewiseLinear2dOp,
     PiecewiseLinearOp,
     PosEncodingOp,
@@ -211,8 +213,42 @@ def _after_box(op: AfterOp, boxes: list[Box]) -> Box:
 def _mlp_box(op: MlpOp, boxes: list[Box]) -> Box:
     (lo, hi), = boxes
     hlo, hhi = affine_box(lo, hi, _prop(op, "w1"), _opt_prop(op, "b1"))
-    return affine_box(np.maximum(hlo, 0.0), np.maximum(hhi, 0.0), _prop(op, "w2"),
-                      _opt_prop(op, "b2"))
+    if mlp_activation(op) == SWISH:
+        hlo, hhi = swish_box(hlo, hhi)
+    else:
+        hlo, hhi = np.maximum(hlo, 0.0), np.maximum(hhi, 0.0)
+    if "up" in op.properties:  # a gated lane: the product of the two intervals
+        ulo, uhi = affine_box(lo, hi, _prop(op, "up"), _opt_prop(op, "ub"))
+        hlo, hhi = product_box(hlo, hhi, ulo, uhi)
+    return affine_box(hlo, hhi, _prop(op, "w2"), _opt_prop(op, "b2"))
+
+
+# swish(z) = z sigmoid(z) falls to its minimum at z* (z* = -1 - W(1/e)) and rises after it.
+SWISH_ARGMIN = -1.2784645427610738
+SWISH_MIN = -0.2784645427610738  # swish(z*) = z* + 1
+
+
+def swish_box(lo: np.ndarray, hi: np.ndarray) -> Box:
+    """Interval image of swish over [lo, hi]: decreasing below z*, increasing above it, so the
+    extremes are the end points and, where [lo, hi] holds z*, the minimum SWISH_MIN."""
+    from twdialect.interp import swish
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        slo, shi = swish(lo), swish(hi)
+    slo = np.where(np.isneginf(lo), 0.0, slo)  # swish(-inf) = 0 (the limit)
+    shi = np.where(np.isneginf(hi), 0.0, shi)
+    out_lo = np.where(lo > SWISH_ARGMIN, slo, np.where(hi < SWISH_ARGMIN, shi, SWISH_MIN))
+    out_hi = np.maximum(slo, shi)
+    return _pad(out_lo, out_hi, np.maximum(np.abs(lo), np.abs(hi)))
+
+
+def product_box(alo: np.ndarray, ahi: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> Box:
+    """Interval image of a * b over the boxes (0 * inf, where a bound is 0: 0)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.stack([alo * blo, alo * bhi, ahi * blo, ahi * bhi])
+    p = np.where(np.isnan(p), 0.0, p)
+    lo, hi = p.min(axis=0), p.max(axis=0)
+    return _pad(lo, hi, np.maximum(np.abs(lo), np.abs(hi)))
 
 
 @RANGES.rule(AttnOp)
@@ -386,6 +422,10 @@ def _slice_integer(op: SliceOp, ins: list[np.ndarray]) -> np.ndarray:
 @INTEGRALITY.rule(MlpOp)
 def _mlp_integer(op: MlpOp, ins: list[np.ndarray]) -> np.ndarray:
     hidden = _affine_integer(ins[0], _prop(op, "w1"), _opt_prop(op, "b1"))
+    if mlp_activation(op) == SWISH:  # swish of an integer other than 0 is not one
+        hidden = np.zeros_like(hidden)
+    if "up" in op.properties:  # a product of integers is one
+        hidden = hidden & _affine_integer(ins[0], _prop(op, "up"), _opt_prop(op, "ub"))
     return _affine_integer(hidden, _prop(op, "w2"), _opt_prop(op, "b2"))
 
 
