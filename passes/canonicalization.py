@@ -209,7 +209,7 @@ class FoldLiteralConcatOperands(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: LinearOp | MlpOp, rewriter: PatternRewriter, /):
-        from tw_passes.fuse_linears import concat_like, input_side, with_input_side
+        from tw_passes.fuse_linears import concat_like, input_sides, with_input_sides
 
         concat = op.x.owner
         if not isinstance(concat, ConcatOp):
@@ -217,21 +217,21 @@ class FoldLiteralConcatOperands(RewritePattern):
         rows_of = [literal_value(v) for v in concat.ins]
         if all(r is None for r in rows_of) or all(r is not None for r in rows_of):
             return  # nothing to fold, or the whole concat folds to a literal first
-        w, b, has_bias = input_side(op)
-        kept: list[SSAValue] = []
-        kept_rows: list[np.ndarray] = []
-        offset = 0
-        for v, row in zip(concat.ins, rows_of):
-            n = width_of(v)
-            if row is None:
-                kept.append(v)
-                kept_rows.append(w[offset:offset + n])
-            else:
-                b = b + row @ w[offset:offset + n]
-            offset += n
-        has_bias = has_bias or bool(np.any(b))
+        kept = [v for v, row in zip(concat.ins, rows_of) if row is None]
+        sides = []  # the input side, and a gated mlp's up projection: each folds alike
+        for w, b, has_bias in input_sides(op):
+            kept_rows: list[np.ndarray] = []
+            offset = 0
+            for v, row in zip(concat.ins, rows_of):
+                n = width_of(v)
+                if row is None:
+                    kept_rows.append(w[offset:offset + n])
+                else:
+                    b = b + row @ w[offset:offset + n]
+                offset += n
+            sides.append((np.vstack(kept_rows), b, has_bias or bool(np.any(b))))
         new_ops, x = concat_like(kept, concat)
-        new_ops.append(with_input_side(op, x, np.vstack(kept_rows), b, has_bias))
+        new_ops.append(with_input_sides(op, x, sides))
         rewriter.replace(op, new_ops)
 
 

@@ -3,7 +3,8 @@
 A graph written node by node expresses an MLP as a sandwich `linear -> relu -> linear`. Lowered
 op by op, the relu is one MLP sublayer and each linear a head (or bypass neurons) in a sublayer
 of its own; as one `tw.mlp` (relu(x W1 + b1) W2 + b2) the sandwich is a single MLP sublayer.
-For every `tw.relu` (and, for its output side, every `tw.mlp`) in block order:
+For every `tw.relu` (and, for its output side, every `tw.mlp`: a swish or gated mlp keeps its
+activation and up projection, and a relu never becomes gated or swish) in block order:
 
   W1 side (relus only)  relu(linear(x, A, a))              -> mlp(x) with w1 = A, b1 = a (a
                                                                linear read by others too is
@@ -78,6 +79,7 @@ from twdialect.dialect import (
     GraphOp,
     LinearOp,
     MlpOp,
+    mlp_like,
     ReluOp,
     SliceOp,
     width_of,
@@ -197,6 +199,7 @@ class _Former:
     # -- one rewrite: returns the new main MLP, or None when nothing changed
     def _form(self, op: ReluOp | MlpOp, stats: FormStats) -> MlpOp | None:
         is_relu = isinstance(op, ReluOp)
+        self._like = None if is_relu or op.is_plain else op  # a swish / gated mlp keeps its kind
         value = op.out
         if is_relu:
             h = width_of(value)
@@ -418,7 +421,12 @@ class _Former:
              old=None) -> MlpOp:
         w2 = np.hstack([b.w for b in blocks])
         b2 = np.concatenate([b.b for b in blocks]) if any(b.has_bias for b in blocks) else None
-        new = MlpOp(x, w1, w2, b1=b1 if has_b1 else None, b2=b2)
+        like = getattr(self, "_like", None)
+        if like is not None:  # output side only (W1 is a swish / gated mlp's own): same kind
+            new = mlp_like(like, x, w1, w2, b1=b1 if has_b1 else None, b2=b2, up=like.up,
+                           up_bias=like.ub)
+        else:
+            new = MlpOp(x, w1, w2, b1=b1 if has_b1 else None, b2=b2)
         new.attributes.update(attrs_from.attributes)
         record_rounding(new, "in", w1, b1 if has_b1 else None)
         before = None

@@ -4,7 +4,8 @@ A `tw.linear` costs an attention head and a sublayer slot wherever it runs; comp
 next affine map it costs nothing. The pass folds, for every consumer in block order:
 
   linear(linear(x, A, a), B, b)        -> linear(x, A@B, a@B + b)
-  mlp(linear(x, A, a)) (w1, b1)        -> mlp(x) with w1' = A@w1, b1' = a@w1 + b1
+  mlp(linear(x, A, a)) (w1, b1)        -> mlp(x) with w1' = A@w1, b1' = a@w1 + b1 (a gated
+                                          mlp's up projection folds alike: up' = A@up, ...)
   linear(mlp(x) (w2, b2), B, b)        -> mlp(x) with w2' = w2@B, b2' = b2@B + b
   linear/mlp(concat(p, linear(u, A, a), q)) -> the consumer reads concat(p, u, q); the block of
                                           its input matrix W_j for that operand becomes A@W_j and
@@ -60,6 +61,7 @@ from twdialect.dialect import (
     GraphOp,
     LinearOp,
     MlpOp,
+    mlp_like,
     width_of,
     attn_rope,
     rope_kwargs,
@@ -72,7 +74,7 @@ from twdialect.dialect import (
 
 def op_params(op: Operation) -> int:
     """Graph parameters of a linear or mlp: matrix entries plus the biases it carries."""
-    names = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1", "w2", "b2")
+    names = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1", "up", "ub", "w2", "b2")
     total = 0
     for name in names:
         attr = op.properties.get(name)
@@ -95,12 +97,37 @@ def input_side(op: LinearOp | MlpOp) -> tuple[np.ndarray, np.ndarray, bool]:
 
 def with_input_side(op: LinearOp | MlpOp, x: SSAValue, w: np.ndarray, b: np.ndarray,
                     has_bias: bool) -> Operation:
-    """A copy of `op` reading `x` through matrix `w` (and bias `b` if `has_bias`)."""
+    """A copy of `op` reading `x` through matrix `w` (and bias `b` if `has_bias`); for a
+    gated mlp, whose up projection reads x too, use `with_input_sides`."""
+    return with_input_sides(op, x, [(w, b, has_bias)])
+
+
+def input_sides(op: LinearOp | MlpOp) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """Every (matrix, bias, has_bias) applied to the op's input: the input side, and for a
+    gated mlp its up projection (up, ub) too. A fold into the input applies to each."""
+    sides = [input_side(op)]
+    if isinstance(op, MlpOp) and op.is_gated:
+        wu = to_numpy(op.up)
+        sides.append((wu, _vector(op, "ub", wu.shape[1]), op.ub is not None))
+    return sides
+
+
+def with_input_sides(op: LinearOp | MlpOp, x: SSAValue,
+                     sides: list[tuple[np.ndarray, np.ndarray, bool]]) -> Operation:
+    """A copy of `op` reading `x` through the given sides (as `input_sides` lists them): an
+    mlp keeps its activation, and a gated one takes its new up projection from sides[1]."""
+    w, b, has_bias = sides[0]
     bias = b if has_bias else None
     if isinstance(op, LinearOp):
         new = LinearOp(x, w, bias)
     else:
-        new = MlpOp(x, w, op.w2, b1=bias, b2=op.b2)
+        up = up_bias = None
+        if op.is_gated:
+            up, ub, has_ub = sides[1]
+            up_bias = ub if has_ub else None
+        new = mlp_like(op, x, w, op.w2, b1=bias, b2=op.b2, up=up, up_bias=up_bias)
+        if up is not None:
+            record_rounding(new, "up", up, up_bias)
     new.attributes.update(op.attributes)
     record_rounding(new, "in", w, bias)
     return new
@@ -137,8 +164,8 @@ def replace_op(old: Operation, new_ops: list[Operation], new_value: SSAValue) ->
 def fold_linear_into_reader(producer: LinearOp, reader: LinearOp | MlpOp) -> Operation:
     """reader(producer(x)) as one op reading x."""
     a, a_bias, a_has = input_side(producer)
-    w, b, b_has = input_side(reader)
-    return with_input_side(reader, producer.x, a @ w, a_bias @ w + b, a_has or b_has)
+    return with_input_sides(reader, producer.x, [(a @ w, a_bias @ w + b, a_has or b_has)
+                                                 for w, b, b_has in input_sides(reader)])
 
 
 def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
@@ -148,7 +175,7 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     b2 = _vector(mlp, "b2", w2.shape[1])
     new_w2 = w2 @ m
     new_b2 = b2 @ m + m_bias if m_has or mlp.b2 is not None else None
-    new = MlpOp(mlp.x, mlp.w1, new_w2, b1=mlp.b1, b2=new_b2)
+    new = mlp_like(mlp, mlp.x, mlp.w1, new_w2, b1=mlp.b1, b2=new_b2, up=mlp.up, up_bias=mlp.ub)
     new.attributes.update(linear.attributes)
     record_rounding(new, "out", new_w2, new_b2,
                     before=(w2, to_numpy(mlp.b2) if mlp.b2 is not None else None, m, m_bias))
@@ -172,30 +199,30 @@ def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, C
     result). Returns (new reader, new concat) or None when no operand qualifies."""
     concat = reader.x.owner
     assert isinstance(concat, ConcatOp)
-    w, b, has_bias = input_side(reader)
     new_operands: list[SSAValue] = []
-    new_rows: list[np.ndarray] = []
     offset = 0
     folded = False
+    sides = [(w, b, has_bias, []) for w, b, has_bias in input_sides(reader)]
     for v in concat.ins:
         n = width_of(v)
-        rows = w[offset:offset + n]
-        offset += n
         inner = v.owner
-        if isinstance(inner, LinearOp) and absorb(v):
-            a, a_bias, a_has = input_side(inner)
-            new_operands.append(inner.x)
-            new_rows.append(a @ rows)
-            b = b + a_bias @ rows
-            has_bias = has_bias or a_has
-            folded = True
-        else:
-            new_operands.append(v)
-            new_rows.append(rows)
+        fold = isinstance(inner, LinearOp) and absorb(v)
+        new_operands.append(inner.x if fold else v)
+        folded = folded or fold
+        for k, (w, b, has_bias, new_rows) in enumerate(sides):
+            rows = w[offset:offset + n]
+            if fold:
+                a, a_bias, a_has = input_side(inner)
+                new_rows.append(a @ rows)
+                sides[k] = (w, b + a_bias @ rows, has_bias or a_has, new_rows)
+            else:
+                new_rows.append(rows)
+        offset += n
     if not folded:
         return None
     (new_concat,), x = concat_like(new_operands, concat)  # as many operands as before: >= 2
-    return with_input_side(reader, x, np.vstack(new_rows), b, has_bias), new_concat
+    return with_input_sides(reader, x, [(np.vstack(rows), b, has_bias)
+                                        for _, b, has_bias, rows in sides]), new_concat
 
 
 def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflate: bool) -> bool:
@@ -205,7 +232,7 @@ def _concat_inner_ok(reader: Operation, value: SSAValue, rows: int, allow_inflat
         return False
     if allow_inflate:
         return True
-    out = shape_of(reader.properties["weight" if isinstance(reader, LinearOp) else "w1"])[1]
+    out = sum(w.shape[1] for w, _, _ in input_sides(reader))  # a gated mlp's up side too
     # Rows for this block: width(v) x out before, width(u) x out after; the inner op goes away.
     return width_of(inner.x) * out <= rows * out + op_params(inner)
 

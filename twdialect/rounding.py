@@ -32,7 +32,8 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from twdialect.dense import shape_of, to_numpy
-from twdialect.dialect import ConcatOp, GraphOp, LinearOp, MlpOp, width_of
+from twdialect.dialect import (ConcatOp, GraphOp, LinearOp, MlpOp, is_plain_mlp,
+                               mlp_activation, width_of)
 
 TOLERANCE = 1e-6  # how far a fold may move an output, relative to max(1, |output|)
 # How far float32 evaluation of a folded mlp may stray from its exact value, relative to
@@ -113,6 +114,8 @@ class FoldCheck:
         sides = _RESIDUALS.get(op)
         if not sides:
             return None
+        if isinstance(op, MlpOp) and not is_plain_mlp(op):
+            return self._lane_deviation(op, sides)
         dev = 0.0
         x_mag = None
         if any(np.any(dw) for dw, _ in sides.values()):
@@ -131,6 +134,33 @@ class FoldCheck:
                     hidden = x_mag @ np.abs(w1) + np.abs(b1)
                     dev = dev + hidden @ dw2
         with np.errstate(invalid="ignore"):
+            return np.nan_to_num(np.asarray(dev, np.float64), nan=np.inf)
+
+    def _lane_deviation(self, op: MlpOp, sides: dict) -> np.ndarray:
+        """`deviation` of a swish or gated mlp: a lane act(z) * u moves by at most
+        L dz |u| + |act(z)| du + L dz du (L = 1.1 bounds swish's slope, relu's is 1; |act(z)|
+        <= |z| for both), carried through |W2|, plus the output side's own rounding."""
+        lo, hi = self.box(op.operands[0])
+        x_mag = np.nan_to_num(np.maximum(np.abs(lo), np.abs(hi)), nan=np.inf)
+        w1, b1, w2, _ = self._mlp_arrays(op)
+        h = w1.shape[1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            act = x_mag @ np.abs(w1) + np.abs(b1)
+            up, du = np.ones(h), np.zeros(h)
+            if op.is_gated:
+                wu = to_numpy(op.up)
+                up = x_mag @ np.abs(wu) + np.abs(_vec(op, "ub", h))
+                if "up" in sides:
+                    dwu, dbu = sides["up"]
+                    du = dbu + x_mag @ dwu
+            dz = np.zeros(h)
+            if "in" in sides:
+                dw, db = sides["in"]
+                dz = db + x_mag @ dw
+            dev = (1.1 * dz * up + act * du + 1.1 * dz * du) @ np.abs(w2)
+            if "out" in sides:
+                dw2, db2 = sides["out"]
+                dev = dev + db2 + (act * up) @ dw2
             return np.nan_to_num(np.asarray(dev, np.float64), nan=np.inf)
 
     def grows_past_exact(self, op: Operation) -> bool:
@@ -186,7 +216,7 @@ class FoldCheck:
         without them, whether its sums stay below 2^24 if they did before (`grows_past_exact`)."""
         if not isinstance(op, (LinearOp, MlpOp)):
             return True
-        if isinstance(op, MlpOp):
+        if isinstance(op, MlpOp) and is_plain_mlp(op):  # (float32 checks of relu hinges)
             if op in _BEFORE and self.grows_past_exact(op):
                 return False
             if replaced is not None and (self.input_grows_past_exact(op, replaced)
@@ -244,6 +274,8 @@ class FoldCheck:
         x_lo, x_hi = self.box(op.operands[0])
         with np.errstate(over="ignore", invalid="ignore"):
             if isinstance(op, LinearOp):
+                lo, hi = op_box(op, [(x_lo, x_hi)])
+            elif not is_plain_mlp(op):  # a swish or gated mlp: its interval box
                 lo, hi = op_box(op, [(x_lo, x_hi)])
             else:  # an interval box overstates an mlp whose units cancel: sample it instead
                 w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
@@ -320,7 +352,7 @@ class FoldCheck:
     def chain_error(self, ops: list[Operation]) -> np.ndarray:
         """The float32 error bound of the last of `ops`, each op's rounding carried into the
         ops of the list that read it (values from outside the list are taken as exact)."""
-        from twdialect.f32_error import linear_error_bound, mlp_error_bound
+        from twdialect.f32_error import ffn_error_bound, linear_error_bound, mlp_error_bound
 
         err: dict[SSAValue, np.ndarray] = {}
 
@@ -332,7 +364,13 @@ class FoldCheck:
             return np.zeros(width_of(v))
 
         for o in ops:
-            if isinstance(o, MlpOp):
+            if isinstance(o, MlpOp) and not is_plain_mlp(o):
+                lo, hi, ints = self._input(o)
+                e = ffn_error_bound(*self._mlp_arrays(o), lo, hi, mlp_activation(o),
+                                    to_numpy(o.up) if o.up is not None else None,
+                                    to_numpy(o.ub) if o.ub is not None else None, ints,
+                                    incoming(o.x))
+            elif isinstance(o, MlpOp):
                 e = mlp_error_bound(*self._mlp_arrays(o), *self._input(o), incoming(o.x))
             elif isinstance(o, LinearOp):
                 w = to_numpy(o.weight)
