@@ -61,6 +61,18 @@ class LayerWeights:
     # dimensions, rotate_half); empty means no rotary head. Pooled position-local head work
     # never rotates (its self-attention trick reads the position column).
     rope_heads: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    # per neuron: True where its activation is swish (z * sigmoid(z)) rather than relu; empty
+    # means every neuron is relu.
+    swish: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # gated neurons (a tw.mlp with an up projection): lane_j = act(z_j) * (x wu + bu)_j; a
+    # neuron that is not gated has a zero wu column and bu = 1. None: no neuron is gated.
+    wu: Matrix | None = None  # (d, N)
+    bu: np.ndarray | None = None  # (N,)
+
+    @property
+    def plain_mlp(self) -> bool:
+        """Every neuron relu and none gated: the stock relu MLP."""
+        return self.wu is None and not self.swish.any()
 
     @property
     def n_heads(self) -> int:
@@ -137,12 +149,25 @@ class LayerBuilder:
         self.rope: list[tuple[float, int]] = []  # per whole head: (base, dims), (0, 0): none
         self.pool: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # head work
         self.neurons = 0
+        self.swish: list[np.ndarray] = []  # per neuron block: swish activations
+        self.wu = Coo()  # the gated neurons' up projections
+        self.bu: list[np.ndarray] = []  # per neuron block: up bias (1 where not gated)
+        self.gated = False
 
     # -- MLP --------------------------------------------------------------------------
-    def take_neurons(self, n: int, bias=None) -> int:
+    def take_neurons(self, n: int, bias=None, activation: str = "relu",
+                     up_bias=None, gated: bool = False) -> int:
+        """n neurons (relu or swish); gated ones multiply by an up projection whose matrix the
+        writer adds to `wu` and whose bias is `up_bias` (zero where None)."""
         start = self.neurons
         self.neurons += n
         self.b1.append(np.zeros(n) if bias is None else np.asarray(bias, np.float64))
+        self.swish.append(np.full(n, activation == "swish"))
+        if gated:
+            self.gated = True
+            self.bu.append(np.zeros(n) if up_bias is None else np.asarray(up_bias, np.float64))
+        else:
+            self.bu.append(np.ones(n))
         return start
 
     # -- attention -------------------------------------------------------------------
@@ -188,7 +213,11 @@ class LayerBuilder:
             w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh,
             full_heads=np.array(self.full + [False] * (n_heads - self.heads), bool),
             rope_heads=np.array(self.rope + [(0.0, 0)] * (n_heads - self.heads),
-                                np.float64).reshape(-1, 2))
+                                np.float64).reshape(-1, 2),
+            swish=np.concatenate(self.swish) if any(b.any() for b in self.swish)
+            else np.zeros(0, bool),
+            wu=self.wu.matrix((m.d, self.neurons)) if self.gated else None,
+            bu=np.concatenate(self.bu).astype(np.float32) if self.gated else None)
 
 
 def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:

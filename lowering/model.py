@@ -355,13 +355,20 @@ def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 class Mlp(nn.Module):
-    """Trimmed MLP: gather `read`, relu(x W1 + b1) W2 + b2, index_add into `write`."""
+    """Trimmed MLP: gather `read`, relu(x W1 + b1) W2 + b2, index_add into `write`.
+
+    A layer with swish or gated neurons (tw.mlp act swish / up) computes lanes
+    act(z) * up instead: z = x W1 + b1, act = relu or silu per neuron (`swish` mask), up =
+    x Wu + bu for gated neurons and exactly 1 (bu = 1, a zero Wu column) for the rest. An
+    all-relu layer without gated neurons keeps the plain path (`plain`)."""
 
     def __init__(self, w: LayerWeights, d: int):
         super().__init__()
         self.d = d
         self.n_neurons = n = w.n_neurons
-        read = _used(w.w1.rows)
+        self.plain = w.plain_mlp
+        gated = w.wu is not None
+        read = _used(w.w1.rows, w.wu.rows if gated else [])
         write = _used(w.w2.cols if n else [], np.nonzero(w.b2)[0])
         everyone = np.arange(n, dtype=np.int64)
         self.register_buffer("read", _index(read))
@@ -374,6 +381,25 @@ class Mlp(nn.Module):
                 (len(self.b1) - n, len(write)), np.float32)]))))  # (rows of padded neurons)
         self.register_buffer("b2", _tensor(_padded(w.b2[write][None])[0]))
         self.n_write = len(write)
+        padded = len(self.b1)
+        # swish: (padded neurons,) bool, or None for an all-relu layer; wu/bu: None unless
+        # some neuron is gated (padded neurons: relu, up 1; their W2 rows are zero anyway).
+        self.n_swish = int(w.swish.sum()) if len(w.swish) else 0
+        self.n_gated = 0
+        swish = np.zeros(padded, bool)
+        swish[:len(w.swish)] = w.swish[:n] if len(w.swish) else False
+        self.register_buffer("swish", torch.from_numpy(swish) if self.n_swish else None)
+        if gated:
+            bu = np.ones(padded, np.float32)
+            bu[:n] = w.bu
+            wu = _block(w.wu, _position_map(read, d), everyone, (len(read), n))
+            self.n_gated = int(np.count_nonzero((wu != 0).any(axis=0) | (w.bu != 1.0)))
+            self.register_buffer("wu", _tensor(np.concatenate(
+                [wu, np.zeros((len(read), padded - n), np.float32)], axis=1)))
+            self.register_buffer("bu", _tensor(bu))
+        else:
+            self.register_buffer("wu", None)
+            self.register_buffer("bu", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (n, d) plus this sublayer."""
@@ -383,12 +409,27 @@ class Mlp(nn.Module):
         if not self.n_neurons:
             return x.index_add_(1, self.write, self.b2[:c].expand(x.shape[0], c))
         a = x.index_select(1, self.read)
-        if a.is_cuda:  # relu in the matrix kernel's epilogue, after the bias
+        if not self.plain:
+            hidden = self.lanes(a)
+        elif a.is_cuda:  # relu in the matrix kernel's epilogue, after the bias
             hidden = torch._addmm_activation(self.b1, a, self.w1)
         else:
             hidden = torch.relu_(affine(a, self.w1, self.b1))
         out = affine(hidden, self.w2, self.b2)
         return x.index_add_(1, self.write, out if out.shape[1] == c else out[:, :c])
+
+
+    def lanes(self, a: torch.Tensor) -> torch.Tensor:
+        """act(z) * up over the read columns `a`: relu or silu per neuron, times the up
+        projection where the layer has gated neurons."""
+        z = affine(a, self.w1, self.b1)
+        if self.swish is None:
+            hidden = torch.relu(z)
+        else:
+            hidden = torch.where(self.swish, F.silu(z), torch.relu(z))
+        if self.wu is not None:
+            hidden = hidden * affine(a, self.wu, self.bu)
+        return hidden
 
 
 class Layer(nn.Module):
@@ -406,7 +447,8 @@ class Layer(nn.Module):
 
     def dense_weights(self) -> dict[str, torch.Tensor]:
         """This layer in the stock layout (nn.Linear's (out, in) weights over all d columns,
-        heads of width d_head): wq, wk, wv, wo, bo, w1, b1, w2, b2."""
+        heads of width d_head): wq, wk, wv, wo, bo, w1, b1, w2, b2; and where the MLP is not
+        plain relu, swish (per neuron) and the gated lanes' wu, bu."""
         a, m = self.attn, self.mlp
         d, dh, h, e = a.d, a.d_head, a.n_heads, a.head_dim
         dev = a.w_qkv.device
@@ -431,6 +473,12 @@ class Layer(nn.Module):
         w2[:, m.write] = m.w2[:n, :cm]
         out.update(w1=w1.T.contiguous(), b1=m.b1[:n].clone(), w2=w2.T.contiguous(),
                    b2=torch.zeros(d, device=dev).index_copy(0, m.write, m.b2[:cm]))
+        if m.swish is not None:  # (n,) bool: swish neurons (relu elsewhere)
+            out["swish"] = m.swish[:n].clone()
+        if m.wu is not None:  # gated lanes: act(z) * (x wu + bu), bu = 1 where not gated
+            wu = torch.zeros(d, n, device=dev)
+            wu[m.read] = m.wu[:, :n]
+            out.update(wu=wu.T.contiguous(), bu=m.bu[:n].clone())
         return out
 
 
@@ -480,6 +528,9 @@ class CompiledTransformer(nn.Module):
         self.full_heads = sum(layer.attn.n_full for layer in self.layers)
         # rotary heads (tw.attn rope ...): their q and k turn by absolute position
         self.rope_heads = sum(layer.attn.n_rope for layer in self.layers)
+        # swish and gated neurons (tw.mlp act swish / up): not the stock relu MLP
+        self.swish_neurons = sum(layer.mlp.n_swish for layer in self.layers)
+        self.gated_neurons = sum(layer.mlp.n_gated for layer in self.layers)
         self._forward_graphs: dict[tuple, tuple] = {}
         self._shapes_seen: dict[tuple, int] = {}
 

@@ -28,9 +28,10 @@ from tw_lowering.schedule import Schedule
 from twdialect.analysis import is_attention_slot
 from tw_lowering.tasks import Refs
 from twdialect.dense import to_numpy
-from twdialect.f32_error import mlp_error_bound
+from twdialect.f32_error import ffn_error_bound, mlp_error_bound
 from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
 from twdialect.dialect import attn_rope
+from twdialect.dialect import is_plain_mlp, mlp_activation
 from twdialect.errors import TwError
 
 EPS = 2.0 ** -24  # unit roundoff of float32
@@ -103,6 +104,17 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
             e = _affine_bound(w, to_numpy(op.bias) if op.bias is not None else None, m_in, e_in)
         elif isinstance(op, AddOp):
             e = e_in + EPS * 3 * float(m_in.sum() if len(m_in) else 0.0)
+        elif isinstance(op, MlpOp) and not is_plain_mlp(op):
+            # swish or gated lanes: the conservative bound of `twdialect.f32_error` over the
+            # box |x| <= m_in, input errors carried by slope (no hinge analysis: relu only)
+            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+            with np.errstate(all="ignore"):
+                e = float(np.max(ffn_error_bound(
+                    w1, to_numpy(op.b1) if op.b1 is not None else None, w2,
+                    to_numpy(op.b2) if op.b2 is not None else None, -m_in, m_in,
+                    mlp_activation(op), to_numpy(op.up) if op.up is not None else None,
+                    to_numpy(op.ub) if op.ub is not None else None,
+                    e_in=np.full(len(m_in), e_in)), initial=0.0))
         elif isinstance(op, MlpOp):
             w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
             b1 = to_numpy(op.b1) if op.b1 is not None else None

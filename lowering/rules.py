@@ -15,7 +15,7 @@ literals cost nothing: literals ride on the machine's constant-1 column):
                 (the layer records each head's mask and rotary embedding, a rotary op's q/k at
                 head dims 0..d_qk-1 so its rotation planes lie in each of its heads; pooled
                 head work stays in causal, unrotated heads)
-  mlp           its hidden width in neurons
+  mlp           its hidden width in neurons (a lane of any kind: relu, swish, gated)
   relu          one neuron per distinct non-constant input component
   linear, add   head work: min(support, outputs) value dims, pooled d_head to a head with the
                 layer's other head work; or in the MLP as a bypass pair relu(z) - relu(-z):
@@ -38,7 +38,7 @@ from tw_lowering.machine import Machine
 from tw_lowering.tasks import Refs, Task, TaskGraph
 from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import attn_rope
-from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp, attn_mask
+from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp, attn_mask, mlp_activation
 
 
 @dataclass(frozen=True)
@@ -158,11 +158,19 @@ def _write_mlp(layer: LayerBuilder, machine: Machine, cols, tg: TaskGraph, t: Ta
     rows, scale = component_rows(machine, cols, tg.in_refs(t))
     urows, uw1, const = combine(rows, scale, w1)
     h = w1.shape[1]
-    start = layer.take_neurons(h, b1 + const)
+    gated = op.up is not None
+    if gated:  # the up projection reads the same rows: its constant part joins its bias
+        up = to_numpy(op.up)
+        ub = to_numpy(op.ub) if op.ub is not None else np.zeros(h)
+        urows_u, uwu, const_u = combine(rows, scale, up)
+    start = layer.take_neurons(h, b1 + const, activation=mlp_activation(op),
+                               up_bias=ub + const_u if gated else None, gated=gated)
     hid = start + np.arange(h)
     out_cols = cols[t.out_group]
     if len(urows):
         layer.w1.add(urows[:, None], hid[None, :], uw1)
+    if gated and len(urows_u):
+        layer.wu.add(urows_u[:, None], hid[None, :], uwu)
     layer.w2.add(hid[:, None], out_cols[None, :], w2)
     layer.b2[out_cols] += b2 if extra_bias is None else b2 + extra_bias
 

@@ -46,6 +46,8 @@ class Stats:
     rope_heads: int = 0  # heads with a rotary position embedding, all layers together
     note: str = ""  # where the compiled graph stands in for the one asked for (the width)
     full_heads: int = 0  # heads with a full (bidirectional) mask, all layers together
+    swish_neurons: int = 0  # neurons with a swish activation (tw.mlp act swish)
+    gated_neurons: int = 0  # neurons of gated mlps (tw.mlp up): act(z) * (x Wu + bu)
 
     @property
     def depth_ratio(self) -> float:
@@ -65,7 +67,9 @@ class Stats:
             f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
             f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
             f"capacity {self.total_capacity}  cancels {self.cancels}"
-            + (f"  full-mask heads {self.full_heads}" if self.full_heads else ""),
+            + (f"  full-mask heads {self.full_heads}" if self.full_heads else "")
+            + (f"  swish neurons {self.swish_neurons}" if self.swish_neurons else "")
+            + (f"  gated neurons {self.gated_neurons}" if self.gated_neurons else ""),
         ] + ([f"note: {self.note}"] if self.note else []) + [
             "layer    ops  heads (fill)  neurons (fill)  residual (fill)",
         ]
@@ -97,6 +101,8 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
     neurons = [w.n_neurons for w in weights]
     allocated = sum(h * m.head_params() + n * m.neuron_params() + 2 * m.d
                     for h, n in zip(heads, neurons))
+    # a layer with gated neurons stores an up column and bias for each of its neurons
+    allocated += sum(w.n_neurons * (m.d + 1) for w in weights if w.wu is not None)
     ops_per_layer = [0] * sched.n_layers
     for s in sched.slot:
         if s >= 0:
@@ -110,7 +116,18 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         graph_params=graph_params(tg.graph), allocated_params=allocated,
         total_capacity=sched.n_layers * m.layer_capacity(), per_annotation=_per_annotation(sched),
         seconds=dict(seconds or {}), note=sched.note,
-        full_heads=sum(int(w.head_is_full().sum()) for w in weights))
+        full_heads=sum(int(w.head_is_full().sum()) for w in weights),
+        swish_neurons=sum(int(w.swish.sum()) for w in weights),
+        gated_neurons=sum(_gated(w) for w in weights))
+
+
+def _gated(w) -> int:
+    """Gated neurons of a layer: a nonzero up column or an up bias other than 1."""
+    if w.wu is None:
+        return 0
+    g = np.zeros(w.n_neurons, bool)
+    g[w.wu.cols] = True
+    return int(np.count_nonzero(g | (w.bu != 1.0)))
 
 
 def _per_annotation(sched: Schedule) -> dict[str, dict]:
