@@ -24,6 +24,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from tw_lowering.export.metadata import ExportError, check_causal, check_unrotated
+from tw_lowering.export.metadata import check_relu_mlps
 
 FORMATS = {
     "transformers": ("tw_lowering.export.hf", "export_transformers"),
@@ -58,6 +59,8 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
     check_causal(model, format)  # (before the writer's own library is even imported)
     if format != "onnx":  # (the ONNX graph rotates rotary heads' q and k itself)
         check_unrotated(model, format)
+    if format != "onnx":  # (the ONNX graph computes swish and gated lanes itself)
+        check_relu_mlps(model, format)
     module_name, fn = FORMATS[format]
     try:
         writer = getattr(import_module(module_name), fn)

@@ -55,6 +55,20 @@ def check_unrotated(ct, fmt: str) -> None:
                           "rotary position embeddings (export to onnx, which carries them)")
 
 
+def check_relu_mlps(ct, fmt: str) -> None:
+    """Refuse a model with swish or gated neurons (tw.mlp act swish / up) in a format whose
+    MLP is one stock activation (relu, or GGUF's gelu) without a gate: GPT-2 (transformers,
+    GGUF gpt2) and TransformerLens's GPT-2 layout. The ONNX writer builds its own MLP and
+    carries them."""
+    swish, gated = getattr(ct, "swish_neurons", 0), getattr(ct, "gated_neurons", 0)
+    if swish or gated:
+        what = " and ".join(w for w in (f"{swish} swish" if swish else "",
+                                         f"{gated} gated" if gated else "") if w)
+        raise ExportError(f"export_{fmt}: the model has {what} MLP neurons (tw.mlp act swish / "
+                          f"up); the {fmt} format's MLP has one stock activation and no gate "
+                          "(export to onnx, which carries them)")
+
+
 def tw_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

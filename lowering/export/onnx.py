@@ -28,7 +28,8 @@ q k^T with scale 1 plus a causal mask over absolute positions (a query at p sees
 Softmax, @ v, MatMul by W_o, Add the bias *after* the product (`lowering.model.affine`: a
 cancelling hinge pair stays exact only that way), slice off the MIN_OUT padding columns and
 ScatterElements(reduction="add") into the `write` columns. The MLP likewise (MatMul W1, Add
-b1, Relu, MatMul W2, Add b2). The stored blocks are the runtime's own, padded zero columns
+b1, Relu, MatMul W2, Add b2; a layer with swish neurons takes Where(swish, z Sigmoid(z),
+Relu(z)), one with gated neurons multiplies by MatMul Wu, Add bu: the runtime's lanes). The stored blocks are the runtime's own, padded zero columns
 included (a one-column product goes to a matrix-vector kernel that sums in another order).
 Products stay 3-D: onnxruntime fuses MatMul + Add into Gemm only for 2-D products (its Gemm
 adds the bias last as well, measured, but another runtime's need not).
@@ -359,9 +360,19 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
             name = f"layers.{i}.mlp"
             if mlp.n_write and mlp.n_neurons:
                 read = _numpy(mlp.read)
-                hidden = b.op("Relu", [product(gather(read, name), b.weight(
-                    f"{name}.w1", rows_if_empty(_numpy(mlp.w1), read)), b.weight(
-                    f"{name}.b1", _numpy(mlp.b1)), f"/{name}/pre")], f"/{name}/hidden")
+                src = gather(read, name)
+                pre = product(src, b.weight(f"{name}.w1", rows_if_empty(_numpy(mlp.w1), read)),
+                              b.weight(f"{name}.b1", _numpy(mlp.b1)), f"/{name}/pre")
+                hidden = b.op("Relu", [pre], f"/{name}/hidden")
+                if mlp.swish is not None:  # swish neurons: z * sigmoid(z), relu elsewhere
+                    silu = b.op("Mul", [pre, b.op("Sigmoid", [pre], f"/{name}/sigmoid")],
+                                f"/{name}/silu")
+                    hidden = b.op("Where", [b.weight(f"{name}.swish", _numpy(mlp.swish)), silu,
+                                            hidden], f"/{name}/act")
+                if mlp.wu is not None:  # gated neurons: times x Wu + bu (1 elsewhere)
+                    up = product(src, b.weight(f"{name}.wu", rows_if_empty(_numpy(mlp.wu), read)),
+                                 b.weight(f"{name}.bu", _numpy(mlp.bu)), f"/{name}/up")
+                    hidden = b.op("Mul", [hidden, up], f"/{name}/lanes")
                 w2 = _numpy(mlp.w2)
                 delta = product(hidden, b.weight(f"{name}.w2", w2),
                                 b.weight(f"{name}.b2", _numpy(mlp.b2)), f"/{name}/delta_pad")

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tw_lowering.export.metadata import ExportError, check_causal, check_unrotated
+from tw_lowering.export.metadata import check_relu_mlps
 from tw_lowering.materialize import position_rows
 
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
@@ -81,7 +82,8 @@ class StockPlan:
     the position table covers (default: the largest pos_encoding max_len, else 1024; at most
     the rows of the graph's `tw.pos_table`s, whose rows join the position table). A model with
     full-mask heads is refused (`check_causal`), and one with rotary heads (`check_unrotated`:
-    the stock formats have learned absolute positions, no rotation)."""
+    the stock formats have learned absolute positions, no rotation), and one with swish or
+    gated MLP neurons (`check_relu_mlps`: the stock MLP is relu, ungated)."""
 
     def __init__(self, ct, twins: bool = False, tied_width: bool = False,
                  head_dims=None, n_ctx: int | None = None, fmt: str = "stock"):
@@ -90,6 +92,7 @@ class StockPlan:
         self.twins = twins
         check_causal(ct, fmt)
         check_unrotated(ct, fmt)
+        check_relu_mlps(ct, fmt)
         self._check_sources()
         used, read = {m.CONST_COL, m.POS_COL}, set()
         for s in ct.sources:
