@@ -28,6 +28,11 @@ The bound, per output k:
 * exactness: where every operand is an integer or a dyadic weight and every partial sum stays
   below 2^24 times their common grid, float32 is exact and the terms above are 0.
 Input errors `e_in` are carried through |W1| and |W2| (a Lipschitz bound).
+
+That hinge analysis is relu's. A swish or gated `tw.mlp` (act swish, up) has
+`ffn_error_bound` instead: conservative (each lane's slope, its own rounding and a product's,
+the output sums' dot-product bound), with no cancellation analysis; `mlp_error_bound` must
+not be asked about such an mlp (its callers check `twdialect.dialect.is_plain_mlp`).
 """
 
 from __future__ import annotations
