@@ -444,7 +444,7 @@ class _Translator:
         pred = np.zeros((len(q_tuples), len(k_tuples)))
         for a, qt in enumerate(q_tuples):
             for b, kt in enumerate(k_tuples):
-                pred[a, b] = float(_selected(selector, kt, qt, k_slot, q_slot))
+                pred[a, b] = _selects(selector, kt, qt, k_slot, q_slot)
         # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows
         a, b = _factor(GAIN * pred)
         nk = a.shape[1]
@@ -513,7 +513,7 @@ class _Translator:
             if default is not None:
                 d[space.index(default)] = 1.0
         # out = mean + (BOS share) * (default - the value BOS holds)
-        widen = np.eye(src.width, len(space))
+        widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
         return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space)
 
@@ -640,6 +640,16 @@ def _leaves(selector) -> list:
     if isinstance(selector, rasp.SelectorNot):
         return _leaves(selector.inner)
     raise RaspError(f"{_label(selector)}: not a RASP selector the frontend knows")
+
+
+def _selects(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> float:
+    """1.0 where the selector holds at (key tuple, query tuple); a predicate that raises there
+    (a pair of values the program never meets: the evaluator would raise too) selects
+    nothing."""
+    try:
+        return float(bool(_selected(selector, kt, qt, k_slot, q_slot)))
+    except Exception:  # noqa: BLE001 - the user's predicate, on a pair it has no meaning for
+        return 0.0
 
 
 def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> bool:
