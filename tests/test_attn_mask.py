@@ -15,6 +15,7 @@ import pytest
 import twdialect
 import tw_lowering as lowering
 from pass_checks import assert_same, run_and_compare
+from model_checks import assert_close
 from tw_lowering.export import ExportError, export
 from tw_lowering.export.onnx import export_onnx
 from tw_lowering.export.stock import StockPlan
@@ -150,12 +151,6 @@ def _mixed_layer_graph(seed: int):
     return g.module
 
 
-def _close(got: dict, want: dict, atol: float = 1e-4) -> None:
-    assert got.keys() == want.keys()
-    for k in want:
-        scale = max(1.0, float(np.abs(want[k]).max()))
-        err = float(np.abs(got[k] - want[k]).max())
-        assert err <= atol * scale, f"output {k}: error {err} (scale {scale})"
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -175,7 +170,7 @@ def test_compiled_mixed_layers_match_oracle_with_pooled_head_work(seed):
     assert ct.stats.full_heads == sum(layer.attn.n_full for layer in ct.layers) > 0
     for n in (1, 2, 7, 13):
         feeds = sample_inputs(module, n, seed=seed + n)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 def test_padded_batch_keeps_full_heads_off_the_padding():
@@ -183,7 +178,7 @@ def test_padded_batch_keeps_full_heads_off_the_padding():
     ct = lowering.compile(module, d=64, d_head=4, d_hidden=4)
     batch = [sample_inputs(module, n, seed=n) for n in (3, 9, 1, 6)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -192,7 +187,7 @@ def test_random_graphs_with_full_heads_compile_to_the_oracle(seed):
     ct = lowering.compile(module, d=64, d_head=4)
     for n in (1, 5, 12):
         feeds = sample_inputs(module, n, seed=seed)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -16,6 +16,7 @@ import pytest
 import twdialect
 import tw_lowering as lowering
 from pass_checks import assert_same, run_and_compare
+from model_checks import assert_close
 from tw_lowering.export import ExportError, export
 from tw_passes import run_pipeline
 from twdialect import ops as tw
@@ -233,12 +234,6 @@ def _mixed_layer_graph(seed: int, with_full: bool = False):
     return g.module
 
 
-def _close(got: dict, want: dict, atol: float = 1e-4) -> None:
-    assert got.keys() == want.keys()
-    for k in want:
-        scale = max(1.0, float(np.abs(want[k]).max()))
-        err = float(np.abs(got[k] - want[k]).max())
-        assert err <= atol * scale, f"output {k}: error {err} (scale {scale})"
 
 
 def _compile(module):
@@ -263,7 +258,7 @@ def test_compiled_mixed_layers_match_oracle_with_pooled_head_work(seed):
     assert f"rotary heads {ct.rope_heads}" in ct.stats.report()
     for n in (1, 2, 9, 40):
         feeds = sample_inputs(module, n, seed=seed + n)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 def test_layer_weights_record_each_heads_rope():
@@ -283,7 +278,7 @@ def test_rotary_heads_beside_full_heads():
     assert ct.full_heads > 0 and ct.rope_heads > 0
     batch = [sample_inputs(module, n, seed=n) for n in (3, 17, 1, 8)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
 
 
 def test_padded_batch_gives_every_sequence_its_own_positions():
@@ -291,7 +286,7 @@ def test_padded_batch_gives_every_sequence_its_own_positions():
     ct = _compile(module)
     batch = [sample_inputs(module, n, seed=n) for n in (5, 30, 1, 12)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
 
 
 def _feedback_from(full: dict, start: int):
@@ -312,9 +307,9 @@ def test_generate_with_kv_cache_uses_absolute_positions(seed):
     want = twdialect.evaluate(module, full)
     prompt = {k: v[:7] for k, v in full.items()}
     got = ct.generate(prompt, 29, _feedback_from(full, 7))
-    _close(got, want)
+    assert_close(got, want)
     oracle = twdialect.generate(module, prompt, 29, _feedback_from(full, 7))
-    _close(oracle, want, atol=1e-12)
+    assert_close(oracle, want, atol=1e-12)
 
 
 def test_generate_batch_prompts_of_different_lengths():
@@ -335,7 +330,7 @@ def test_generate_batch_prompts_of_different_lengths():
     got = ct.generate_batch(prompts, steps, back)
     for f, n, g in zip(fulls, lengths, got):
         want = twdialect.evaluate(module, {k: v[:n + steps] for k, v in f.items()})
-        _close(g, want)
+        assert_close(g, want)
 
 
 def test_decoder_steps_match_whole_sequence_run():
@@ -370,7 +365,7 @@ def test_rotary_qk_wider_than_d_head_is_refused():
         lowering.compile(module, d=32, d_head=4)
     ct = lowering.compile(module, d=32, d_head=8)
     feeds = sample_inputs(module, 20)
-    _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+    assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 # -- passes on random graphs with rotary heads ------------------------------------------------
@@ -391,7 +386,7 @@ def test_random_graphs_with_rope_compile_to_the_oracle(seed):
     ct = lowering.compile(module, d=64, d_head=4)
     for n in (1, 6, 25):
         feeds = sample_inputs(module, n, seed=seed)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 @pytest.mark.parametrize("spec", ["fuse-linears", "horizontal-fuse", "cse,dce", "canonicalize",
@@ -470,6 +465,6 @@ def test_onnx_export_carries_rotary_heads(tmp_path):
     om = load_onnx(tmp_path / "m")
     full = sample_inputs(module, 24, seed=3)
     want = twdialect.evaluate(module, full)
-    _close(om.run(full), want)
+    assert_close(om.run(full), want)
     prompt = {k: v[:4] for k, v in full.items()}
-    _close(om.generate(prompt, 20, _feedback_from(full, 4)), want)
+    assert_close(om.generate(prompt, 20, _feedback_from(full, 4)), want)

@@ -18,6 +18,7 @@ import torch
 import twdialect
 import tw_lowering as lowering
 from pass_checks import run_and_compare
+from model_checks import assert_close, onnx_round_trip
 from twdialect import ops as tw
 from twdialect.dialect import MlpOp, is_plain_mlp
 from twdialect.errors import TwError
@@ -54,11 +55,6 @@ def _mixed(seed: int = 0):
     return g.module
 
 
-def _close(got: dict, want: dict, atol: float = 1e-4) -> None:
-    assert got.keys() == want.keys()
-    for k in want:
-        scale = max(1.0, float(np.abs(want[k]).max()))
-        assert float(np.abs(got[k] - want[k]).max()) <= atol * scale, k
 
 
 # -- oracle -----------------------------------------------------------------------------
@@ -204,7 +200,7 @@ def test_compiled_matches_oracle_with_kinds_sharing_layers(seed):
     rng = np.random.default_rng(seed)
     batch = [{"x": rng.uniform(-2, 2, (n, 3))} for n in (1, 5, 9)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
     kinds = [(layer.mlp.n_swish > 0, layer.mlp.n_gated > 0) for layer in ct.layers]
     assert (True, True) in kinds  # swish and gated neurons in one layer
     assert ct.swish_neurons > 0 and ct.gated_neurons > 0
@@ -225,7 +221,7 @@ def test_random_graphs_compiled_match_oracle(seed):
     ct = lowering.compile(module, d=64, d_head=4)
     for n in (1, 7, 20):
         feeds = sample_inputs(module, n, seed=seed)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
 def test_generation_steps_match_the_oracle():
@@ -240,7 +236,7 @@ def test_generation_steps_match_the_oracle():
     ct = lowering.compile(module, d=64, d_head=4)
     back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
     prompt = {"tokens": np.array([1, 3, 0])}
-    _close(ct.generate(prompt, 5, back), twdialect.generate(module, prompt, 5, back))
+    assert_close(ct.generate(prompt, 5, back), twdialect.generate(module, prompt, 5, back))
 
 
 def test_probe_and_stats_count_kinds():
@@ -404,16 +400,10 @@ def test_relu_mlp_formats_refuse(tmp_path, fmt):
 
 def test_onnx_export_carries_swish_and_gated_lanes(tmp_path):
     pytest.importorskip("onnxruntime")
-    from tw_lowering.export.onnx import export_onnx, load_onnx
-
     module = _token_graph()
     ct = lowering.compile(module, d=32, d_head=4)
-    export_onnx(ct, tmp_path / "m")
-    model = load_onnx(tmp_path / "m", ct)
     feeds = {"tokens": np.array([0, 2, 1, 3, 3, 1])}
-    _close(model.run(feeds), twdialect.evaluate(module, feeds))
-    back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
-    _close(model.generate(feeds, 3, back), twdialect.generate(module, feeds, 3, back))
+    model = onnx_round_trip(ct, module, feeds, tmp_path / "m")
 
 
 # -- CUDA -------------------------------------------------------------------------------
@@ -428,10 +418,10 @@ def test_cuda_runs_lanes_like_the_oracle(seed):
     rng = np.random.default_rng(seed)
     for n in (3, 3, 8):  # (the repeated shape replays a captured graph)
         feeds = {"x": rng.uniform(-2, 2, (n, 3))}
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
     batch = [{"x": rng.uniform(-2, 2, (n, 3))} for n in (2, 6)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -447,4 +437,4 @@ def test_cuda_generation_steps():
     ct = lowering.compile(module, d=64, d_head=4).to("cuda")
     back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
     prompt = {"tokens": np.array([1, 3, 0])}
-    _close(ct.generate(prompt, 6, back), twdialect.generate(module, prompt, 6, back))
+    assert_close(ct.generate(prompt, 6, back), twdialect.generate(module, prompt, 6, back))

@@ -14,6 +14,7 @@ import pytest
 import twdialect
 import tw_lowering as lowering
 from pass_checks import run_and_compare
+from model_checks import assert_close, onnx_round_trip
 from tw_lowering.export.stock import StockPlan
 from twdialect import ops as tw
 from twdialect.dialect import PosTableOp
@@ -98,11 +99,6 @@ def test_contract_refuses_a_sequence_longer_than_the_table():
     assert ct.run(fine)["mix"].shape == (L, 2)
 
 
-def _close(got: dict, want: dict, atol: float = 1e-4) -> None:
-    assert got.keys() == want.keys()
-    for k in want:
-        scale = max(1.0, float(np.abs(want[k]).max()))
-        assert float(np.abs(got[k] - want[k]).max()) <= atol * scale, k
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -112,7 +108,7 @@ def test_compiled_matches_oracle(seed):
     rng = np.random.default_rng(seed)
     batch = [{"tokens": rng.integers(0, 5, n)} for n in (1, 4, L)]
     for feeds, got in zip(batch, ct.run_batch(batch)):
-        _close(got, twdialect.evaluate(module, feeds))
+        assert_close(got, twdialect.evaluate(module, feeds))
     assert sum(s.kind == "pos_table" for s in ct.sources) == 2
 
 
@@ -123,7 +119,7 @@ def test_random_graphs_with_a_position_table(seed):
     ct = lowering.compile(module, d=64, d_head=4)
     for n in (1, 9, 64):
         feeds = sample_inputs(module, n, seed=seed)
-        _close(ct.run(feeds), twdialect.evaluate(module, feeds))
+        assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
     with pytest.raises(EvaluationError, match="beyond the graph's tw.pos_(table|encoding)"):
         ct.run(sample_inputs(module, 65, seed=seed))
 
@@ -147,11 +143,11 @@ def test_generation_reads_positions_from_the_model():
     prompt = {"tokens": np.array([1, 0, 3])}
     want = twdialect.generate(module, prompt, 6, feedback)
     got = ct.generate(prompt, 6, feedback)
-    _close(got, want)
+    assert_close(got, want)
     np.testing.assert_array_equal(got["onehot"], np.eye(L)[:9])
     batch = ct.generate_batch([prompt, {"tokens": np.array([4])}], 4, feedback)
-    _close(batch[0], twdialect.generate(module, prompt, 4, feedback))
-    _close(batch[1], twdialect.generate(module, {"tokens": np.array([4])}, 4, feedback))
+    assert_close(batch[0], twdialect.generate(module, prompt, 4, feedback))
+    assert_close(batch[1], twdialect.generate(module, {"tokens": np.array([4])}, 4, feedback))
     for run in (lambda: twdialect.generate(module, prompt, L, feedback),
                 lambda: ct.generate(prompt, L, feedback)):
         with pytest.raises(EvaluationError, match="beyond the graph's tw.pos_table"):
@@ -187,16 +183,10 @@ def test_stock_plan_puts_the_table_in_the_position_embedding():
 
 def test_onnx_export_carries_the_table(tmp_path):
     pytest.importorskip("onnxruntime")
-    from tw_lowering.export.onnx import export_onnx, load_onnx
-
     module = _token_graph()
     ct = lowering.compile(module, d=32, d_head=4)
-    export_onnx(ct, tmp_path / "m")
-    model = load_onnx(tmp_path / "m", ct)
     feeds = {"tokens": np.array([0, 2, 1, 3, 3, 1])}
-    _close(model.run(feeds), twdialect.evaluate(module, feeds))
-    back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
-    _close(model.generate(feeds, 3, back), twdialect.generate(module, feeds, 3, back))
+    model = onnx_round_trip(ct, module, feeds, tmp_path / "m")
     with pytest.raises(EvaluationError, match="beyond the graph's tw.pos_table"):
         model.run({"tokens": np.zeros(L + 1, np.int64)})
 

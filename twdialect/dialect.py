@@ -698,31 +698,36 @@ ATTN_MASKS = ("causal", "full")
 CAUSAL, FULL = ATTN_MASKS
 
 
-@irdl_custom_directive
-class AttnMaskDirective(CustomDirective):
-    """`mask full` in `tw.attn`'s custom syntax; nothing for the default (causal). The kind is
-    a bare word; one that is not an identifier prints quoted (the verifier refuses it anyway,
-    and the printed text still parses back to the same op)."""
+class _KindDirective(CustomDirective):
+    """`<keyword> <kind>` in an op's custom syntax, nothing for the default kind, so ops of the
+    default kind print as before the keyword existed. The kind is a bare word; one that is not
+    an identifier prints quoted (the verifier refuses it anyway, and the printed text still
+    parses back to the same op). Subclasses name the keyword, the default and the variable."""
 
-    mask: AttributeVariable
+    keyword: ClassVar[str]
+    default: ClassVar[str]
+    kinds: ClassVar[str]  # for the parse error: "causal or full"
+
+    def variable(self) -> AttributeVariable:
+        raise NotImplementedError
 
     def parse(self, parser: Parser, state: ParsingState) -> None:
-        if not parser.parse_optional_keyword("mask"):
+        if not parser.parse_optional_keyword(self.keyword):
             return
         kind = parser.parse_optional_identifier()
         if kind is None:
             kind = parser.parse_optional_str_literal()
         if kind is None:
-            parser.raise_error("expected a mask kind after 'mask' (causal or full)")
-        if kind != CAUSAL:  # the default is left out, so `mask causal` reads as no mask
-            self.mask.set(state, StringAttr(kind))
+            parser.raise_error(f"expected a kind after '{self.keyword}' ({self.kinds})")
+        if kind != self.default:  # the default is left out: `<keyword> <default>` reads as none
+            self.variable().set(state, StringAttr(kind))
 
     def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
-        attr = self.mask.get(op)
-        if attr is None or (isinstance(attr, StringAttr) and attr.data == CAUSAL):
+        if not self.is_present(op):
             return
+        attr = self.variable().get(op)
         state.print_whitespace(printer)
-        printer.print_string("mask ")
+        printer.print_string(f"{self.keyword} ")
         kind = attr.data if isinstance(attr, StringAttr) else None
         if kind is not None and kind.isidentifier():
             printer.print_string(kind)
@@ -730,11 +735,22 @@ class AttnMaskDirective(CustomDirective):
             printer.print_attribute(attr)
 
     def is_present(self, op: IRDLOperation) -> bool:
-        attr = self.mask.get(op)
-        return attr is not None and not (isinstance(attr, StringAttr) and attr.data == CAUSAL)
+        attr = self.variable().get(op)
+        return attr is not None and not (isinstance(attr, StringAttr) and attr.data == self.default)
 
     def is_optional_like(self) -> bool:
         return True
+
+
+@irdl_custom_directive
+class AttnMaskDirective(_KindDirective):
+    """`mask full` in `tw.attn`'s custom syntax; nothing for the default (causal)."""
+
+    mask: AttributeVariable
+    keyword, default, kinds = "mask", CAUSAL, "causal or full"
+
+    def variable(self) -> AttributeVariable:
+        return self.mask
 
 
 # Rotary position embeddings on `tw.attn` (torchwright 0.2.0's `Attn` exactly, HF LLaMA
@@ -908,42 +924,15 @@ RELU, SWISH = MLP_ACTIVATIONS
 
 
 @irdl_custom_directive
-class MlpActDirective(CustomDirective):
+class MlpActDirective(_KindDirective):
     """`act swish` in `tw.mlp`'s custom syntax; nothing for the default (relu), so every relu
-    mlp prints as before. A kind that is not an identifier prints quoted (the verifier refuses
-    it, and the printed text still parses back to the same op)."""
+    mlp prints as before."""
 
     act: AttributeVariable
+    keyword, default, kinds = "act", RELU, "relu or swish"
 
-    def parse(self, parser: Parser, state: ParsingState) -> None:
-        if not parser.parse_optional_keyword("act"):
-            return
-        kind = parser.parse_optional_identifier()
-        if kind is None:
-            kind = parser.parse_optional_str_literal()
-        if kind is None:
-            parser.raise_error("expected an activation after 'act' (relu or swish)")
-        if kind != RELU:  # the default is left out, so `act relu` reads as no act
-            self.act.set(state, StringAttr(kind))
-
-    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
-        attr = self.act.get(op)
-        if attr is None or (isinstance(attr, StringAttr) and attr.data == RELU):
-            return
-        state.print_whitespace(printer)
-        printer.print_string("act ")
-        kind = attr.data if isinstance(attr, StringAttr) else None
-        if kind is not None and kind.isidentifier():
-            printer.print_string(kind)
-        else:
-            printer.print_attribute(attr)
-
-    def is_present(self, op: IRDLOperation) -> bool:
-        attr = self.act.get(op)
-        return attr is not None and not (isinstance(attr, StringAttr) and attr.data == RELU)
-
-    def is_optional_like(self) -> bool:
-        return True
+    def variable(self) -> AttributeVariable:
+        return self.act
 
 
 @irdl_op_definition

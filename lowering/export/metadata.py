@@ -35,11 +35,8 @@ def check_causal(ct, fmt: str) -> None:
     """Refuse a model with full-mask heads: every format here is a causal decoder (one mask
     for every head; GPT-2, TransformerLens and llama.cpp have no per-head mask, and the ONNX
     graph's KV cache steps position by position), and none would run such a head as tw does."""
-    n = getattr(ct, "full_heads", 0)
-    if n:
-        raise ExportError(f"export_{fmt}: the model has {n} full-mask attention head"
-                          f"{'s' if n > 1 else ''} (tw.attn mask full); the {fmt} format is a "
-                          "causal decoder, which cannot carry a bidirectional head exactly")
+    _refuse_heads(ct, fmt, "full_heads", "full-mask", "tw.attn mask full",
+                  "is a causal decoder, which cannot carry a bidirectional head exactly")
 
 
 def check_unrotated(ct, fmt: str) -> None:
@@ -48,11 +45,16 @@ def check_unrotated(ct, fmt: str) -> None:
     absolute positions and rotate nothing. (A Llama-family export could carry a model whose
     every head is rotary with one base and dims; tw writes none yet.) The ONNX writer builds
     its own attention and carries the rotation."""
-    n = getattr(ct, "rope_heads", 0)
+    _refuse_heads(ct, fmt, "rope_heads", "rotary", "tw.attn rope",
+                  "has no rotary position embeddings (export to onnx, which carries them)")
+
+
+def _refuse_heads(ct, fmt: str, count: str, kind: str, ir: str, why: str) -> None:
+    """One line refusing a model that holds `ct.<count>` heads of a kind `fmt` cannot carry."""
+    n = getattr(ct, count, 0)
     if n:
-        raise ExportError(f"export_{fmt}: the model has {n} rotary attention head"
-                          f"{'s' if n > 1 else ''} (tw.attn rope); the {fmt} format has no "
-                          "rotary position embeddings (export to onnx, which carries them)")
+        raise ExportError(f"export_{fmt}: the model has {n} {kind} attention head"
+                          f"{'s' if n > 1 else ''} ({ir}); the {fmt} format {why}")
 
 
 def check_relu_mlps(ct, fmt: str) -> None:

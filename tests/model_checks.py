@@ -1,0 +1,29 @@
+"""What the model tests share: outputs equal within tw's contract, an ONNX round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import twdialect
+
+
+def assert_close(got: dict, want: dict, atol: float = 1e-4) -> None:
+    """Every output of `want` in `got`, within atol x max(1, |output|) (tw's fp32 contract)."""
+    assert got.keys() == want.keys()
+    for k in want:
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        err = float(np.abs(got[k] - want[k]).max())
+        assert err <= atol * scale, f"output {k}: error {err} (scale {scale})"
+
+
+def onnx_round_trip(ct, module, feeds: dict, path):
+    """Export `ct` to ONNX, load it back, and hold its run and a 3-step generation (argmax of
+    `logits` fed back as the next token) to the oracle; returns the loaded model."""
+    from tw_lowering.export.onnx import export_onnx, load_onnx
+
+    export_onnx(ct, path)
+    model = load_onnx(path, ct)
+    assert_close(model.run(feeds), twdialect.evaluate(module, feeds))
+    back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
+    assert_close(model.generate(feeds, 3, back), twdialect.generate(module, feeds, 3, back))
+    return model
