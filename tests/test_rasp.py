@@ -266,3 +266,22 @@ def test_constructs_beyond_tracr(name):
     if name == "constant_selector":  # its matrix is for length 3
         inputs = [x for x in inputs if len(x) == 3]
     check(model, program, inputs)
+
+
+def _case_at(case, n: int, causal: bool):
+    program, vocab = case["program"], case["vocab"]
+    model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos=BOS)
+    check(model, program, sampled(vocab, n, 16, seed=n), oracle=False)
+
+
+def _longer(group: str, lengths) -> list:
+    return [pytest.param(c, n, id=f"{c['testcase_name']}-{n}")
+            for c in getattr(test_cases, group) for n in lengths
+            if n > c["max_seq_len"]]
+
+
+@pytest.mark.parametrize("case, n", _longer("TEST_CASES", (10, 20, 50)))
+def test_tracr_test_cases_at_longer_lengths(case, n):
+    """tracr's test-case programs (built for their own max_seq_len) compiled for longer inputs
+    (sampled; the lib programs above run at 10, 20 and 50 too)."""
+    _case_at(case, n, causal=False)
