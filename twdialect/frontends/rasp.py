@@ -169,7 +169,6 @@ class RaspGraph:
                 values.append(self._categorical(out[p]))
         return values
 
-
     def _categorical(self, row: np.ndarray):
         """The hot column's value; None where none is hot. A mix of number columns (a
         categorical Aggregate over keys holding different numbers) reads as their mean, as
@@ -282,7 +281,7 @@ class _Translator:
         if isinstance(expr, rasp.LengthType):
             return self._length(expr)
         if isinstance(expr, rasp.Full):
-            return self._constant(expr, [expr.fill])
+            return self._constant(expr, expr.fill)
         if isinstance(expr, rasp.ConstantSOp):
             return self._constant_sop(expr)
         if isinstance(expr, rasp.Map):
@@ -295,8 +294,7 @@ class _Translator:
             return self._selector_width(expr, expr.selector)
         raise RaspError(f"{_label(expr)}: not a RASP construct the frontend knows")
 
-    def _constant(self, expr, values: list) -> Encoded:
-        (fill,) = values
+    def _constant(self, expr, fill) -> Encoded:
         if rasp.is_numerical(expr):
             return self.encoded(tw.literal([self._number(expr, fill)]), True, [fill])
         return self.encoded(tw.literal([1.0]), False, [fill])
@@ -334,12 +332,10 @@ class _Translator:
         """Map the input's value set through `outs` (one result per value; _NONE where the
         function fails or gives None)."""
         numerical = rasp.is_numerical(expr)
-        real = [o for o in outs if o is not _NONE]
+        space = _ordered(o for o in outs if o is not _NONE)
         if numerical:
             rows = np.array([[self._number(expr, o)] if o is not _NONE else [0.0] for o in outs])
-            space = _ordered(real)
         else:
-            space = _ordered(real)
             self._check_size(expr, len(space), "output values")
             col = {v: i for i, v in enumerate(space)}
             rows = np.zeros((len(outs), max(1, len(space))))
@@ -499,9 +495,6 @@ class _Translator:
         of its one-hot), the default where none is selected."""
         src = self.as_numerical(src, expr.sop) if numerical else self.as_categorical(src, expr.sop)
         default = expr.default
-        if numerical and default is not None and not _is_number(default):
-            raise RaspError(f"{_label(expr)}: a numerical aggregate's default must be a number, "
-                            f"got {default!r}")
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
             space = _mean_space(src.space, self.max_seq_len, d[0])
@@ -537,8 +530,8 @@ def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
 
     One MLP (two neurons a step, each pair opening towards the nearer end of the input's
     range, so few hinges fire far from their ramp) where its float32 rounding at the points
-    (and near them) stays below CLEAN of the rows; else two MLPs that saturate exactly on every plateau:
-    h = relu(s (x - b1)), then 1 - relu(1 - h)."""
+    (and near them) stays below CLEAN of the rows; else two MLPs that saturate exactly on
+    every plateau: h = relu(s (x - b1)), then 1 - relu(1 - h)."""
     change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
     lo_x, hi_x = float(points[0]), float(points[-1])
     b1 = points[change] + (points[change + 1] - points[change]) / 4
@@ -546,11 +539,12 @@ def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
     slope = 1.0 / (b2 - b1)
     delta = rows[change + 1] - rows[change]
     left = (b1 - lo_x) < (hi_x - b2)  # the ramp sits nearer the low end: hinges open left
-    w1 = np.concatenate([np.where(left, -slope, slope), np.where(left, -slope, slope)])[None, :]
-    bias1 = np.concatenate([np.where(left, slope * b2, -slope * b1),
-                            np.where(left, slope * b1, -slope * b2)])
-    w2 = np.concatenate([np.where(left[:, None], -delta, delta),
-                         np.where(left[:, None], delta, -delta)])
+    # a step's pair: relu(sign s (x - opens)) - relu(sign s (x - closes)), times sign delta
+    sign = np.where(left, -1.0, 1.0)
+    opens, closes = np.where(left, b2, b1), np.where(left, b1, b2)
+    w1 = np.tile(sign * slope, 2)[None, :]
+    bias1 = np.concatenate([-sign * slope * opens, -sign * slope * closes])
+    w2 = np.concatenate([sign[:, None] * delta, -sign[:, None] * delta])
     bias2 = rows[0] + delta[left].sum(axis=0)
     scale = max(1.0, float(np.abs(rows).max()))
     if _plateau_error(points, rows, (w1, bias1, w2, bias2)) <= CLEAN * scale:
