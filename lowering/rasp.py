@@ -100,8 +100,11 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     t1 = time.perf_counter()
     dh = d_head or head_width(rg.module)
     if d is None:
-        hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(rg.module, pipeline)]
-        point = min((_floor_point(rg.module, dh, h, pipeline) for h in hidden),
+        from tw_lowering.sweep import Sweep
+
+        sweep = Sweep(rg.module, pipeline)  # the pipeline runs once for every width tried
+        hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(sweep.tg.graph)]
+        point = min((_floor_point(sweep, dh, h) for h in hidden),
                     key=lambda p: (p.n_layers, p.params))
         width, d_hidden = point.d, d_hidden if d_hidden is not None else point.d_hidden
     else:
@@ -111,23 +114,22 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     return RaspModel(rg, ct, {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
 
 
-def hidden_width(module, pipeline) -> int:
+def hidden_width(graph) -> int:
     """Twice the widest MLP of the prepared graph (a multiple of 8): room for two tables in a
     layer, without the 4 d default's idle neurons when one wide table sets d."""
-    from tw_lowering import prepare
     from twdialect.dialect import MlpOp
 
-    widest = max((shape_of(op.w1)[1] for op in prepare(module, pipeline).walk()
-                  if isinstance(op, MlpOp)), default=4)
+    widest = max((shape_of(op.w1)[1] for op in graph.walk() if isinstance(op, MlpOp)),
+                 default=4)
     return 8 * -(-2 * widest // 8)
 
 
-def _floor_point(module, d_head: int, d_hidden: int | None, pipeline):
-    """The narrowest multiple of d_head whose schedule reaches the floor (the sweep from the
-    narrowest width that fits, then a bisection below the first point at the floor)."""
-    from tw_lowering.sweep import width_for, width_sweep
+def _floor_point(sweep, d_head: int, d_hidden: int | None):
+    """The narrowest multiple of d_head whose schedule reaches the fewest layers (the sweep
+    from the narrowest width that fits, then a bisection below the first point there)."""
+    from tw_lowering.sweep import width_for
 
-    curve = width_sweep(module, d_head, d_hidden=d_hidden, pipeline=pipeline)
-    point = width_for(module, d_head, max_layers=curve[-1].n_layers, d_hidden=d_hidden,
-                      pipeline=pipeline, curve=curve)
+    curve = sweep.curve(d_head, d_hidden=d_hidden)
+    point = width_for(None, d_head, max_layers=curve[-1].n_layers, d_hidden=d_hidden,
+                      curve=curve, sweep=sweep)
     return point or curve[-1]

@@ -1,8 +1,8 @@
 """The depth/width curve: what a graph costs at each residual width d.
 
 Users pick d from a budget (memory, an export's size, a GPU); the compiler should say what each
-choice costs. `width_sweep` prepares the graph and builds its task graph once, then schedules
-it at a rising series of widths, from the smallest d that fits (`smallest_fitting_d`, the same
+choice costs. `width_sweep` prepares the graph and builds its task graph once (a `Sweep`), then
+schedules it at a rising series of widths, from the smallest d that fits (`smallest_fitting_d`, the same
 search a refusal quotes) up to the first width where the layers reach the critical-path
 floor (wider buys nothing), and reports per width: layers, heads, neurons and the parameters
 of the stock layout. `pick_width` reads a curve for a target depth or a parameter budget.
@@ -47,6 +47,71 @@ def stock_params(machine: Machine, heads: list[int], neurons: list[int]) -> int:
     return sum(4 * d * h * dh + d + 2 * d * n + n + d for h, n in zip(heads, neurons))
 
 
+class Sweep:
+    """A graph prepared once (the pipeline, its task graph, its residual pressure) and
+    scheduled at any geometry: what `width_sweep` and `width_for` read, so a search over
+    widths never runs the pipeline again."""
+
+    def __init__(self, module, pipeline: str | None = None, graph: str = "main"):
+        from tw_lowering import check_module, check_pipeline, prepare, pressure_of
+        from tw_lowering.tasks import TaskGraph
+        from twdialect.interp import find_graph
+        from twdialect.ops import gc_paused
+
+        check_module("width_sweep", module)
+        with gc_paused():
+            passes = check_pipeline("width_sweep", pipeline)
+            self.tg = TaskGraph(find_graph(prepare(module, passes), graph))
+            self.pressure = pressure_of(module, self.tg, passes, graph)
+
+    def point(self, d: int, d_head: int, d_hidden: int | None = None) -> WidthPoint | None:
+        """The schedule at width d (None where it does not fit)."""
+        from tw_lowering.schedule import schedule
+        from twdialect.ops import gc_paused
+
+        m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+        t = time.perf_counter()
+        try:
+            with gc_paused():
+                s = schedule(self.tg, m, suggest=False, pressure=self.pressure)
+        except GeometryError:
+            return None
+        return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
+                          s.n_layers, s.floor, int(sum(s.attn_heads)), int(sum(s.neurons)),
+                          stock_params(m, s.attn_heads, s.neurons),
+                          time.perf_counter() - t, s.note)
+
+    def curve(self, d_head: int, widths=None, d_hidden: int | None = None,
+              d_max: int | None = None) -> list[WidthPoint]:
+        """See `width_sweep`."""
+        from tw_lowering.schedule import smallest_fitting_d
+        from twdialect.ops import gc_paused
+
+        if widths is not None:
+            return [p for d in sorted(set(widths))
+                    if (p := self.point(_whole(d, d_head), d_head, d_hidden))]
+        start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
+        with gc_paused():
+            smallest = smallest_fitting_d(
+                self.tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
+                pressure=self.pressure)
+        if smallest is None:
+            raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
+        top = d_max or 64 * smallest
+        if top < smallest:
+            raise GeometryError(f"width_sweep: the smallest d that fits at d_head={d_head} is "
+                                f"{smallest}, above d_max={top}")
+        out, d = [], smallest
+        while d <= top and len(out) < MAX_POINTS:
+            p = self.point(d, d_head, d_hidden)
+            if p is not None:
+                out.append(p)
+                if p.n_layers <= p.floor:
+                    break
+            d = max(d + d_head, _whole(d * GROWTH, d_head))
+        return out
+
+
 def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
                 pipeline: str | None = None, graph: str = "main", d_max: int | None = None,
                 ) -> list[WidthPoint]:
@@ -56,52 +121,7 @@ def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
     each step, until the layers reach the floor or `d_max` (default 64x the smallest).
     `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
     width is a GeometryError naming why."""
-    from tw_lowering import check_module, check_pipeline, prepare, pressure_of
-    from tw_lowering.schedule import schedule, smallest_fitting_d
-    from tw_lowering.tasks import TaskGraph
-    from twdialect.interp import find_graph
-    from twdialect.ops import gc_paused
-
-    check_module("width_sweep", module)
-    with gc_paused():
-        passes = check_pipeline("width_sweep", pipeline)
-        tg = TaskGraph(find_graph(prepare(module, passes), graph))
-        pressure = pressure_of(module, tg, passes, graph)
-
-        def point(d: int) -> WidthPoint | None:
-            m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
-            t = time.perf_counter()
-            try:
-                s = schedule(tg, m, suggest=False, pressure=pressure)
-            except GeometryError:
-                return None
-            return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
-                              s.n_layers, s.floor, int(sum(s.attn_heads)), int(sum(s.neurons)),
-                              stock_params(m, s.attn_heads, s.neurons),
-                              time.perf_counter() - t, s.note)
-
-        if widths is not None:
-            return [p for d in sorted(set(widths)) if (p := point(_whole(d, d_head)))]
-        start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
-        smallest = smallest_fitting_d(
-            tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
-            pressure=pressure)
-        if smallest is None:
-            raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
-        first = point(smallest)
-        top = d_max or 64 * smallest
-        if top < smallest:
-            raise GeometryError(f"width_sweep: the smallest d that fits at d_head={d_head} is "
-                                f"{smallest}, above d_max={top}")
-        out, d = [], smallest
-        while d <= top and len(out) < MAX_POINTS:
-            p = first if d == smallest else point(d)
-            if p is not None:
-                out.append(p)
-                if p.n_layers <= p.floor:
-                    break
-            d = max(d + d_head, _whole(d * GROWTH, d_head))
-        return out
+    return Sweep(module, pipeline, graph).curve(d_head, widths, d_hidden, d_max)
 
 
 def pick_width(curve: list[WidthPoint], max_layers: int | None = None,
@@ -122,14 +142,17 @@ def pick_width(curve: list[WidthPoint], max_layers: int | None = None,
 def width_for(module, d_head: int, max_layers: int | None = None,
               max_params: int | None = None, d_hidden: int | None = None,
               pipeline: str | None = None, graph: str = "main",
-              curve: list[WidthPoint] | None = None) -> WidthPoint | None:
+              curve: list[WidthPoint] | None = None,
+              sweep: Sweep | None = None) -> WidthPoint | None:
     """The width to compile `graph` at for a target depth (`max_layers`: the narrowest d whose
     schedule has at most that many layers) or a parameter budget (`max_params`: the shallowest
     point of the curve within it); both: the narrowest meeting both. The curve's points are
     about sqrt(2) apart, so for a depth the gap below the point `pick_width` chose is searched
-    too, one d_head at a time by bisection. None when no width qualifies."""
-    curve = curve or width_sweep(module, d_head, d_hidden=d_hidden, pipeline=pipeline,
-                                 graph=graph)
+    too, one d_head at a time by bisection, on `sweep` (the graph prepared once; made here
+    where not given). None when no width qualifies."""
+    if curve is None:
+        sweep = sweep or Sweep(module, pipeline, graph)
+        curve = sweep.curve(d_head, d_hidden=d_hidden)
     best = pick_width(curve, max_layers, max_params)
     if best is None or max_layers is None:
         return best
@@ -140,8 +163,8 @@ def width_for(module, d_head: int, max_layers: int | None = None,
         mid = (lo + hi) // 2 // d_head * d_head
         if mid <= lo:
             break
-        (p,) = width_sweep(module, d_head, widths=[mid], d_hidden=d_hidden, pipeline=pipeline,
-                           graph=graph) or (None,)
+        sweep = sweep or Sweep(module, pipeline, graph)
+        p = sweep.point(mid, d_head, d_hidden)
         if p is not None and p.n_layers <= max_layers and \
                 (max_params is None or p.params <= max_params):
             hi, best = mid, p
@@ -155,4 +178,4 @@ def _whole(d: float, step: int) -> int:
     return int(math.ceil(d / step)) * step
 
 
-__all__ = ["WidthPoint", "width_sweep", "pick_width", "width_for", "stock_params"]
+__all__ = ["Sweep", "WidthPoint", "width_sweep", "pick_width", "width_for", "stock_params"]
