@@ -133,7 +133,7 @@ def tracr_forward(model, program):
     return forward
 
 
-def tracr_row(program, vocab, n: int, xs: list[list], cap: float) -> dict:
+def tracr_row(program, vocab, n: int, xs: list[list]) -> dict:
     from tracr.compiler import compiling
 
     t = time.perf_counter()
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     warm = rasp.numerical(rasp.Map(lambda x: x + 1, rasp.tokens))
     tw_row(warm, {0, 1}, 2, [[0]])
     if not args.no_tracr:
-        tracr_row(warm, {0, 1}, 2, [[0], [1]], args.tracr_cap)
+        tracr_row(warm, {0, 1}, 2, [[0], [1]])
     rows, too_slow = [], set()
     for name in names:
         for n in lengths:
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
                    "exhaustive": exhaustive, "tw": tw_row(program, vocab, n, xs)}
             if not args.no_tracr and name not in too_slow:
                 try:
-                    row["tracr"] = tracr_row(program, vocab, n, xs, args.tracr_cap)
+                    row["tracr"] = tracr_row(program, vocab, n, xs)
                     if row["tracr"]["compile_s"] > args.tracr_cap:
                         too_slow.add(name)
                 except Exception as e:  # noqa: BLE001 - tracr's refusal is a result
