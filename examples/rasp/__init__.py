@@ -20,97 +20,36 @@ def _lib():
     return lib, rasp
 
 
-def _length(n):
-    lib, rasp = _lib()
-    return rasp.categorical(lib.make_length()), {"a", "b", "c"}
-
-
-def _reverse(n):
-    lib, rasp = _lib()
-    return lib.make_reverse(rasp.tokens), {"a", "b", "c"}
-
-
-def _hist(n):
-    lib, rasp = _lib()
-    return lib.make_hist(), {"a", "b", "c"}
-
-
-def _sort_unique(n):
-    lib, rasp = _lib()
-    return lib.make_sort_unique(rasp.tokens, rasp.tokens), {1, 2, 3}
-
-
-def _sort(n):
-    lib, rasp = _lib()
-    return lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=n, min_key=1), {1, 2, 3}
-
-
-def _sort_freq(n):
-    lib, rasp = _lib()
-    return lib.make_sort_freq(max_seq_len=n), {1, 2, 3}
-
-
-def _frac_prevs(n):
-    lib, rasp = _lib()
-    return lib.make_frac_prevs(rasp.tokens == "x"), {"x", "y", "z"}
-
-
-def _pair_balance(n):
-    lib, rasp = _lib()
-    return lib.make_pair_balance(rasp.tokens, "(", ")"), {"(", ")", "a"}
-
-
-def _shuffle_dyck(n):
-    lib, rasp = _lib()
-    return lib.make_shuffle_dyck(pairs=["()"]), {"(", ")", "a"}
-
-
-def _shuffle_dyck2(n):
-    lib, rasp = _lib()
-    return lib.make_shuffle_dyck2(), {"(", ")", "{", "}"}
-
-
-def _count_less_freq(n):
-    lib, rasp = _lib()
-    return lib.make_count_less_freq(2), {"a", "b", "c"}
-
-
-def _count(n):
-    lib, rasp = _lib()
-    return lib.make_count(rasp.tokens, "a"), {"a", "b", "c"}
-
-
-def _nary_sequencemap(n):
-    lib, rasp = _lib()
-    return lib.make_nary_sequencemap(lambda x, y, z: x + y - z, rasp.tokens, rasp.tokens,
-                                     rasp.indices), {1, 2, 3}
-
-
-def _shift_by(n):
-    lib, rasp = _lib()
-    return lib.shift_by(2, rasp.tokens), {"a", "b", "c"}
-
-
-def _detect_pattern(n):
-    lib, rasp = _lib()
-    return lib.detect_pattern(rasp.tokens, "ab"), {"a", "b", "c"}
-
-
-# name -> (max_seq_len -> (program, vocab)); tracr's lib.py, in its order.
-LIB_PROGRAMS: dict[str, Callable[[int], tuple]] = {
-    "length": _length,
-    "reverse": _reverse,
-    "hist": _hist,
-    "sort_unique": _sort_unique,
-    "sort": _sort,
-    "sort_freq": _sort_freq,
-    "frac_prevs": _frac_prevs,
-    "pair_balance": _pair_balance,
-    "shuffle_dyck": _shuffle_dyck,
-    "shuffle_dyck2": _shuffle_dyck2,
-    "count_less_freq": _count_less_freq,
-    "count": _count,
-    "nary_sequencemap": _nary_sequencemap,
-    "shift_by": _shift_by,
-    "detect_pattern": _detect_pattern,
+# name -> (lib, rasp, max_seq_len) -> (program, vocab); tracr's lib.py, in its order.
+_SPECS: dict[str, Callable] = {
+    "length": lambda lib, rasp, n: (rasp.categorical(lib.make_length()), {"a", "b", "c"}),
+    "reverse": lambda lib, rasp, n: (lib.make_reverse(rasp.tokens), {"a", "b", "c"}),
+    "hist": lambda lib, rasp, n: (lib.make_hist(), {"a", "b", "c"}),
+    "sort_unique": lambda lib, rasp, n: (lib.make_sort_unique(rasp.tokens, rasp.tokens),
+                                         {1, 2, 3}),
+    "sort": lambda lib, rasp, n: (lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=n,
+                                                min_key=1), {1, 2, 3}),
+    "sort_freq": lambda lib, rasp, n: (lib.make_sort_freq(max_seq_len=n), {1, 2, 3}),
+    "frac_prevs": lambda lib, rasp, n: (lib.make_frac_prevs(rasp.tokens == "x"),
+                                        {"x", "y", "z"}),
+    "pair_balance": lambda lib, rasp, n: (lib.make_pair_balance(rasp.tokens, "(", ")"),
+                                          {"(", ")", "a"}),
+    "shuffle_dyck": lambda lib, rasp, n: (lib.make_shuffle_dyck(pairs=["()"]), {"(", ")", "a"}),
+    "shuffle_dyck2": lambda lib, rasp, n: (lib.make_shuffle_dyck2(), {"(", ")", "{", "}"}),
+    "count_less_freq": lambda lib, rasp, n: (lib.make_count_less_freq(2), {"a", "b", "c"}),
+    "count": lambda lib, rasp, n: (lib.make_count(rasp.tokens, "a"), {"a", "b", "c"}),
+    "nary_sequencemap": lambda lib, rasp, n: (lib.make_nary_sequencemap(
+        lambda x, y, z: x + y - z, rasp.tokens, rasp.tokens, rasp.indices), {1, 2, 3}),
+    "shift_by": lambda lib, rasp, n: (lib.shift_by(2, rasp.tokens), {"a", "b", "c"}),
+    "detect_pattern": lambda lib, rasp, n: (lib.detect_pattern(rasp.tokens, "ab"),
+                                            {"a", "b", "c"}),
 }
+
+
+def _builder(spec: Callable) -> Callable[[int], tuple]:
+    return lambda n: spec(*_lib(), n)
+
+
+# name -> (max_seq_len -> (program, vocab)): tracr is imported only when a program is built.
+LIB_PROGRAMS: dict[str, Callable[[int], tuple]] = {name: _builder(spec)
+                                                   for name, spec in _SPECS.items()}
