@@ -124,12 +124,21 @@ def hidden_width(graph) -> int:
     return 8 * -(-2 * widest // 8)
 
 
+# Widths tried above the narrowest one at the fewest layers (times it): a little more room
+# can spare the heads and neurons that cancel dead columns, and store fewer parameters.
+ROOMIER = (1.125, 1.25, 1.5, 2.0)
+
+
 def _floor_point(sweep, d_head: int, d_hidden: int | None):
-    """The narrowest multiple of d_head whose schedule reaches the fewest layers (the sweep
-    from the narrowest width that fits, then a bisection below the first point there)."""
+    """The width, among those whose schedule reaches the fewest layers, that stores the
+    fewest parameters: the narrowest such multiple of d_head (the sweep from the narrowest
+    width that fits, then a bisection below the first point there) and a few roomier ones."""
     from tw_lowering.sweep import width_for
 
     curve = sweep.curve(d_head, d_hidden=d_hidden)
-    point = width_for(None, d_head, max_layers=curve[-1].n_layers, d_hidden=d_hidden,
-                      curve=curve, sweep=sweep)
-    return point or curve[-1]
+    fewest = curve[-1].n_layers
+    narrowest = width_for(None, d_head, max_layers=fewest, d_hidden=d_hidden,
+                          curve=curve, sweep=sweep) or curve[-1]
+    roomier = sweep.curve(d_head, [narrowest.d * g for g in ROOMIER], d_hidden=d_hidden)
+    same_depth = [p for p in [narrowest, *curve, *roomier] if p.n_layers == fewest]
+    return min(same_depth, key=lambda p: (p.params, p.d))

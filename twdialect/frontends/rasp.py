@@ -107,12 +107,15 @@ def _is_number(v) -> bool:
 
 @dataclass
 class Encoded:
-    """A translated SOp: its tw value, encoding, value set and its value at BOS."""
+    """A translated SOp: its tw value, encoding, value set, its value at BOS, and whether it
+    may be None somewhere (an Aggregate with nothing selected, a map that fails: RASP's maps
+    pass None on, which a number cannot say)."""
 
     value: Value
     numerical: bool
     space: list | None  # categorical: the value of each column; numerical: possible values
     bos: np.ndarray = field(repr=False)
+    maybe_none: bool = False
 
     @property
     def width(self) -> int:
@@ -249,9 +252,9 @@ class _Translator:
             self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
         self.seen = len(self.graph.ops)
 
-    def encoded(self, value: Value, numerical: bool, space) -> Encoded:
+    def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False) -> Encoded:
         self._sync()
-        return Encoded(value, numerical, space, self.at_bos[value][0].copy())
+        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none)
 
     # -- SOps ------------------------------------------------------------------------
     def sop(self, expr) -> Encoded:
@@ -342,16 +345,21 @@ class _Translator:
             for r, o in enumerate(outs):
                 if o is not _NONE:
                     rows[r, col[o]] = 1.0
+        none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
-            return self.encoded(tw.linear(inner.value, rows), numerical, space)
-        return self.encoded(self._numeric_table(expr, inner, rows), numerical, space)
+            return self.encoded(tw.linear(inner.value, rows), numerical, space, none)
+        return self.encoded(self._numeric_table(expr, inner, rows, numerical), numerical, space,
+                            none)
 
-    def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray) -> Value:
+    def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray, numerical: bool) -> Value:
         """rows[k] at the input's k-th possible value: a literal for one value, else a
         table of steps (`steps`) through them, exact at each and a quarter gap around it."""
         points, rows = _merge_float32(expr, [float(x) for x in inner.space], rows)
         if points.size == 1 or not np.any(rows != rows[0]):  # the map is a constant
             return tw.literal(rows[0])
+        line = _affine(points, rows) if numerical else None
+        if line is not None:  # a number out, on a line through every point
+            return tw.linear(inner.value, [[line[0]]], [line[1]])
         self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
                          "steps")
         return steps(inner.value, points, rows)
@@ -367,14 +375,14 @@ class _Translator:
         self._check_size(expr, len(space), "values")
         rows = np.eye(len(space))
         inner = Encoded(enc.value, True, space, enc.bos)
-        return self.encoded(self._numeric_table(expr, inner, rows), False, space)
+        return self.encoded(self._numeric_table(expr, inner, rows, False), False, space)
 
     def as_numerical(self, enc: Encoded, expr) -> Encoded:
         """A categorical value as its number (one-hot @ values)."""
         if enc.numerical:
             return enc
         rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
-        return self.encoded(tw.linear(enc.value, rows), True, list(enc.space))
+        return self.encoded(tw.linear(enc.value, rows), True, list(enc.space), enc.maybe_none)
 
     def _sequence_map(self, expr) -> Encoded:
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
@@ -382,16 +390,48 @@ class _Translator:
                 and rasp.is_numerical(expr):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
             space = _linear_space(fst.space, snd.space, a, b)
+            none = fst.maybe_none or snd.maybe_none
             if expr.fst.unique_id == expr.snd.unique_id:
-                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space)
+                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none)
             return self.encoded(tw.linear(tw.concat(fst.value, snd.value), [[a], [b]]), True,
-                                space)
+                                space, none)
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
+        through_sum = self._through_sum(expr, fst, snd)
+        if through_sum is not None:
+            return through_sum
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
         joint, pairs = self.joint([a, b], expr)
         return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
+
+    def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
+        """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
+        every value pair (x - y, x + y, an affine f itself) and that table is smaller than
+        the pair table: |X| |Y| neurons become a linear map and two neurons a step of s
+        (reverse's `length - indices`: 2,550 neurons at length 50 become 198). None where no
+        such s is cheaper, or an input may be None (a number cannot carry it)."""
+        if fst.maybe_none or snd.maybe_none or fst.space is None or snd.space is None:
+            return None
+        if not all(_is_number(v) for v in [*fst.space, *snd.space]):
+            return None
+        pairs = list(itertools.product(fst.space, snd.space))
+        outs = [_apply(expr.f, x, y) for x, y in pairs]
+        if any(o is _NONE for o in outs):
+            return None
+        best = None
+        for a, b in _sum_weights(pairs, outs):
+            table = _table_of_sum(pairs, outs, a, b)
+            cost = _steps_cost(table, rasp.is_numerical(expr))
+            if table is not None and cost < len(pairs) and (best is None or cost < best[0]):
+                best = (cost, a, b, table)
+        if best is None:
+            return None
+        _, a, b, table = best
+        x, y = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
+        s = tw.linear(tw.concat(x.value, y.value), [[a], [b]])
+        s_space = list(table)
+        return self._table(expr, self.encoded(s, True, s_space), [table[v] for v in s_space])
 
     def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
         """One-hot over the tuples of several categorical values: one neuron per tuple,
@@ -408,7 +448,7 @@ class _Translator:
         x = tw.concat(*[p.value for p in parts])
         h = tw.mlp(x, w1, np.full(len(combos), -(len(parts) - 1.0)), np.eye(len(combos)))
         tuples = [tuple(p.space[i] for p, i in zip(parts, combo)) for combo in combos]
-        return self.encoded(h, False, tuples), tuples
+        return self.encoded(h, False, tuples, any(p.maybe_none for p in parts)), tuples
 
     def _check_size(self, expr, n: int, what: str) -> None:
         if n > MAX_TABLE:
@@ -430,6 +470,7 @@ class _Translator:
         for None) through `wo`. A key, query or value that is a `tw.linear` of another value
         is read through its matrix (folded into the head's projections), so a Map feeding a
         selector costs nothing of its own."""
+        selector, prefix = _without_prefix(selector)
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
         k_enc, k_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in keys], selector)
@@ -441,15 +482,18 @@ class _Translator:
         for a, qt in enumerate(q_tuples):
             for b, kt in enumerate(k_tuples):
                 pred[a, b] = _selects(selector, kt, qt, k_slot, q_slot)
-        # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows
-        a, b = _factor(GAIN * pred)
+        # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows, or
+        # through the key's number where every query selects one key value (_nearest_key);
+        # BOS's logit is bos_weight GAIN, plus `lift` (per query class) in the latter
+        keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none else None
+        a, b, lift = _nearest_key(pred, keys_values, bos_weight) or (*_factor(GAIN * pred), None)
         nk = a.shape[1]
-        # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + GAIN bos
+        a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
+        # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
         q_in, q_mat, q_bias = _through_linear(q_enc.value)
         wq = np.vstack([q_mat @ a, (q_bias @ a)[None, :], (-(q_enc.bos @ a))[None, :]])
-        wq = np.hstack([wq, np.zeros((wq.shape[0], 1))])
-        wq[-2, nk] = bos_weight * GAIN  # the constant 1: BOS's fallback logit
-        wq[-1, nk] = GAIN  # BOS queries attend to BOS
+        wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
+        wq[-1, nk] += GAIN  # BOS queries attend to BOS
         # key [k, 1, bos] -> (k - bos ck) B | bos
         k_in, k_mat, k_bias = _through_linear(k_enc.value)
         wk = np.vstack([np.hstack([k_mat @ b, np.zeros((k_mat.shape[0], 1))]),
@@ -465,7 +509,7 @@ class _Translator:
             v = tw.concat(v_in, self.one, self.bos_flag)
             wv = np.zeros((v_mat.shape[0] + 2, w + 1))
             wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
-        mask = "causal" if self.causal else "full"
+        mask = "causal" if self.causal or prefix else "full"
         return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
 
     def _sides(self, leaves: list, side: str) -> list:
@@ -508,13 +552,17 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
-        return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space)
+        return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space,
+                            not numerical and default is None)
 
     def _selector_width(self, expr, selector) -> Encoded:
-        share = self.head(selector, None, 1.0, np.eye(1))  # 1 / (width + 1); 1 at BOS
+        # BOS weighs n selected keys: its share n / (n + width) keeps adjacent widths about
+        # 1 / (4 n) apart (1 / (width + 1) would leave 1 / n^2), so the table of steps that
+        # reads it is shallow enough for one MLP at tracr's lengths.
         n = self.max_seq_len
+        share = self.head(selector, None, 1.0 + math.log(n) / GAIN, np.eye(1))
         widths = list(range(n, -1, -1))
-        points = np.array([1.0 / (k + 1) for k in widths])
+        points = np.array([n / (n + k) for k in widths])
         numerical = rasp.is_numerical(expr)
         rows = np.array([[float(k)] for k in widths]) if numerical else np.eye(n + 1)[widths]
         return self.encoded(steps(share, points[::-1], rows[::-1]), numerical,
@@ -582,6 +630,114 @@ def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndar
     return p, r
 
 
+# Integer weights (a, b) tried for a SequenceMap's sum s = a x + b y (x - y, x + y, ...).
+SUM_WEIGHTS = ((1, -1), (1, 1), (1, -2), (2, -1), (1, 2), (2, 1), (1, 0), (0, 1))
+
+
+def _sum_weights(pairs: list[tuple], outs: list) -> list[tuple[float, float]]:
+    """The weights to try: SUM_WEIGHTS, and f's own where f is affine in (x, y) with numbers
+    out (checked on every pair), so that s is f itself."""
+    found = [(float(a), float(b)) for a, b in SUM_WEIGHTS]
+    if not all(_is_number(o) for o in outs):
+        return found
+    xy1 = np.array([[float(x), float(y), 1.0] for x, y in pairs])
+    f = np.array([float(o) for o in outs])
+    coef = np.linalg.lstsq(xy1, f, rcond=None)[0]
+    if np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))):
+        found.append((float(coef[0]), float(coef[1])))
+    return found
+
+
+def _table_of_sum(pairs: list[tuple], outs: list, a: float, b: float) -> dict | None:
+    """s -> f(x, y) over every pair, s = a x + b y in exact rationals; None where two pairs
+    with one s give different values (f is not a function of s)."""
+    whole = all(_integral(v) is not False for v in (a, b, *itertools.chain(*pairs)))
+    exact = _integral if whole \
+        else (lambda v: Fraction(float(v)))  # integers where they are (fast), else rationals
+    fa, fb = exact(a), exact(b)
+    table: dict = {}
+    for (x, y), o in zip(pairs, outs):
+        s = fa * exact(x) + fb * exact(y)
+        if table.setdefault(s, o) != o:
+            return None
+    out = {float(s): table[s] for s in sorted(table)}
+    return out if len(out) == len(table) else None
+
+
+def _integral(v):
+    """v as a Python int where it is a whole number (else False)."""
+    f = float(v)
+    return int(f) if f.is_integer() and abs(f) < 2 ** 52 else False
+
+
+def _steps_cost(table: dict | None, numerical: bool) -> int:
+    """Neurons of the table of steps over s (two a change of value; none where the map is
+    affine with numbers out, a `tw.linear`)."""
+    if table is None:
+        return 1 << 62
+    values = list(table.values())
+    if numerical and _affine(np.array(list(table)), np.array([[float(v)] for v in values])):
+        return 0
+    return 2 * sum(1 for u, v in zip(values, values[1:]) if u != v)
+
+
+# Steepest affine numerical map computed as a `tw.linear` (an input's float32 error grows by
+# the slope; a table of steps would snap it back instead).
+MAX_LINEAR_SLOPE = 64.0
+
+
+def _affine(points: np.ndarray, rows: np.ndarray) -> tuple[float, float] | None:
+    """(slope, intercept) where one-column rows are slope * point + intercept at every point
+    (to float64 round-off) and the slope is at most MAX_LINEAR_SLOPE; else None."""
+    if rows.shape[1] != 1 or points.size < 2 or not all(_is_number(r) for r in rows[:, 0]):
+        return None
+    p, r = points.astype(np.float64), rows[:, 0].astype(np.float64)
+    slope = (r[-1] - r[0]) / (p[-1] - p[0])
+    intercept = r[0] - slope * p[0]
+    scale = max(1.0, float(np.abs(r).max()))
+    if abs(slope) > MAX_LINEAR_SLOPE or \
+            not np.allclose(slope * p + intercept, r, rtol=0, atol=1e-12 * scale):
+        return None
+    return float(slope), float(intercept)
+
+
+# Largest logit (in GAIN units) a head through the key's number may reach: its float32
+# rounding must stay far below the gap between selected and unselected keys.
+MAX_NEAREST_LOGIT = 1e5
+
+
+def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
+    """(A, B, lift) for a selector where every query selects the keys of at most one value,
+    and the keys are numbers: logits s (2 t k - k^2) = s (t^2 - (k - t)^2) peak at the
+    selected value t, whichever the key, so the head needs two dimensions however many
+    values there are (reverse's and sort's `indices == target`: 2, not 50 at length 50).
+    s = GAIN / (gap to the nearest other key value)^2, per query class, keeps every
+    unselected key GAIN below; BOS's logit is lifted to s t^2 - GAIN (1 - bos_weight), its
+    place beside a selected key in the one-hot form. None where this does not apply or is
+    not narrower."""
+    if key_values is None or pred.shape[1] < 3 or not all(_is_number(v) for v in key_values):
+        return None
+    if np.any(pred.sum(axis=1) > 1) or not np.all((pred == 0) | (pred == 1)):
+        return None
+    k = np.array([float(v) for v in key_values])
+    a = np.zeros((pred.shape[0], 2))
+    lift = np.zeros(pred.shape[0])
+    for row in np.flatnonzero(pred.sum(axis=1)):
+        j = int(np.flatnonzero(pred[row])[0])
+        others = np.abs(np.delete(k, j) - k[j])
+        if others.min() == 0:
+            return None
+        scale = GAIN / float(others.min()) ** 2
+        a[row] = scale * np.array([2 * k[j], -1.0])
+        lift[row] = scale * k[j] ** 2 - GAIN
+    b = np.stack([k, k * k], axis=1)
+    if (np.abs(a) @ np.abs(b).T).max() > MAX_NEAREST_LOGIT * GAIN:
+        return None
+    if min(len(np.unique(pred, axis=0)), len(np.unique(pred, axis=1).T)) <= 2:
+        return None  # the one-hot form is as narrow
+    return a, b, lift
+
+
 def _factor(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """m = A B^T exactly, with as few columns as m has distinct rows or distinct columns
     (whichever is fewer): a selector that tells few key (or query) values apart needs that
@@ -624,6 +780,30 @@ def _apply(f: Callable, *args):
         raise RaspError(f"a map gave {out!r}, which is not hashable: RASP values are numbers, "
                         "strings, booleans or tuples") from None
     return out
+
+
+def _is_prefix(selector) -> bool:
+    """Whether the selector is `Select(indices, indices, LEQ)`: key <= query, every position
+    up to the query's own, which a causal mask gives for nothing."""
+    return isinstance(selector, rasp.Select) and \
+        isinstance(selector.keys, rasp.IndicesType) and \
+        isinstance(selector.queries, rasp.IndicesType) and \
+        selector.predicate is rasp.Comparison.LEQ
+
+
+def _without_prefix(selector) -> tuple:
+    """(rest, True) where the selector is `indices <= indices`, alone or as a conjunct of an
+    And chain: a causal head then needs only the rest (TRUE where nothing is left: every
+    token), and its keys and queries need no one-hot of the indices (frac_prevs: d_head 8,
+    not 64, at length 50). Else (selector, False)."""
+    if _is_prefix(selector):
+        return rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE), True
+    if isinstance(selector, rasp.SelectorAnd):
+        for part, other in ((selector.fst, selector.snd), (selector.snd, selector.fst)):
+            rest, prefix = _without_prefix(part)
+            if prefix:
+                return (other if _is_prefix(part) else rasp.SelectorAnd(rest, other)), True
+    return selector, False
 
 
 def _leaves(selector) -> list:

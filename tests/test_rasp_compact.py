@@ -1,0 +1,176 @@
+"""The RASP frontend's narrower forms, each exact and each only where it applies:
+
+* a SequenceMap that depends on one sum a x + b y of its inputs is a linear map and a table of
+  steps over the sum, not a table over every value pair;
+* `Select(indices, indices, LEQ)`, alone or in an And chain, is a causal head's mask;
+* a selector whose every query picks the keys of at most one number reads the key's number
+  (two head dimensions) rather than a one-hot;
+* SelectorWidth's BOS share keeps widths far enough apart for one MLP at length 50;
+* the default width is the one that stores the fewest parameters at the fewest layers.
+
+Each is checked against `rasp.evaluate` on every input (tests/test_rasp.py's rule), and its
+shape (neurons, mask, head width, layers) against the form it claims.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+from tracr.rasp import rasp  # noqa: E402
+
+from test_rasp import BOS, all_inputs, check, sampled  # noqa: E402
+from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
+from tw_lowering import compile_rasp_to_model  # noqa: E402
+from tw_lowering.sweep import Sweep  # noqa: E402
+from twdialect.dense import shape_of  # noqa: E402
+from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
+from twdialect.frontends.rasp import translate  # noqa: E402
+
+NUMS = {0, 1, 2}
+
+
+def _mlp_widths(module) -> list[int]:
+    return [shape_of(op.w1)[1] for op in module.walk() if isinstance(op, MlpOp)]
+
+
+def _heads(module) -> list[AttnOp]:
+    return [op for op in module.walk() if isinstance(op, AttnOp)]
+
+
+def _compiled_exactly(program, vocab, n: int, causal: bool = False):
+    model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos=BOS)
+    check(model, program, all_inputs(vocab, n))
+    return model
+
+
+# -- a SequenceMap through one sum ----------------------------------------------------------
+
+@pytest.mark.parametrize("body", ["x - y", "x + y", "(x - y) % 3", "x - 2 * y > 0",
+                                  "abs(x - y)"])
+def test_sequence_map_of_a_sum_needs_no_pair_table(body):
+    program = rasp.SequenceMap(eval(f"lambda x, y: {body}"), rasp.tokens, rasp.indices)
+    model = _compiled_exactly(program, NUMS, 4)
+    pairs = len(NUMS) * 4
+    assert all(w < pairs for w in _mlp_widths(model.module)), _mlp_widths(model.module)
+
+
+def test_numerical_affine_sequence_map_is_a_linear_map():
+    program = rasp.numerical(rasp.SequenceMap(lambda x, y: 0.5 * x - 3 * y + 1,
+                                              rasp.tokens, rasp.indices))
+    model = _compiled_exactly(program, NUMS, 4)
+    assert _mlp_widths(model.module) == []
+
+
+def test_sequence_map_of_no_sum_keeps_its_pair_table():
+    program = rasp.SequenceMap(lambda x, y: x * y, rasp.tokens, rasp.indices)
+    model = _compiled_exactly(program, NUMS, 4)
+    assert max(_mlp_widths(model.module)) >= len(NUMS) * 4
+
+
+def test_an_input_that_may_be_none_keeps_the_pair_table():
+    # the Aggregate selects nothing where no earlier token equals this one: None, which a
+    # sum cannot carry; RASP's SequenceMap passes it on
+    first = rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.GT),
+                           rasp.tokens)
+    program = rasp.SequenceMap(lambda x, y: x - y, first, rasp.indices)
+    _compiled_exactly(program, NUMS, 4)
+
+
+def test_reverse_at_length_50_has_no_pair_table():
+    program, vocab = LIB_PROGRAMS["reverse"](50)
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert max(_mlp_widths(model.module)) < 51 * 50 // 4
+    check(model, program, sampled(vocab, 50, 8, seed=3), oracle=False)
+
+
+# -- indices <= indices as the causal mask --------------------------------------------------
+
+def _prefix():
+    return rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+
+
+def test_prefix_selector_is_a_causal_head_without_index_keys():
+    program = rasp.numerical(rasp.Aggregate(
+        _prefix(), rasp.numerical(rasp.Map(lambda t: float(t == 1), rasp.tokens)), default=0))
+    model = _compiled_exactly(program, NUMS, 5)
+    (head,) = _heads(model.module)
+    assert head.mask_kind == "causal"
+    assert shape_of(head.wq)[1] <= 2  # no one-hot of the indices: TRUE needs one dimension
+
+
+@pytest.mark.parametrize("order", ["prefix first", "prefix second"])
+def test_prefix_in_an_and_chain_leaves_the_rest_to_the_logits(order):
+    eq = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ)
+    sel = rasp.SelectorAnd(_prefix(), eq) if order == "prefix first" \
+        else rasp.SelectorAnd(eq, _prefix())
+    program = rasp.SelectorWidth(sel)
+    model = _compiled_exactly(program, NUMS, 5)
+    assert {h.mask_kind for h in _heads(model.module)} == {"causal"}
+
+
+def test_prefix_under_or_or_not_stays_full():
+    sel = rasp.SelectorOr(_prefix(), rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ))
+    program = rasp.SelectorWidth(rasp.SelectorNot(sel))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert {h.mask_kind for h in _heads(model.module)} == {"full"}
+
+
+def test_lt_on_indices_is_not_a_prefix():
+    program = rasp.SelectorWidth(rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert {h.mask_kind for h in _heads(model.module)} == {"full"}
+
+
+# -- a selector through the key's number ----------------------------------------------------
+
+def test_one_key_value_per_query_reads_the_keys_number():
+    program = rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
+                                         lambda k, q: k == q - 1), rasp.tokens)
+    model = _compiled_exactly(program, NUMS, 5)
+    (head,) = _heads(model.module)
+    assert shape_of(head.wq)[1] == 3  # t and t^2 against k and k^2, and BOS's column
+
+
+def test_uneven_key_values_and_queries_that_select_nothing():
+    # key values 0, 1, 5, 6 (uneven gaps); a query 3 selects nothing (Aggregate's default)
+    keys = rasp.Map(lambda i: [0, 1, 5, 6, 6][i], rasp.indices)
+    queries = rasp.Map(lambda t: [5, 3, 0][t], rasp.tokens)
+    program = rasp.Aggregate(rasp.Select(keys, queries, rasp.Comparison.EQ), rasp.tokens)
+    model = _compiled_exactly(program, NUMS, 5)
+    assert shape_of(_heads(model.module)[0].wq)[1] == 3
+
+
+def test_selector_width_through_the_keys_number():
+    keys = rasp.Map(lambda i: 10 * i, rasp.indices)
+    queries = rasp.Map(lambda t: 10 * t, rasp.tokens)
+    program = rasp.SelectorWidth(rasp.Select(keys, queries, rasp.Comparison.EQ))
+    _compiled_exactly(program, NUMS, 5)
+
+
+def test_keys_that_may_be_none_keep_the_one_hot():
+    # None at index 2 (a Comparison raises on a None key; a plain predicate does not)
+    keys = rasp.Map(lambda i: None if i == 2 else i, rasp.indices)
+    program = rasp.Aggregate(rasp.Select(keys, rasp.indices, lambda k, q: k == q), rasp.tokens)
+    _compiled_exactly(program, NUMS, 4)  # a None key must not read as the number 0
+
+
+# -- SelectorWidth in one MLP, the width that stores least ----------------------------------
+
+@pytest.mark.parametrize("n", [20, 50])
+def test_selector_width_is_one_layer_at_tracrs_lengths(n):
+    program, vocab = LIB_PROGRAMS["length"](n)
+    model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS)
+    assert model.stats.n_layers == 1
+    check(model, program, [["a"] * k for k in range(1, n + 1)], oracle=False)
+
+
+def test_default_width_stores_the_fewest_params_at_the_fewest_layers():
+    program, vocab = LIB_PROGRAMS["sort_unique"](20)
+    model = compile_rasp_to_model(program, vocab, 20, compiler_bos=BOS)
+    dh = model.compiled.machine.d_head
+    sweep = Sweep(translate(program, vocab, 20, False, BOS, "PAD").module, "default")
+    hidden = model.compiled.machine.d_hidden
+    for p in sweep.curve(dh, range(dh, 4 * model.compiled.machine.d + dh, dh), d_hidden=hidden):
+        if p.n_layers == model.stats.n_layers:
+            assert model.compiled.allocated_params() <= p.params, p
