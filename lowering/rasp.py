@@ -87,8 +87,9 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     """tracr's `compile_rasp_to_model`, compiled by tw: exact, and as narrow as fits.
 
     `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
-    narrowest width whose schedule reaches the fewest layers, with `d_hidden` 4 d or twice
-    the widest MLP (`hidden_width`), whichever stores fewer parameters; `pipeline` is tw's
+    width that stores the fewest parameters among those whose schedule reaches the fewest
+    layers, with `d_hidden` 4 d or twice the widest MLP (`hidden_width`), whichever stores
+    fewer; `pipeline` is tw's
     (default: the default pipeline). A construct tw cannot compile is a RaspError naming the
     expression."""
     from tw_lowering import compile
