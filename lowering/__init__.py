@@ -138,15 +138,22 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
     """The residual pressure of `tg`, the graph `pipeline` made of `module`: where it does not
     fit a width, the graph as written (decompose only) may stand in for it
     (`lowering.schedule.Pressure.alternatives`): a pipeline never turns a graph that fits
-    into one that is refused."""
+    into one that is refused. Where `pipeline` is not the default one, a refusal may name the
+    default pipeline as a way out (`Pressure.default_pipeline_fits`, run only then)."""
     from tw_lowering.schedule import Pressure
     from tw_lowering.tasks import TaskGraph
+    from tw_passes.optimize import DEFAULT_PIPELINE
     from twdialect.interp import find_graph
 
-    if not pipeline:
-        return Pressure(tg)
     name = module.sym_name.data if isinstance(module, GraphOp) else graph
-    return Pressure(tg, as_written=lambda: TaskGraph(find_graph(prepare(module, None), name)))
+
+    def graph_after(passes):
+        return lambda: TaskGraph(find_graph(prepare(module, passes), name))
+
+    tuned = None if tuple(pipeline) == DEFAULT_PIPELINE else graph_after(DEFAULT_PIPELINE)
+    if not pipeline:
+        return Pressure(tg, default_pipeline=tuned)
+    return Pressure(tg, as_written=graph_after(None), default_pipeline=tuned)
 
 
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):

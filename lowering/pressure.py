@@ -60,6 +60,9 @@ class GroupRanges:
         self.tg = tg
         self._mag: list[float] | None = None
         self._signs: list[np.ndarray] | None = None
+        # value -> (lo, hi) per component, as `twdialect.ranges.value_ranges` gave them (None
+        # where an op has no range rule): kept for the compile report, which shows them
+        self._boxes: dict | None = None
 
     def __getitem__(self, g: int) -> float:
         if self._mag is None:
@@ -84,7 +87,7 @@ class GroupRanges:
         tg = self.tg
         unknown = [np.zeros(g.width, np.int8) for g in tg.groups]
         try:
-            ranges = value_ranges(tg.graph, strict=False)
+            ranges = self._boxes = value_ranges(tg.graph, strict=False)
         except RangeError:  # an op without a range rule: assume the worst
             self._mag, self._signs = [math.inf] * len(tg.groups), unknown
             return
@@ -107,6 +110,12 @@ class GroupRanges:
             if type(g.source) is PosEncodingOp:  # component 0 is the machine's column
                 lo, hi = lo[1:], hi[1:]
             self._signs[g.gid] = np.where(lo >= 0, 1, np.where(hi <= 0, -1, 0)).astype(np.int8)
+
+    def boxes(self) -> dict | None:
+        """value -> (lo, hi) per component (None: some op has no range rule)."""
+        if self._mag is None:
+            self._compute()
+        return self._boxes
 
     def loud(self, g: int) -> bool:
         return self[g] > SAME_SUBLAYER_RATIO
@@ -248,18 +257,28 @@ class OrderPressure:
 
 @dataclass
 class _Walk:
-    """An order walked once, machine-free: live before each step, new columns, and per step
-    the dying groups its task may reuse (non-loud, widest first)."""
+    """An order walked once, machine-free: live before each step, new columns, the columns of
+    the operands its task reads last (`dying`: they die as it writes), and per step the dying
+    groups its task may reuse (non-loud, widest first)."""
 
     order: list[int]
     live: np.ndarray
     new: np.ndarray
     reusable: dict[int, list[int]]  # position -> groups
+    dying: np.ndarray
+
+    def live_values_peak(self) -> int:
+        """The peak were every task free to refill the columns of the operands it reads last
+        (cancels free, however loud): what the live values alone need. Where this fits a
+        width and the order's peak does not, dead columns are what blocks."""
+        if not len(self.live):
+            return 0
+        return int((self.live + np.maximum(0, self.new - self.dying)).max())
 
 
 def walk(model: LiveModel, order: list[int]) -> _Walk:
     n = len(order)
-    live, new = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    live, new, dying = (np.zeros(n, np.int64) for _ in range(3))
     reusable: dict[int, list[int]] = {}
     st = model.start()
     tasks, width, mag = model.tg.tasks, model.width, model.ranges.mag
@@ -268,11 +287,13 @@ def walk(model: LiveModel, order: list[int]) -> _Walk:
         new[k] = st.new_columns(tid)
         if new[k]:
             bound = model.ranges.reuse_bound(tasks[tid].out_group)
-            dying = [r for r in st.dying(tid) if mag[r] <= bound]
-            if dying:
-                reusable[k] = sorted(dying, key=lambda r: (-width[r], r))
+            last_read = st.dying(tid)
+            dying[k] = sum(width[r] for r in last_read)
+            quiet = [r for r in last_read if mag[r] <= bound]
+            if quiet:
+                reusable[k] = sorted(quiet, key=lambda r: (-width[r], r))
         st.run(tid)
-    return _Walk(order, live, new, reusable)
+    return _Walk(order, live, new, reusable, dying)
 
 
 def reuse_capacity(model: LiveModel, tid: int, groups: list[int], machine: Machine,
@@ -514,6 +535,50 @@ class OrderChoice:
                 best = p
         return best
 
+    def least_live_values(self, machine: Machine) -> _Walk:
+        """Of the candidate orders and the best one at `machine`, the walk whose live values
+        alone need the fewest columns (`_Walk.live_values_peak`)."""
+        walks = [*self.walks.values(), walk(self.model, self.best(machine).order)]
+        return min(walks, key=_Walk.live_values_peak)
+
+
+# --------------------------------------------------------------------------------------
+# Dead columns: where reuse, not the live values, makes the peak
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class DeadColumns:
+    """Where an order's peak comes from columns that are dead, not from live values: task
+    `at` writes `new` columns as the operands it reads last (`groups`) die, but of their
+    columns it may refill only `reused`: the `loud` ones are too loud to cancel in the sublayer
+    that refills them, and the cancels of the others (`short` columns) do not fit beside it."""
+
+    at: int  # task id
+    new: int
+    groups: list[int]
+    loud: list[int]
+    short: int  # quiet dying columns whose cancels do not fit beside the task
+    reused: int
+
+
+def dead_columns_at(model: LiveModel, machine: Machine, w: _Walk) -> DeadColumns:
+    """What blocks at the peak of order `w` on `machine`: its task, the operands it reads
+    last, which of them are too loud to refill, and how many quiet columns its sublayer
+    cannot cancel beside it (`reuse_capacity`)."""
+    k = pressure_of(model, w, machine).peak_at
+    tid = w.order[k]
+    st = model.start()
+    for done in w.order[:k]:
+        st.run(done)
+    last_read = st.dying(tid)
+    out = model.tg.tasks[tid].out_group
+    loud = [r for r in last_read if not model.ranges.may_reuse(r, out)]
+    quiet = w.reusable.get(k, [])
+    reused = reuse_capacity(model, tid, quiet, machine) if quiet else 0
+    short = sum(model.width[r] for r in quiet) - reused
+    return DeadColumns(tid, int(w.new[k]), last_read, loud, short, reused)
+
 
 # --------------------------------------------------------------------------------------
 # What no order beats
@@ -607,4 +672,4 @@ def describe_groups(tg: TaskGraph, groups: list[int], limit: int = 4) -> str:
 __all__ = ["GroupRanges", "SAME_SUBLAYER_RATIO", "LiveModel", "OrderPressure", "OrderChoice",
            "LowerBound", "lower_bound", "needed_tasks", "candidate_orders", "block_order",
            "pressure_first_order", "deepest_first_order", "exact_order", "walk", "pressure_of",
-           "reuse_capacity", "describe_groups"]
+           "reuse_capacity", "describe_groups", "DeadColumns", "dead_columns_at"]

@@ -4,7 +4,9 @@
 when its free columns hold the peak of the best order found (or of a copy with cheap values
 recomputed, `passes/rematerialize.py`); then a schedule exists, and every wider width fits too.
 A refusal names that peak, what is live there, the proven lower bound and its cut, and the
-smallest d that fits (`smallest_fitting_d`, a bisection: the test is monotone in d).
+smallest d that fits (`lowering/refusal.py`: a search over widths, the test being monotone in
+d), and, where dead columns rather than live values block, says so and names the cheapest
+way out.
 
 Then placement, a greedy list scheduler over slots (2L = attention of layer L, 2L+1 = its MLP;
 the slot, placement and free-add rules are `twdialect.analysis`'s, the ones the floor uses), in
@@ -45,7 +47,6 @@ dead groups ahead under pressure, and closes it.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 import itertools
 import operator
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tw_lowering.layer import heads_needed
-from tw_lowering.machine import MAX_DIM, GeometryError, Machine
+from tw_lowering.machine import GeometryError, Machine
 from tw_lowering.pressure import (
     SAME_SUBLAYER_RATIO,  # noqa: F401 (re-exported)
     LiveModel,
@@ -66,6 +67,12 @@ from tw_lowering.pressure import (
     lower_bound,
     pressure_of,
     walk,
+)
+from tw_lowering.refusal import (  # noqa: F401 (smallest_fitting_d: re-exported)
+    FittingWidths,
+    dead_columns_text,
+    smallest_fitting_d,
+    structural_refusal,
 )
 from tw_lowering.rules import Cost, cancel_cost, task_cost
 from tw_lowering.tasks import POS_GROUP, Task, TaskGraph
@@ -117,7 +124,9 @@ class Schedule:
 
 
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
-    """Structural checks: an op too wide for any layer of this geometry."""
+    """Structural checks: an op too wide for any layer of this geometry. The message names
+    the reason only; `schedule` adds the widths that really fit (`lowering/refusal.py`: an
+    op's own need is only a lower bound of those)."""
     for t in tg.tasks:
         op = t.op
         cost = task_cost(tg, t, machine)
@@ -128,11 +137,10 @@ def check_fits(tg: TaskGraph, machine: Machine) -> None:
                                     f"{machine.d_head}; smallest d_head that fits: {d_qk}")
             if cost.heads > machine.n_heads:
                 raise GeometryError(f"{describe(op)}: needs {cost.heads} heads, a layer has "
-                                    f"{machine.n_heads}; smallest d that fits: "
-                                    f"{cost.heads * machine.d_head}")
+                                    f"{machine.n_heads}")
         if t.kind == MLP and cost.neurons > machine.d_hidden:
             raise GeometryError(f"{describe(op)}: needs {cost.neurons} MLP neurons, d_hidden="
-                                f"{machine.d_hidden}; smallest d_hidden that fits: {cost.neurons}")
+                                f"{machine.d_hidden}")
         if t.kind == EITHER and cost.dims > machine.n_heads * machine.d_head \
                 and cost.neurons > machine.d_hidden:
             raise GeometryError(f"{describe(op)}: a {cost.dims}-dim linear fits neither the heads "
@@ -144,10 +152,8 @@ def check_fits(tg: TaskGraph, machine: Machine) -> None:
                                 f"width ({machine.free_columns} free of d={machine.d})")
     src = sum(tg.groups[g].width for g in tg.sources)
     if src > machine.free_columns:
-        fit = -(-(src + machine.RESERVED) // machine.d_head) * machine.d_head
         raise GeometryError(f"residual width binds: the inputs alone need {src} columns, "
-                            f"d={machine.d} leaves {machine.free_columns}; smallest d that "
-                            f"fits them: {fit}")
+                            f"d={machine.d} leaves {machine.free_columns}")
 
 
 def _latest_slots(tg: TaskGraph, needed: list[bool], last_slot: int) -> list[int]:
@@ -191,7 +197,10 @@ def schedule(tg: TaskGraph, machine: Machine, max_stall: int = 8, suggest: bool 
                 sched.note = sched.note or alt.note
                 return sched
         if structural:
-            check_fits(tg, machine)  # raises: an op too wide for this geometry
+            try:
+                check_fits(tg, machine)
+            except GeometryError as e:  # an op too wide for this geometry
+                raise structural_refusal(e, pressure, machine) if suggest else e
         raise pressure.refusal(machine, suggest)
     setup = Setup(tg, machine, pressure.model)
     sched = _ungated(tg, machine, max_stall, setup, UNGATED_LAYERS * max(setup.floor, 1) + 2)
@@ -261,7 +270,7 @@ class Pressure:
     only when it does not fit."""
 
     def __init__(self, tg: TaskGraph, rematerialize: bool = True, as_written=None,
-                 note: str = ""):
+                 note: str = "", default_pipeline=None):
         self.tg = tg
         self.model = LiveModel(tg)
         self.note = note  # what this graph is, when it stands in for another
@@ -270,6 +279,21 @@ class Pressure:
         self._remat: Pressure | None | bool = None if rematerialize else False
         self._as_written = as_written  # () -> the TaskGraph before the pipeline, if one ran
         self._alternatives: list[Pressure] | None = None
+        # () -> the TaskGraph the default pipeline makes, where the compile ran another one:
+        # not a stand-in (the caller chose the pipeline), only a way out a refusal may name
+        self._default_pipeline = default_pipeline
+        self._tuned: Pressure | None = None
+
+    def default_pipeline_fits(self, machine: Machine) -> bool:
+        """Whether the default pipeline's graph (where one is known) fits `machine`."""
+        if self._default_pipeline is None:
+            return False
+        if self._tuned is None:
+            self._tuned = Pressure(self._default_pipeline())
+        try:
+            return self._tuned.fits(machine)
+        except GeometryError:
+            return False
 
     def alternatives(self) -> list[Pressure]:
         """What may stand in for the graph where it does not fit, in order: a copy with
@@ -343,7 +367,9 @@ class Pressure:
 
     def refusal(self, machine: Machine, suggest: bool = True) -> ResidualStall:
         """The width binds: the best order's peak, where it is reached and what is live there,
-        the lower bound and its cut, and (`suggest`) the smallest d that fits."""
+        the lower bound and its cut, and (`suggest`) the widths that really fit and, where
+        dead columns rather than live values block, that and the cheapest way out
+        (`lowering/refusal.py`)."""
         tg, best = self.tg, self.choice.best(machine)
         at = best.order[best.peak_at]
         live = _live_at(self.model, best.order, best.peak_at)
@@ -364,10 +390,8 @@ class Pressure:
             msg += (f"; the graph as written, before the pipeline, "
                     f"{self._plain.choice.best(machine).peak}")
         if suggest:
-            fit = smallest_fitting_d(tg, machine, pressure=self)
-            msg += (f"; smallest d that fits (d_head={machine.d_head}, d_hidden="
-                    f"{machine.d_hidden}): {fit}" if fit else
-                    "; no d up to MAX_DIM fits with this d_head and d_hidden")
+            fitting = FittingWidths.of(self, machine)
+            msg += fitting.hint() + dead_columns_text(self, fitting)
         return ResidualStall(msg)
 
 
@@ -416,47 +440,6 @@ class ResidualStall(GeometryError):
 
 class Abandoned(GeometryError):
     """A trial schedule passed the layers of a better one already found."""
-
-
-def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
-                       known_too_small: int = 0, at=None, pressure: Pressure | None = None,
-                       ) -> int | None:
-    """Smallest multiple of d_head at which `schedule` succeeds (None: none up to MAX_DIM).
-
-    A width fits when the graph's ops fit its layers (`check_fits`) and its free columns hold
-    the best order's peak; both only get easier as d grows, so a bisection finds the
-    boundary. `known_too_small`: a width already refused. `at(d)`: the machine tried at
-    width d (default: `machine` at width d, its d_hidden kept, as a refusal's hint states it;
-    a depth/width sweep scales d_hidden with d instead). (`max_stall` is accepted for old
-    callers: the answer does not depend on it.)"""
-    at = at or (lambda d: dataclasses.replace(machine, d=d))
-    pressure = pressure or Pressure(tg)
-    step = machine.d_head
-    model = pressure.model
-
-    def fits(d: int) -> bool:
-        try:
-            return pressure.fits(at(d))
-        except GeometryError:  # a d_hidden the machine refuses at this width
-            return False
-
-    need = max([model.width[g] for g in range(len(model.width))
-                if model.writers[g] or g in model.sources] + [1])
-    lo = max(need + machine.RESERVED - 1, machine.RESERVED, known_too_small) // step * step
-    hi = max(machine.d // step * step, lo + step)
-    while not fits(hi):
-        if hi >= MAX_DIM:
-            return None
-        lo, hi = hi, min(2 * hi, MAX_DIM // step * step)
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 # --------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def test_mlp_wider_than_d_hidden():
     with tw.Graph("main") as g:
         x = tw.input("x", 1, value_range=(-1, 1))
         tw.output("m", tw.mlp(x, np.ones((1, 40)), None, np.ones((40, 1))))
-    with pytest.raises(GeometryError, match="smallest d_hidden that fits: 40"):
+    with pytest.raises(GeometryError, match="smallest d_hidden that fits at d=16: 40"):
         compile(g.module, d=16, d_head=4, d_hidden=32)
 
 
