@@ -37,6 +37,9 @@ dead groups ahead under pressure, and closes it.
   another loop iteration) may not take the last columns that work in flight may need next
   (`Admission`; the light reserve, then the full one). This pass runs first: where room is
   ample it reaches the floor fastest.
+* Waits: each time a ready task is turned away, the scheduler records why (`WAIT_REASONS`:
+  heads, neurons, columns, the gate or the reserve; `Schedule.waited`), so the compile report
+  can say why an op sits after its earliest layer.
 * Admission, gated: where the plain pass stalls or ends above the floor, the `OrderGate` lets
   work run ahead of the best order only while that order can still finish within the width
   (so the schedule cannot stall), and virtual deadlines spread the order over a number of
@@ -58,6 +61,7 @@ from tw_lowering.layer import heads_needed
 from tw_lowering.machine import GeometryError, Machine
 from tw_lowering.pressure import (
     SAME_SUBLAYER_RATIO,  # noqa: F401 (re-exported)
+    GroupRanges,
     LiveModel,
     LowerBound,
     OrderChoice,
@@ -100,6 +104,22 @@ FIRST_SPREAD = 2.0  # where it starts when no greedy schedule is known
 PACE = 0.15  # a trial this far behind a better one (a share of the tasks) is given up
 CONGESTED = 2.5  # a trial this far above (1 + spread) floors congested the residual
 
+# Why a ready task waited for a later sublayer (`Scheduler.waited`, `Schedule.waited`): the
+# resource that was short when the scheduler last turned it away. The compile report
+# (`lowering/report.py`) explains an op placed after its earliest layer with these.
+WAIT_REASONS = {
+    "heads": "the attention sublayer's heads were all taken",
+    "neurons": "the MLP sublayer's neurons were all taken",
+    "columns": "the residual had too few free or dead columns for its result",
+    "reuse": "the dead columns it could reuse were not clean yet (a loud dead value is "
+             "cancelled a sublayer ahead)",
+    "cancels": "the sublayer had no heads or neurons left for the cancels that free its "
+               "columns",
+    "gate": "the order gate held it back (running it ahead of the best order would "
+            "overflow the residual later)",
+    "reserve": "the admission reserve kept the last free columns for work in flight",
+}
+
 
 @dataclass
 class Schedule:
@@ -121,6 +141,11 @@ class Schedule:
     cancel_signs: dict[int, np.ndarray] = field(default_factory=dict)
     placed_by_slot: list[int] = field(default_factory=list)  # tasks placed through each slot
     note: str = ""  # where the graph scheduled stands in for another (`Pressure.alternatives`)
+    # task id -> (slot, WAIT_REASONS key): the last sublayer that turned the ready task away,
+    # and why (tasks never turned away are absent)
+    waited: dict[int, tuple[int, str]] = field(default_factory=dict)
+    # the value ranges the placement read (`pressure.GroupRanges`; the report shows them)
+    ranges: GroupRanges | None = None
 
 
 def check_fits(tg: TaskGraph, machine: Machine) -> None:
@@ -502,6 +527,8 @@ class Scheduler:
         self.slot = [-1] * len(tg.tasks)  # task id -> its slot
         self.cancels: list[tuple[int, int]] = []  # (slot, group id)
         self.cancel_costs: dict[tuple[int, bool], Cost] = {}
+        # task id -> (slot, WAIT_REASONS key): the last time a ready task was turned away
+        self.waited: dict[int, tuple[int, str]] = {}
         self.todo = self.n_needed = sum(self.needed)
         self.stall = 0  # sublayers in a row without progress while tasks wait
         self.last_used = -1  # the last slot that placed a task
@@ -566,54 +593,61 @@ class Scheduler:
         sublayer, or those of the operands it reads last), admission allows it and the
         sublayer has the heads/neurons; otherwise it waits for a later sublayer."""
         t = self.tg.tasks[entry[2]]
+        full = "heads" if sub.attention else "neurons"
         if not sub.fits(self.costs[t.tid]):  # the sublayer is full for it, cancels or not
-            self._wait(entry, t, sub, False)
+            self._wait(entry, t, sub, False, full)
             return False
         g = t.out_group
         need_cols = self.tg.groups[g].width if self.columns.of_group[g] is None else 0
         dies = self._dies_with(t)
         if need_cols > self.columns.room() + sum(self.columns.widths[rg] for rg in dies):
-            self._wait(entry, t, sub, True)  # not even every dead column would do
+            self._wait(entry, t, sub, True, "columns")  # not even every dead column would do
             return False
         louder = self.ranges.reuse_bound(g)
         mag = self.ranges.mag
         reclaim = self.columns.reclaim_plan(need_cols, louder,
                                             [rg for rg in dies if mag[rg] <= louder])
-        if reclaim is None or self._held_back(t, need_cols, dies):
-            self._wait(entry, t, sub, reclaim is None)
+        held = None if reclaim is None else self._held_back(t, need_cols, dies)
+        if reclaim is None or held:
+            self._wait(entry, t, sub, reclaim is None, held or "reuse")
             return False
         cost = self.costs[t.tid]
         for rg in reclaim:
             cost = cost + self._cancel_cost(rg, sub.attention)
         if not sub.fits(cost):
-            self._wait(entry, t, sub, bool(reclaim))
+            self._wait(entry, t, sub, bool(reclaim), "cancels" if reclaim else full)
             return False
         sub.take(cost)
         self._commit(t, sub.slot, need_cols, reclaim)
         sub.placed += 1
         return True
 
-    def _wait(self, entry: tuple[int, int, int], t: Task, sub: Sublayer, short: bool) -> None:
-        """The task waits for a later sublayer; when it is the gate's next task and columns
-        (or the room to reclaim them here) are short, dead groups are cancelled ahead now,
-        before work out of order takes the sublayer's heads or neurons."""
+    def _wait(self, entry: tuple[int, int, int], t: Task, sub: Sublayer, short: bool,
+              why: str) -> None:
+        """The task waits for a later sublayer (`why`: a `WAIT_REASONS` key, recorded); when
+        it is the gate's next task and columns (or the room to reclaim them here) are short,
+        dead groups are cancelled ahead now, before work out of order takes the sublayer's
+        heads or neurons."""
         self.ready.put_back(entry, t.kind)
+        self.waited[t.tid] = (sub.slot, why)
         if short and self.gate is not None and t.tid == self.gate.front_task() \
                 and self.columns.dirty:
             self._cancel_ahead(sub)
 
-    def _held_back(self, t: Task, need_cols: int, dies: list[int]) -> bool:
-        """Under the order gate, work may run out of order only while the order can still
-        finish within the width (`OrderGate.admits`). Otherwise new work may not take the
-        reserve's last columns, unless the schedule has been stuck for a whole layer (then
-        the reserve gives way)."""
+    def _held_back(self, t: Task, need_cols: int, dies: list[int]) -> str | None:
+        """What holds `t` back ("gate" or "reserve", None: nothing). Under the order gate,
+        work may run out of order only while the order can still finish within the width
+        (`OrderGate.admits`). Otherwise new work may not take the reserve's last columns,
+        unless the schedule has been stuck for a whole layer (then the reserve gives way)."""
         if self.gate is not None:
             if not self.gate.admits(t, need_cols, dies):
-                return True
+                return "gate"
             if self.gate.position(t.tid) == self.gate.front:
-                return False
-        return bool(need_cols) and self.stall < 2 and self.admission.refuses(
-            self.columns.free_or_reclaimable() - need_cols) and not self._advances(t)
+                return None
+        if need_cols and self.stall < 2 and self.admission.refuses(
+                self.columns.free_or_reclaimable() - need_cols) and not self._advances(t):
+            return "reserve"
+        return None
 
     def _dies_with(self, t: Task) -> list[int]:
         """The groups `t` is the last to read: placing it lets them die."""
@@ -717,6 +751,8 @@ class Scheduler:
         sched.occupancy = [live + m.RESERVED
                            for live in _by_layer(self.live_by_slot, n_layers, max)]
         sched.placed_by_slot = self.placed_by_slot
+        sched.waited = self.waited
+        sched.ranges = self.ranges
         return sched
 
     # -- what the steps ask ------------------------------------------------------------
