@@ -21,11 +21,12 @@ from twdialect.dialect import GraphOp
 from twdialect.ops import gc_paused
 
 
-def prepare(module, pipeline: str | tuple | None = None):
+def prepare(module, pipeline: str | tuple | None = None, after_each=None):
     """A lowered-ready copy of `module` (a ModuleOp, or one tw.graph): the pipeline (see
     `check_pipeline`) applied, then `decompose` where library ops remain. A lone GraphOp is
     copied into a module of its own first (the passes rewrite the graphs of a module: on a bare
-    graph `decompose` did nothing)."""
+    graph `decompose` did nothing). `after_each(pass, module)`: called after every pass run
+    (`run_pipeline`'s hook)."""
     from tw_passes import needs_decompose, run_pipeline
 
     check_module("prepare", module)
@@ -33,11 +34,11 @@ def prepare(module, pipeline: str | tuple | None = None):
     if not passes and not needs_decompose(module):
         return module  # the lowering only reads the graph: no copy needed
     module = ModuleOp([module.clone()]) if isinstance(module, GraphOp) else module.clone()
-    run_pipeline(module, passes)
+    run_pipeline(module, passes, after_each)
     if needs_decompose(module):
         from tw_passes.decompose import DecomposePass
 
-        run_pipeline(module, (DecomposePass(),))
+        run_pipeline(module, (DecomposePass(),), after_each)
     return module
 
 
@@ -69,7 +70,7 @@ def check_pipeline(fn: str, pipeline) -> tuple:
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
             pipeline: str | tuple | None = None, graph: str = "main", verbose: bool = False,
-            on_margin: str = "error"):
+            on_margin: str = "error", trace_passes: bool = False):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
 
     An output that declares a margin (`tw.output(..., margin=...)`) is held to it: where its
@@ -77,7 +78,11 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     PrecisionError naming it, "warn" warns, "ignore" skips the check.
 
     `module` is a ModuleOp or one GraphOp (then `graph` is not consulted, as in
-    `twdialect.evaluate`). Every argument is checked before any work, each failure a TwError
+    `twdialect.evaluate`). `trace_passes=True` records what each pass changed (ops and
+    critical-path floor, `stats.PassTrace`) in `ct.stats.passes`, for the compile report
+    (`ct.report`): a walk over the graph per pass, so it is asked for.
+
+    Every argument is checked before any work, each failure a TwError
     naming it: the module's kind, the graph name (one the module holds), the pipeline (a spec
     string, "default", or a tuple of passes: `check_pipeline`), and the geometry (`Machine`:
     whole numbers; `d_hidden=None` is 4 * d)."""
@@ -89,6 +94,9 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
                             f"{type(graph).__name__}")
     if not isinstance(verbose, (bool, np.bool_)):
         raise ArgumentError(f"compile: verbose must be True or False, got {verbose!r}")
+    if not isinstance(trace_passes, (bool, np.bool_)):
+        raise ArgumentError(f"compile: trace_passes must be True or False, got "
+                            f"{trace_passes!r}")
     if not isinstance(on_margin, str) or on_margin not in ("error", "warn", "ignore"):
         raise ArgumentError(f"compile: on_margin must be 'error', 'warn' or 'ignore', got "
                             f"{on_margin!r}")
@@ -96,7 +104,7 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
     find_graph(module, graph)  # a graph the module lacks is named before the passes run
     with gc_paused():
-        return _compile(module, machine, pipeline, graph, verbose, on_margin)
+        return _compile(module, machine, pipeline, graph, verbose, on_margin, trace_passes)
 
 
 # Inputs declared beyond this magnitude make the compile check every value's range against
@@ -156,19 +164,23 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
     return Pressure(tg, as_written=graph_after(None), default_pipeline=tuned)
 
 
-def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
+def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace_passes=False):
     from tw_lowering.materialize import materialize
     from tw_lowering.precision import check_margins
     from tw_lowering.model import CompiledTransformer
     from tw_lowering.schedule import schedule
-    from tw_lowering.stats import make_stats
+    from tw_lowering.stats import PassTrace, make_stats
     from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
     seconds = {}
     t0 = time.perf_counter()
-    prepared = prepare(module, pipeline)
-    g = find_graph(prepared, module.sym_name.data if isinstance(module, GraphOp) else graph)
+    name = module.sym_name.data if isinstance(module, GraphOp) else graph
+    trace = PassTrace(name) if trace_passes else None
+    if trace is not None:
+        trace.record("input", module)
+    prepared = prepare(module, pipeline, trace.after_pass if trace is not None else None)
+    g = find_graph(prepared, name)
     t1 = time.perf_counter()
     seconds["passes"] = t1 - t0
     check_float32_magnitudes(g)
@@ -181,6 +193,7 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error"):
     t3 = time.perf_counter()
     seconds["weights"] = t3 - t2
     stats = make_stats(sched, weights, seconds)
+    stats.passes = trace.steps if trace is not None else []
     model = CompiledTransformer(machine, weights, sources, outputs, stats, sched)
     seconds["module"] = time.perf_counter() - t3
     stats.seconds = seconds

@@ -8,10 +8,12 @@ where a bug or a contract violation entered.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from xdsl.ir import Operation
 
 from tw_lowering.layer import component_rows
 from tw_lowering.model import CompiledTransformer
@@ -54,23 +56,31 @@ def _sublayer_snapshots(ct: CompiledTransformer, inputs, n_positions: int | None
     return snaps
 
 
-def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: str = "main",
-          n_positions: int | None = None) -> ProbeReport:
-    """Compare every computed value of the compiled model with the oracle (relative atol).
+@dataclass
+class Compared:
+    """One computed value beside the oracle's: the op, the slot that completed it, its largest
+    absolute error over positions and components, and its scale (max(1, |oracle value|)):
+    the probe's tolerance is atol * scale."""
 
-    `inputs` as `twdialect.evaluate` takes them (see `random_graphs.sample_inputs`);
-    `n_positions` is needed only by a graph without inputs (it says how many positions)."""
+    op: Operation
+    slot: int
+    error: float
+    scale: float
+
+
+def compare_values(ct: CompiledTransformer, module, inputs, graph: str = "main",
+                   n_positions: int | None = None) -> Iterator[Compared]:
+    """Every computed value of the compiled model beside the oracle's, in block order (see the
+    module docstring): what `probe` checks and the compile report tabulates."""
     sched = ct.schedule
     tg = sched.tg
     snaps = _sublayer_snapshots(ct, inputs, n_positions)
     oracle = evaluate_values(module, inputs, graph, **_positions_kwargs(n_positions))
-    by_value = {op.results[0]: op for op in tg.ops if op.results}
     complete = {}
     for t in tg.tasks:
         s = sched.slot[t.tid]
         if s >= 0:
             complete[t.out_group] = max(complete.get(t.out_group, -1), s)
-    checked, worst = 0, 0.0
     for op in tg.ops:
         if not op.results:
             continue
@@ -88,9 +98,20 @@ def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: st
         got = snaps[s][:, rows] * scale
         want = oracle[v]
         err = float(np.abs(got - want).max()) if want.size else 0.0
-        tol = atol * max(1.0, float(np.abs(want).max()) if want.size else 1.0)
+        yield Compared(op, s, err, max(1.0, float(np.abs(want).max()) if want.size else 1.0))
+
+
+def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: str = "main",
+          n_positions: int | None = None) -> ProbeReport:
+    """Compare every computed value of the compiled model with the oracle (relative atol).
+
+    `inputs` as `twdialect.evaluate` takes them (see `random_graphs.sample_inputs`);
+    `n_positions` is needed only by a graph without inputs (it says how many positions)."""
+    checked, worst = 0, 0.0
+    for c in compare_values(ct, module, inputs, graph, n_positions):
         checked += 1
-        if err > tol:
-            return ProbeReport(checked, describe(by_value[v]), layer_of(s), sublayer_name(s), err)
-        worst = max(worst, err)
+        if c.error > atol * c.scale:
+            return ProbeReport(checked, describe(c.op), layer_of(c.slot), sublayer_name(c.slot),
+                               c.error)
+        worst = max(worst, c.error)
     return ProbeReport(checked, None, None, None, worst)

@@ -48,6 +48,9 @@ class Stats:
     full_heads: int = 0  # heads with a full (bidirectional) mask, all layers together
     swish_neurons: int = 0  # neurons with a swish activation (tw.mlp act swish)
     gated_neurons: int = 0  # neurons of gated mlps (tw.mlp up): act(z) * (x Wu + bu)
+    # what each pass changed, where the compile recorded it (`PassTrace`): per step its pass
+    # ("input": the graph as given), the graph's ops and critical-path floor after it
+    passes: list = field(default_factory=list)
 
     @property
     def depth_ratio(self) -> float:
@@ -92,6 +95,32 @@ class Stats:
 
 def _pct(a: int, b: int) -> str:
     return f"{100 * a / b:3.0f}%" if b else "  -"
+
+
+class PassTrace:
+    """What each pass of a compile's pipeline changed (`compile(trace_passes=True)`): the
+    graph's ops and critical-path floor as given and after every pass, for the compile report.
+    A floor is one walk over the graph per pass, which is why it is asked for; layers per pass
+    are not recorded (each would cost a schedule)."""
+
+    def __init__(self, graph: str):
+        self.graph = graph  # the name of the graph compiled
+        self.steps: list[dict] = []
+
+    def record(self, what: str, module) -> None:
+        """One step: `what` ran (a pass spec, or "input"), leaving `module` as it is now."""
+        from twdialect.analysis import critical_path
+        from twdialect.interp import find_graph
+
+        g = find_graph(module, self.graph)
+        self.steps.append({"pass": what, "ops": len(g.block.ops),
+                           "floor": critical_path(g).n_layers})
+
+    def after_pass(self, module_pass, module) -> None:
+        """`run_pipeline`'s `after_each` hook."""
+        from tw_passes import pass_spec
+
+        self.record(pass_spec(module_pass), module)
 
 
 def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:

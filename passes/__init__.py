@@ -165,14 +165,17 @@ def parse_pipeline(spec: str | Sequence[ModulePass]) -> PassPipeline:
     return PassPipeline(pipeline_passes(spec))
 
 
-def run_pipeline(module, pipeline: str | Sequence[ModulePass]):
+def run_pipeline(module, pipeline: str | Sequence[ModulePass], after_each=None):
     """Apply `pipeline` (a tuple of passes, or a spec string) to `module` in place and return
-    it: the one way Python code runs a pipeline (`lowering.prepare` too)."""
+    it: the one way Python code runs a pipeline (`lowering.prepare` too). `after_each(pass,
+    module)`, if given, is called after every pass (the compile report's per-pass record)."""
     from twdialect import make_context
 
     passes = pipeline_passes(pipeline)
     if passes:
-        PassPipeline(passes).apply(make_context(), module)
+        callback = None if after_each is None else \
+            (lambda done, mod, _next: done is not None and after_each(done, mod))
+        PassPipeline(passes, callback).apply(make_context(), module)
     return module
 
 
