@@ -782,6 +782,19 @@ class CompiledTransformer(nn.Module):
         return sum(t.numel() for layer in self.layers for name, t in layer.named_buffers()
                    if t.is_floating_point())
 
+    # -- the compile report -----------------------------------------------------------
+    def report(self, path, inputs: Mapping[str, np.ndarray] | None = None,
+               n_positions: int | None = None, locations=None) -> None:
+        """Write the compile report, one self-contained HTML page, to `path`
+        (`lowering/report.py`; docs/report.md). With `inputs` (or `n_positions` for a graph
+        without inputs) every value's error against the oracle is shown too."""
+        from tw_lowering.report import write_report
+
+        if self.schedule is None:
+            raise EvaluationError("report: the model was built without its schedule (compile "
+                                  "it with tw_lowering.compile)")
+        write_report(self, path, inputs, n_positions, locations)
+
 
 FORWARD_GRAPHS = 4
 
