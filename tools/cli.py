@@ -11,6 +11,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import re
 import sys
@@ -177,6 +178,20 @@ class SourceMap:
         span = self.spans.get(op) if op is not None else None
         return self.where(span) if span is not None else None
 
+    def positions(self) -> dict[Operation, tuple[int, int]]:
+        """(line, column) of every op parsed from this text, as `locate` gives them, found
+        in one pass over the text (`locate` counts the lines before its op each time)."""
+        if not self.spans:
+            return {}
+        text = next(iter(self.spans.values())).input.content
+        newlines = [m.start() for m in re.finditer("\n", text)]
+        out = {}
+        for op, span in self.spans.items():
+            k = bisect.bisect_left(newlines, span.start)  # the lines before the op's start
+            line_start = newlines[k - 1] + 1 if k else 0
+            out[op] = (k + 1 + span.line_offset + self.line_offset, span.start - line_start + 1)
+        return out
+
 
 class LocatingParser(Parser):
     """A Parser that records where each op starts in a SourceMap."""
@@ -237,9 +252,10 @@ def verify_located(module: ModuleOp, source: SourceMap, after: str | None = None
             raise ToolError(message, source.locate(culprit), diagnostic=True) from None
 
 
-def parse_file(path: str) -> ModuleOp:
-    """Read, parse and verify the tw text in `path` ('-' for stdin), errors located."""
-    source = SourceMap("stdin" if path == "-" else path)
+def parse_file(path: str, source: SourceMap | None = None) -> ModuleOp:
+    """Read, parse and verify the tw text in `path` ('-' for stdin), errors located; `source`,
+    if given, records where each op starts (a new one otherwise)."""
+    source = source or SourceMap("stdin" if path == "-" else path)
     module = located_parse(twdialect.make_context(), read_text(path), source)
     verify_located(module, source)
     return module

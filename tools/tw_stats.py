@@ -1,7 +1,7 @@
 """`tw-stats`: compile a tw graph for a geometry and print its report.
 
     tw-stats graph.mlir --d 256 --d-head 16 [--d-hidden 1024] [-p default] [--json]
-                        [--probe N]
+                        [--probe N] [--html report.html]
     tw-stats graph.mlir --sweep-d --d-head 16 [-p default] [--d-max 4096] [--json]
                         [--max-layers N] [--max-params N]
 
@@ -10,7 +10,11 @@ residual occupancy with fill, parameters (graph / allocated / capacity), a per-a
 breakdown and stage times. `--probe N` runs the compiled model beside the oracle on N positions
 of inputs that keep the graph's promises (numbers inside the declared ranges, integers where
 declared, token ids inside the vocabulary; at most the graph's `max_len` positions) and names
-the first op whose value diverges. `--sweep-d` prints the depth/width curve instead
+the first op whose value diverges. `--html PATH` also writes the compile report, one
+self-contained HTML page (`lowering/report.py`, docs/report.md: the summary, what each pass
+changed, per-layer use, the residual map, the critical path, why ops sit late, a per-op table
+with each op's .mlir line and, with `--probe N`, its error against the oracle).
+`--sweep-d` prints the depth/width curve instead
 (`lowering.sweep`): per width, from the smallest d that fits to the width where the layers
 reach the floor, the layers, heads, neurons and stock parameters; with `--max-layers N` (or
 `--max-params N`) it also picks the narrowest d with at most N layers (or the shallowest
@@ -26,8 +30,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from tw_tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, parse_file
-from tw_tools.cli import run_tool
+from tw_tools.cli import ArgumentParser, SourceMap, ToolError, bounded_int, check_pipeline_names
+from tw_tools.cli import parse_file, run_tool
 
 PROG = "tw-stats"
 MAX_PROBE_POSITIONS = 1 << 14  # the probe keeps a residual snapshot per sublayer per position
@@ -50,6 +54,9 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--probe", type=bounded_int("--probe", 0, MAX_PROBE_POSITIONS), default=0,
                     metavar="N",
                     help="compare with the oracle on N positions of random in-range inputs")
+    ap.add_argument("--html", default=None, metavar="PATH",
+                    help="also write the compile report, one self-contained HTML page (with "
+                         "--probe N: each value's error against the oracle)")
     ap.add_argument("--error-estimate", action="store_true",
                     help="print the static fp32 error estimate of the outputs (value ranges)")
     ap.add_argument("--sweep-d", action="store_true",
@@ -73,9 +80,8 @@ def _check_geometry(args) -> None:
                         "head width that divides d")
 
 
-def _probe_line(ct, prepared, args) -> str:
-    """Run the probe on args.probe positions (at most the graph's max_len) of sampled inputs."""
-    from tw_lowering.probe import probe
+def _probe_inputs(prepared, args) -> tuple[dict, int]:
+    """Sampled inputs for args.probe positions (at most the graph's max_len), and that count."""
     from twdialect.inputs import InputContract
     from twdialect.interp import find_graph
     from twdialect.random_graphs import sample_inputs
@@ -83,10 +89,43 @@ def _probe_line(ct, prepared, args) -> str:
     graph = find_graph(prepared, args.graph)
     longest = InputContract.of(graph).longest  # (pos_encoding max_len, pos_table rows)
     n = min([args.probe] + ([longest] if longest is not None else []))
-    feeds = sample_inputs(prepared, n, graph=args.graph)
+    return sample_inputs(prepared, n, graph=args.graph), n
+
+
+def _probe_line(ct, prepared, args) -> str:
+    """Run the probe on args.probe positions (at most the graph's max_len) of sampled inputs."""
+    from tw_lowering.probe import probe
+
+    feeds, n = _probe_inputs(prepared, args)
     report = probe(ct, prepared, feeds, graph=args.graph, n_positions=None if feeds else n)
     capped = f" ({n} positions: the graph's max_len)" if n < args.probe else ""
     return f"probe: {report}{capped}"
+
+
+def _check_html_path(args) -> None:
+    """Refuse --html where the page cannot be written, before the compile, not after it."""
+    import os
+
+    if args.html is None:
+        return
+    if args.sweep_d:
+        raise ToolError("--html reports one compile: it does not go with --sweep-d")
+    folder = os.path.dirname(args.html) or "."
+    if os.path.isdir(args.html):
+        raise ToolError(f"cannot write {args.html}: it is a directory")
+    if not os.path.isdir(folder):
+        raise ToolError(f"cannot write {args.html}: no such directory")
+
+
+def _write_html(ct, args, locations) -> None:
+    """The compile report to args.html; with --probe, each value's error on sampled inputs."""
+    from tw_lowering.report import write_report
+
+    feeds, n = _probe_inputs(ct.schedule.tg.graph, args) if args.probe else (None, None)
+    try:
+        write_report(ct, args.html, feeds, n if args.probe and not feeds else None, locations)
+    except OSError as e:
+        raise ToolError(f"cannot write {args.html}: {e.strerror or type(e).__name__}") from None
 
 
 def _error_lines(sched) -> list[str]:
@@ -109,22 +148,30 @@ def run(argv: Sequence[str] | None) -> int:
     _check_geometry(args)
     if args.pipeline and args.pipeline != "default":
         check_pipeline_names(args.pipeline)
-    module = parse_file(args.file)
+    _check_html_path(args)
+    source = SourceMap("stdin" if args.file == "-" else args.file)
+    module = parse_file(args.file, source)
     if args.sweep_d:
         return _sweep(module, args)
 
     from tw_lowering import compile  # noqa: A004
+    from tw_lowering.report import source_locations
 
+    # (names values after their lines, before the passes: see source_locations)
+    locations = source_locations(source.positions(), source.name) if args.html else None
     # (with --error-estimate the margins are reported below instead of refused)
     ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
                  pipeline=args.pipeline, graph=args.graph,
-                 on_margin="ignore" if args.error_estimate else "error")
+                 on_margin="ignore" if args.error_estimate else "error",
+                 trace_passes=args.html is not None)
     print(ct.stats.to_json() if args.json else ct.stats.report())
     if args.error_estimate:
         for line in _error_lines(ct.schedule):
             print(line)
     if args.probe:
         print(_probe_line(ct, ct.schedule.tg.graph, args))
+    if args.html:
+        _write_html(ct, args, locations)
     return 0
 
 
