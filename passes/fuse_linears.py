@@ -245,6 +245,17 @@ def _dims(linear: LinearOp) -> int:
     return min(shape_of(linear.weight))
 
 
+def read_only_by(value: SSAValue, op: Operation) -> bool:
+    """Is every use of `value` by `op` (a concat may hold one value several times, as
+    torchwright's in_range(x, x + 1) does once x + 1 has folded into it)?"""
+    return value.first_use is not None and all(use.operation is op for use in value.uses)
+
+
+def unique_ops(ops) -> list[Operation]:
+    """`ops` without repeats, in first-seen order (a repeated concat operand's producer)."""
+    return list({id(op): op for op in ops}.values())
+
+
 def _uses_only_by(value: SSAValue, op: Operation, count: int) -> bool:
     """Is `value` read exactly `count` times, all by `op`?"""
     n = 0
@@ -418,14 +429,15 @@ class FuseLinears(GraphPass):
             stats.folded += 1
         elif isinstance(producer, ConcatOp):
             def absorb(v: SSAValue) -> bool:
-                return v.has_one_use() and _concat_inner_ok(
+                return read_only_by(v, producer) and _concat_inner_ok(
                     reader, v, width_of(v), self.allow_inflate)
 
             result = fold_concat_operands(reader, absorb)
             if result is None:
                 return
             new, new_concat = result
-            inners = [v.owner for v in producer.ins if isinstance(v.owner, LinearOp) and absorb(v)]
+            inners = unique_ops(v.owner for v in producer.ins
+                                if isinstance(v.owner, LinearOp) and absorb(v))
             old = op_params(reader) + sum(op_params(i) for i in inners)
             if not self._fits(new, old, stats) or not stats.precise(new, inners + [reader]):
                 discard(new, new_concat)
@@ -435,6 +447,9 @@ class FuseLinears(GraphPass):
             for inner in inners:
                 inner.parent_block().erase_op(inner)
             stats.folded += len(inners)
+            # a folded operand may have been the only other reader of a linear the concat
+            # also holds (x beside x + 1): now the concat alone reads it, so try again
+            self._fold_into(new, stats)
 
     def _fold_into_attn(self, attn: AttnOp, stats: FuseStats) -> None:
         result = fold_into_attn(attn, self.allow_inflate)
@@ -484,12 +499,12 @@ class FuseLinears(GraphPass):
             return True
         elif isinstance(producer, ConcatOp):
             def absorb(v: SSAValue) -> bool:
-                return v.has_one_use() and isinstance(v.owner, LinearOp) \
+                return read_only_by(v, producer) and isinstance(v.owner, LinearOp) \
                     and same_schedule_tags(v.owner, reader) and v.owner.x in ready
 
             if any(v not in ready for v in producer.ins):
                 return False
-            inners = [v.owner for v in producer.ins if absorb(v)]
+            inners = unique_ops(v.owner for v in producer.ins if absorb(v))
             if not inners:
                 return False
             new_ready = max(ready[v.owner.x] if absorb(v) else ready[v] for v in producer.ins)

@@ -93,6 +93,25 @@ def _attention_graph(query_bias, value_bias):
     return g.module
 
 
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_linear_read_twice_by_one_concat_folds_into_the_mlp(gated):
+    """torchwright's in_range(x, x + 1): once x + 1 folds into the concat the mlp reads, the
+    concat holds the linear x twice; it folds too, so the mlp follows x's producer directly."""
+    rng = np.random.default_rng(4)
+    up = dict(up=rng.normal(size=(2, 3)), up_bias=rng.normal(size=3)) if gated else {}
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (-2.0, 2.0))
+        head = tw.attn(x, x, x, np.ones((1, 1)), np.ones((1, 1)), np.eye(1), np.eye(1))
+        low = tw.add_const(head, 1.0)
+        m = tw.mlp(tw.concat(low, tw.add_const(low, 1.0)), rng.normal(size=(2, 3)),
+                   rng.normal(size=3), rng.normal(size=(3, 1)), activation="swish", **up)
+        tw.output("y", m)
+    before = last_slot(g.module)
+    run_and_compare(g.module, "fuse-linears")
+    assert "tw.linear" not in kinds(g.module)
+    assert last_slot(g.module) == before - 2  # the mlp runs right after the head
+
+
 def test_linears_fold_into_attention_and_a_key_bias_is_dropped():
     module = _attention_graph(None, None)
     run_and_compare(module, "fuse-linears")
