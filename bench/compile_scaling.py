@@ -86,17 +86,24 @@ def main() -> None:
     ap.add_argument("--d-hidden", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar (drawn on stderr "
+                    "while stdout is a terminal)")
     ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one, args.d, args.d_head, args.d_hidden, args.check,
-                                 args.seed), sort_keys=True), flush=True)
+        from tw_lowering.progress import terminal_progress
+
+        with terminal_progress(args.quiet):  # the schedule and weights stages of one size
+            rec = run_one(args.one, args.d, args.d_head, args.d_hidden, args.check, args.seed)
+        print(json.dumps(rec, sort_keys=True), flush=True)
         return
     for n in args.sizes:  # a fresh process per size: peak memory is that size's alone
         cmd = [sys.executable, __file__, "--one", str(n), "--d", str(args.d), "--d-head",
                str(args.d_head), "--d-hidden", str(args.d_hidden), "--seed", str(args.seed)]
         if args.check:
             cmd.append("--check")
+        if args.quiet:
+            cmd.append("--quiet")
         subprocess.run(cmd, check=True)
 
 

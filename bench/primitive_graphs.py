@@ -225,12 +225,24 @@ def main(argv=None) -> int:
                     help="small synthetic graphs, 10 prompts, no smallest-d search")
     ap.add_argument("--no-search", action="store_true", help="skip the smallest-d search")
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--quiet", action="store_true", help="no progress bar (drawn on stderr "
+                    "while stdout is a terminal)")
     args = ap.parse_args(argv)
     n = args.prompts if args.prompts is not None else (10 if args.quick else 50)
     search = not (args.quick or args.no_search)
-    for case in cases(args.quick):
-        if not selected(case.name, args.only):
-            continue
+    from tw_lowering.progress import terminal_progress
+
+    with terminal_progress(args.quiet):
+        run_cases([c for c in cases(args.quick) if selected(c.name, args.only)], n, args.seed,
+                  search)
+    return 0
+
+
+def run_cases(chosen: list[Case], n: int, seed: int, search: bool) -> None:
+    """One JSON line per case and pipeline (a build error: one line saying so)."""
+    from tw_lowering.progress import track
+
+    for case in track(chosen, "cases"):
         try:
             obj = case.build()
         except Exception as e:  # a program another helper is still writing
@@ -239,9 +251,8 @@ def main(argv=None) -> int:
                   flush=True)
             continue
         for pipeline in PIPELINES:
-            print(json.dumps(measure(case, obj, pipeline, n, args.seed, search), sort_keys=True),
+            print(json.dumps(measure(case, obj, pipeline, n, seed, search), sort_keys=True),
                   flush=True)
-    return 0
 
 
 if __name__ == "__main__":

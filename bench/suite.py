@@ -72,10 +72,15 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=500)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--oracle", action="store_true", help="also measure the oracle's exactness")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar (drawn on stderr "
+                    "while stdout is a terminal)")
     args = ap.parse_args(argv)
-    for name in args.programs:
-        print(json.dumps(measure(name, args.prompts, args.seed, args.oracle), sort_keys=True),
-              flush=True)
+    from tw_lowering.progress import terminal_progress, track
+
+    with terminal_progress(args.quiet):
+        for name in track(args.programs, "programs"):
+            print(json.dumps(measure(name, args.prompts, args.seed, args.oracle),
+                             sort_keys=True), flush=True)
     return 0
 
 

@@ -52,29 +52,39 @@ def cases(programs: list[str], sizes: list[int]):
 
 
 def main() -> None:
-    from tw_lowering.sweep import width_sweep
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="primitive/calculator,primitive/fibonacci,"
                     "primitive/adder,library/calculator,library/sort_digits,raycaster_small,"
                     "renderer_small,renderer",
                     help="comma-separated; also 'raycaster' (23,561 ops: a few minutes)")
     ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar (drawn on stderr "
+                    "while stdout is a terminal)")
     args = ap.parse_args()
     programs = [p for p in args.programs.split(",") if p]
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    for name, module, d_head, pipeline in cases(programs, sizes):
-        t = time.perf_counter()
-        curve = width_sweep(module, d_head, pipeline=pipeline)
-        total = time.perf_counter() - t
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        for p in curve:
-            print(json.dumps({"case": name, **p.as_dict()}, sort_keys=True), flush=True)
-        print(json.dumps({"case": name, "points": len(curve), "smallest_d": curve[0].d,
-                          **minimum(module, d_head, pipeline, curve[0].d),
-                          "floor_at_d": curve[-1].d if curve[-1].n_layers <= curve[-1].floor
-                          else None, "sweep_seconds": round(total, 2),
-                          "peak_rss_mb": round(rss, 1)}, sort_keys=True), flush=True)
+    from tw_lowering.progress import terminal_progress, track
+
+    with terminal_progress(args.quiet):
+        for case in track(cases(programs, sizes), "cases", len(programs) + len(sizes)):
+            sweep_case(*case)
+
+
+def sweep_case(name: str, module, d_head: int, pipeline) -> None:
+    """The case's curve, one JSON line a width, then one line of its summary."""
+    from tw_lowering.sweep import width_sweep
+
+    t = time.perf_counter()
+    curve = width_sweep(module, d_head, pipeline=pipeline)
+    total = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    for p in curve:
+        print(json.dumps({"case": name, **p.as_dict()}, sort_keys=True), flush=True)
+    print(json.dumps({"case": name, "points": len(curve), "smallest_d": curve[0].d,
+                      **minimum(module, d_head, pipeline, curve[0].d),
+                      "floor_at_d": curve[-1].d if curve[-1].n_layers <= curve[-1].floor
+                      else None, "sweep_seconds": round(total, 2),
+                      "peak_rss_mb": round(rss, 1)}, sort_keys=True), flush=True)
 
 
 def minimum(module, d_head: int, pipeline, d: int) -> dict:

@@ -8,12 +8,17 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tw_lowering.machine import GeometryError, Machine
+# (`report` is the compile report module, tw_lowering.report: progress reports go by another
+# name, or importing that module would rebind this one)
+from tw_lowering.progress import check_progress, reporting
+from tw_lowering.progress import report as report_progress
 from tw_lowering.rasp import compile_rasp_to_model  # noqa: F401 (tracr's interface)
 from tw_lowering.tasks import LoweringError
 from twdialect import ArgumentError
@@ -70,7 +75,7 @@ def check_pipeline(fn: str, pipeline) -> tuple:
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
             pipeline: str | tuple | None = None, graph: str = "main", verbose: bool = False,
-            on_margin: str = "error", trace_passes: bool = False):
+            on_margin: str = "error", trace_passes: bool = False, progress=None):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
 
     An output that declares a margin (`tw.output(..., margin=...)`) is held to it: where its
@@ -81,6 +86,10 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     `twdialect.evaluate`). `trace_passes=True` records what each pass changed (ops and
     critical-path floor, `stats.PassTrace`) in `ct.stats.passes`, for the compile report
     (`ct.report`): a walk over the graph per pass, so it is asked for.
+
+    `progress(stage, done, total)`, if given, hears how the compile goes: stages "passes"
+    (passes run), "schedule" (tasks placed in the current trial schedule), "weights" (tasks
+    written) and "module" (`lowering/progress.py`; the tools draw it as a terminal bar).
 
     Every argument is checked before any work, each failure a TwError
     naming it: the module's kind, the graph name (one the module holds), the pipeline (a spec
@@ -100,10 +109,11 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     if not isinstance(on_margin, str) or on_margin not in ("error", "warn", "ignore"):
         raise ArgumentError(f"compile: on_margin must be 'error', 'warn' or 'ignore', got "
                             f"{on_margin!r}")
+    check_progress("compile", progress)
     pipeline = check_pipeline("compile", pipeline)
     machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
     find_graph(module, graph)  # a graph the module lacks is named before the passes run
-    with gc_paused():
+    with gc_paused(), reporting(progress):
         return _compile(module, machine, pipeline, graph, verbose, on_margin, trace_passes)
 
 
@@ -164,6 +174,20 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
     return Pressure(tg, as_written=graph_after(None), default_pipeline=tuned)
 
 
+def _after_each_pass(trace, n_passes: int):
+    """What runs after each pass of the compile's pipeline: the compile report's record
+    (`trace`, where asked for) and the "passes" stage's progress."""
+    done = itertools.count(1)
+    total = max(n_passes, 1)
+
+    def after(ran, module) -> None:
+        if trace is not None:
+            trace.after_pass(ran, module)
+        report_progress("passes", min(next(done), total), total)
+
+    return after
+
+
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace_passes=False):
     from tw_lowering.materialize import materialize
     from tw_lowering.precision import check_margins
@@ -179,7 +203,8 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     trace = PassTrace(name) if trace_passes else None
     if trace is not None:
         trace.record("input", module)
-    prepared = prepare(module, pipeline, trace.after_pass if trace is not None else None)
+    prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)))
+    report_progress("passes", max(len(pipeline), 1), max(len(pipeline), 1))
     g = find_graph(prepared, name)
     t1 = time.perf_counter()
     seconds["passes"] = t1 - t0
@@ -194,7 +219,9 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     seconds["weights"] = t3 - t2
     stats = make_stats(sched, weights, seconds)
     stats.passes = trace.steps if trace is not None else []
+    report_progress("module", 0, 1)
     model = CompiledTransformer(machine, weights, sources, outputs, stats, sched)
+    report_progress("module", 1, 1)
     seconds["module"] = time.perf_counter() - t3
     stats.seconds = seconds
     if verbose:

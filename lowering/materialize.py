@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tw_lowering.layer import LayerBuilder, LayerWeights, Matrix, component_rows  # noqa: F401 (re-exported)
+from tw_lowering.progress import report
 from tw_lowering.rules import write_cancel, write_task
 from tw_lowering.schedule import Schedule
 from tw_lowering.tasks import Task
@@ -57,9 +58,10 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
 
     # Attn ops take whole heads first in each layer, then pooled head work packs after them.
     attn_first = sorted(by_slot, key=lambda e: (tg.tasks[e[2]].kind != ATTN,) + e)
-    for s, _, tid in attn_first:
+    for done, (s, _, tid) in enumerate(attn_first, 1):
         t = tg.tasks[tid]
         write_task(layers[layer_of(s)], m, sched.cols, tg, t, extra_bias(t), is_attention_slot(s))
+        report("weights", done, len(attn_first))
     for s, g in sched.cancels:
         write_cancel(layers[layer_of(s)], sched.cols[g], is_attention_slot(s),
                      sched.cancel_signs[g])

@@ -72,6 +72,7 @@ from tw_lowering.pressure import (
     pressure_of,
     walk,
 )
+from tw_lowering.progress import report
 from tw_lowering.refusal import (  # noqa: F401 (smallest_fitting_d: re-exported)
     FittingWidths,
     dead_columns_text,
@@ -548,6 +549,7 @@ class Scheduler:
             if self.columns.dirty and (sub.pressure or self.full_reserve or self.gate):
                 self._cancel_ahead(sub)
             self._close_sublayer(sub)
+            report("schedule", self.n_needed - self.todo, self.n_needed)
             s += 1
         return self._result()
 

@@ -269,7 +269,10 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
                        d_hidden: int = 0, search_budget: int = SEARCH_BUDGET,
                        scopes: list[Scope] | None = None) -> dict[str, Choice]:
     """Size every loop of `graph` for `batch-size=auto` (see the module docstring); the graph
-    is not modified (candidates are scheduled on copies)."""
+    is not modified (candidates are scheduled on copies). The search reports the budget it
+    has spent as progress (`lowering/progress.py`)."""
+    from tw_lowering.progress import report
+
     scopes = find_scopes(graph) if scopes is None else scopes
     if not scopes:
         return {}
@@ -300,6 +303,7 @@ def choose_batch_sizes(graph: GraphOp, d: int = 256, headroom: int = 1, d_head: 
             nonlocal budget
             budget -= cost
             trial = _trial(graph, {**decided, scope.name: k}, d, d_head, d_hidden, bound)
+            report("sequential-scope search", search_budget - budget, search_budget)
             if trial.layers is None and trial.floor is not None:  # pruned
                 choice.pruned[k] = trial.floor
             elif not trial.unlowerable:

@@ -306,6 +306,26 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
     raise SystemExit(1)
 
 
+# -- progress ------------------------------------------------------------------------------
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`: no progress bar. The bar (`lowering/progress.py`) is drawn on stderr, only
+    when stdout is a terminal, and only for long work (a graph of 10^4 ops or more), so
+    redirected output is the same with or without it."""
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar (one is drawn on stderr, when stdout is a "
+                             "terminal, for graphs of 10^4 ops or more)")
+
+
+def progress_bar(quiet: bool, module=None) -> contextlib.AbstractContextManager:
+    """The tool's progress bar while its long work on `module` runs (`terminal_progress`;
+    no module: work that is long by nature), or nothing."""
+    from tw_lowering.progress import count_ops, terminal_progress
+
+    return terminal_progress(quiet, None if module is None else count_ops(module))
+
+
 # -- passes --------------------------------------------------------------------------------
 
 def allowed_passes() -> dict:

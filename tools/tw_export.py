@@ -8,7 +8,8 @@ stock tools load.
 
 A bundled program brings its geometry and vocabulary (its characters; the end token is
 generation's eos); a .mlir file needs `--d` and `--d-head`. Prints the writer's report (one
-JSON object with `--json`). Error contract (tools/cli.py): any error is one stderr line,
+JSON object with `--json`). For a graph of 10^4 ops or more, a progress bar (compile stages,
+layers written) is drawn on stderr while stdout is a terminal; `--quiet` turns it off. Error contract (tools/cli.py): any error is one stderr line,
 `tw-export: error: <message>`, and exit code 1.
 """
 
@@ -19,7 +20,7 @@ import os
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, one_line
-from tw_tools.cli import parse_file, run_tool
+from tw_tools.cli import add_quiet, parse_file, progress_bar, run_tool
 
 PROG = "tw-export"
 
@@ -43,6 +44,7 @@ def _parser() -> ArgumentParser:
                    help="positions the export takes (default: the graph's pos_encoding max_len, "
                    "or its pos_table's rows)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    add_quiet(p)
     return p
 
 
@@ -75,16 +77,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     module, (d, d_head, d_hidden), vocab, end = _source(args)
     if d % d_head:
         raise ToolError(f"--d {d} is not a multiple of --d-head {d_head}")
-    try:
-        model = compile(module, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=args.pipeline,
-                        graph=args.graph)
-    except (GeometryError, LoweringError) as e:
-        raise ToolError(f"{args.source} does not compile at d={d} d_head={d_head} "
-                        f"d_hidden={d_hidden}: {one_line(e)}") from None
-    options = {"n_positions": args.n_positions}
-    if args.format in ("transformers", "gguf"):
-        options.update(vocab=vocab, end=end)
-    report = export(model, args.output, args.format, **options)
+    with progress_bar(args.quiet, module):
+        try:
+            model = compile(module, d=d, d_head=d_head, d_hidden=d_hidden,
+                            pipeline=args.pipeline, graph=args.graph)
+        except (GeometryError, LoweringError) as e:
+            raise ToolError(f"{args.source} does not compile at d={d} d_head={d_head} "
+                            f"d_hidden={d_hidden}: {one_line(e)}") from None
+        options = {"n_positions": args.n_positions}
+        if args.format in ("transformers", "gguf"):
+            options.update(vocab=vocab, end=end)
+        report = export(model, args.output, args.format, **options)
     report = {k: v for k, v in report.items() if isinstance(v, (int, float, str, dict, list))}
     if args.json:
         print(json.dumps(report, sort_keys=True))

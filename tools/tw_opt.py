@@ -19,7 +19,9 @@ stderr, `tw-opt: error: <file>:<line>:<col>: <message>` (the location is left ou
 is none), never a traceback. Verifier and pass errors are located at the op they are about.
 With `--verify-diagnostics` (verifier and pass errors) or `--parsing-diagnostics` (parse
 errors) the same line goes to stdout, processing goes on with the next `// -----` chunk, and
-the exit code is 0, as in xdsl-opt. Each method below overrides xDSL's only where xDSL's
+the exit code is 0, as in xdsl-opt. On a graph of 10^4 ops or more, a progress bar (passes
+run, the sequential-scope search's budget spent) is drawn on stderr while stdout is a terminal;
+`--quiet` turns it off. Each method below overrides xDSL's only where xDSL's
 cannot keep that contract, and says why.
 """
 
@@ -40,8 +42,8 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tw_passes import UPSTREAM_PASSES
-from tw_tools.cli import (SourceMap, ToolError, allowed_passes, last_line, located_parse, one_line,
-                       run_tool, verify_located)
+from tw_tools.cli import (SourceMap, ToolError, add_quiet, allowed_passes, last_line,
+                          located_parse, one_line, progress_bar, run_tool, verify_located)
 from twdialect.dialect import TW
 
 PROG = "tw-opt"
@@ -119,6 +121,7 @@ class TwOptMain(xDSLOptMain):
 
         # argparse would print the usage block and exit 2; keep the one-line contract.
         arg_parser.error = usage_error  # type: ignore[method-assign]
+        add_quiet(arg_parser)
 
     # -- the pipeline: one-line errors, located verification --------------------------------
 
@@ -149,6 +152,15 @@ class TwOptMain(xDSLOptMain):
             print("\n\n\n")
         self.running = upcoming
         self.started = time.perf_counter()
+        self._report_progress(done)
+
+    def _report_progress(self, done: ModulePass | None) -> None:
+        """The "passes" stage for the progress bar: `done` is None before a chunk's first
+        pass (`apply_passes` has loaded the progress module)."""
+        from tw_lowering.progress import report
+
+        self.passes_run = 0 if done is None else self.passes_run + 1
+        report("passes", self.passes_run, len(self.pipeline.passes))
 
     def verify(self, module: ModuleOp, after: ModulePass | None) -> None:
         """Verify, locating the failing op; after a pass, also check that every op it left is
@@ -164,7 +176,8 @@ class TwOptMain(xDSLOptMain):
     def apply_passes(self, prog: ModuleOp) -> None:
         # A pass may raise anything; xDSL lets it escape as a traceback.
         try:
-            super().apply_passes(prog)
+            with progress_bar(self.args.quiet, prog):
+                super().apply_passes(prog)
         except ToolError:
             raise  # a located verifier error from between_passes
         except Exception as e:  # noqa: BLE001 - a failing pass must not print a traceback

@@ -7,6 +7,9 @@
 
     tw-run calculator -- -5+3=       # a prompt that starts with '-' (`-5+3=` alone works too)
 
+For a program of 10^4 ops or more, a progress bar of the compile's stages is drawn on stderr
+while stdout is a terminal; `--quiet` turns it off.
+
 Error contract (tools/cli.py): an unknown program, a prompt the program cannot take (characters
 outside its vocabulary, the wrong shape, too long), a bad flag or option value (`--d 0`, a
 `--d` that is not a multiple of `--d-head`) or a geometry the graph does not fit ends the run
@@ -20,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
-from tw_tools.cli import compiled_info, run_tool, size_line
+from tw_tools.cli import add_quiet, compiled_info, progress_bar, run_tool, size_line
 
 PROG = "tw-run"
 GEOMETRY_OPTIONS = ("--d", "--d-head", "--d-hidden")
@@ -43,6 +46,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--d-hidden", type=bounded_int("--d-hidden", 0, 4 * MAX_DIM),
                    help="MLP width (default: the program's)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    add_quiet(p)
     p.unrecognized_hint = ("a prompt that starts with '-' goes after '--', as in "
                            "tw-run PROGRAM -- -PROMPT; options go before the '--'")
     return p
@@ -110,7 +114,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 
         start = time.perf_counter()
         try:
-            model = compile(program.module, d=d, d_head=d_head, d_hidden=d_hidden)
+            with progress_bar(args.quiet, program.module):
+                model = compile(program.module, d=d, d_head=d_head, d_hidden=d_hidden)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"{program.name} does not compile at d={d} d_head={d_head} "
                             f"d_hidden={d_hidden}: {one_line(e)}") from None

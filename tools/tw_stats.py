@@ -18,7 +18,8 @@ with each op's .mlir line and, with `--probe N`, its error against the oracle).
 (`lowering.sweep`): per width, from the smallest d that fits to the width where the layers
 reach the floor, the layers, heads, neurons and stock parameters; with `--max-layers N` (or
 `--max-params N`) it also picks the narrowest d with at most N layers (or the shallowest
-within N parameters).
+within N parameters). For a graph of 10^4 ops or more, a progress bar of the compile's
+stages is drawn on stderr while stdout is a terminal; `--quiet` turns it off.
 
 Error contract (tools/cli.py, as tw-opt): a bad flag or option value, an unreadable file, a
 parse or verifier error (located `file:line:col`), a graph that does not fit the geometry:
@@ -31,7 +32,7 @@ import sys
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, SourceMap, ToolError, bounded_int, check_pipeline_names
-from tw_tools.cli import parse_file, run_tool
+from tw_tools.cli import add_quiet, parse_file, progress_bar, run_tool
 
 PROG = "tw-stats"
 MAX_PROBE_POSITIONS = 1 << 14  # the probe keeps a residual snapshot per sublayer per position
@@ -71,6 +72,7 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--max-params", type=bounded_int("--max-params", 1, 1 << 62), default=None,
                     help="with --sweep-d: also pick the shallowest d within this many stock "
                          "parameters")
+    add_quiet(ap)
     return ap
 
 
@@ -160,10 +162,11 @@ def run(argv: Sequence[str] | None) -> int:
     # (names values after their lines, before the passes: see source_locations)
     locations = source_locations(source.positions(), source.name) if args.html else None
     # (with --error-estimate the margins are reported below instead of refused)
-    ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
-                 pipeline=args.pipeline, graph=args.graph,
-                 on_margin="ignore" if args.error_estimate else "error",
-                 trace_passes=args.html is not None)
+    with progress_bar(args.quiet, module):
+        ct = compile(module, d=args.d, d_head=args.d_head, d_hidden=args.d_hidden,
+                     pipeline=args.pipeline, graph=args.graph,
+                     on_margin="ignore" if args.error_estimate else "error",
+                     trace_passes=args.html is not None)
     print(ct.stats.to_json() if args.json else ct.stats.report())
     if args.error_estimate:
         for line in _error_lines(ct.schedule):
@@ -182,8 +185,9 @@ def _sweep(module, args) -> int:
 
     from tw_lowering.sweep import width_sweep
 
-    curve = width_sweep(module, args.d_head, d_hidden=args.d_hidden, pipeline=args.pipeline,
-                        graph=args.graph, d_max=args.d_max)
+    with progress_bar(args.quiet, module):
+        curve = width_sweep(module, args.d_head, d_hidden=args.d_hidden,
+                            pipeline=args.pipeline, graph=args.graph, d_max=args.d_max)
     for p in curve:
         if args.json:
             print(json.dumps(p.as_dict(), sort_keys=True))

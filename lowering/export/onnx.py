@@ -70,6 +70,7 @@ from tw_lowering.export.metadata import (
     export_metadata,
     tw_version,
 )
+from tw_lowering.progress import report
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -318,6 +319,7 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
             return w if len(read) else np.zeros((1, w.shape[1]), np.float32)
 
         for i, layer in enumerate(ct.layers):
+            report("export", i, len(ct.layers))
             a, mlp = layer.attn, layer.mlp
             name = f"layers.{i}.attn"
             if a.active:
@@ -382,6 +384,7 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
                 x = place(b.op("Expand", [b.weight(f"{name}.b2", _numpy(mlp.b2)[:c]), bn1],
                                f"/{name}/bias"), _numpy(mlp.write), c, name)
 
+        report("export", len(ct.layers), len(ct.layers))
         # -- outputs ---------------------------------------------------------------------
         graph_outputs = []
         for k, o in enumerate(ct.outputs):

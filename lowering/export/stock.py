@@ -44,6 +44,7 @@ import numpy as np
 from tw_lowering.export.metadata import ExportError, check_causal, check_unrotated
 from tw_lowering.export.metadata import check_relu_mlps
 from tw_lowering.materialize import position_rows
+from tw_lowering.progress import report
 
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
 # The largest norm constant a float32 export may use: rstd = eps^-1/2 must leave the residual's
@@ -230,7 +231,8 @@ class StockPlan:
         """Layer i in the stock layout, float32: W_Q, W_K, W_V (n_heads, d_model, head_dim),
         b_Q, b_K, b_V (n_heads, head_dim; zero: tw's biases ride on the constant column),
         W_O (n_heads, head_dim, d_model), b_O (d_model), W_in (d_model, d_mlp), b_in (d_mlp),
-        W_out (d_mlp, d_model), b_out (d_model). Multiply x (positions, d_model) on the left."""
+        W_out (d_mlp, d_model), b_out (d_model). Multiply x (positions, d_model) on the left.
+        (Every writer but ONNX's asks for each layer once, in order: the export's progress.)"""
         g, d = self.geometry, self.machine.d
         a, mlp = self.ct.layers[i].attn, self.ct.layers[i].mlp
         nh, hd = g.n_heads, g.head_dim
@@ -267,6 +269,7 @@ class StockPlan:
                    W_in=self._read(w1, dm), b_in=b1, W_out=self._written(w2, dm),
                    b_out=self._written(b2, dm))
         out["b_Q"], out["b_K"], out["b_V"] = (np.zeros((nh, hd)) for _ in range(3))
+        report("export", i + 1, g.n_layers)
         return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
 
     def residual(self, x: np.ndarray) -> np.ndarray:
