@@ -124,6 +124,24 @@ def test_report_in_chromium(browser, calculator_report, tmp_path):
     assert browser.errors == []
 
 
+def test_graph_without_layers(browser, tmp_path):
+    """A graph whose output is its input takes no layer: the page still draws, quietly."""
+    import tw_lowering
+    from twdialect import ops as tw
+
+    with tw.Graph() as g:
+        tw.output("y", tw.input("x", 2, value_range=(-1.0, 1.0)))
+    ct = tw_lowering.compile(g.module, d=16, d_head=4)
+    assert ct.stats.n_layers == 0
+    path = tmp_path / "empty.html"
+    ct.report(path)
+    browser.errors.clear()
+    browser.open(path.as_uri())
+    assert browser.errors == []
+    assert browser.evaluate("document.getElementById('count').textContent") == \
+        f"{ct.stats.n_ops} of {ct.stats.n_ops} ops"
+
+
 def test_10k_op_report_opens_fast(browser, tmp_path):
     """A 10^4-op graph's page, opened: its script's work and the time until it is drawn
     (from navigation), against the 2 s the report promises (asserted at 3x: a shared, busy
