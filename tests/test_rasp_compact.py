@@ -25,7 +25,7 @@ from tw_lowering import compile_rasp_to_model  # noqa: E402
 from tw_lowering.sweep import Sweep  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
-from twdialect.frontends.rasp import translate  # noqa: E402
+from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
 
 NUMS = {0, 1, 2}
 
@@ -174,3 +174,42 @@ def test_default_width_stores_the_fewest_params_at_the_fewest_layers():
     for p in sweep.curve(dh, range(dh, 4 * model.compiled.machine.d + dh, dh), d_hidden=hidden):
         if p.n_layers == model.stats.n_layers:
             assert model.compiled.allocated_params() <= p.params, p
+
+
+# -- a head reads its narrow features from the one-hot's source -----------------------------
+
+def test_reverse_keeps_no_one_hot_of_positions_in_the_residual():
+    # opp_idx (a table over length - indices) and indices reach the final head as (t, t^2)
+    # features from a table beside opp_idx's and a position table, not as one-hots of 40 and
+    # 20 columns
+    program, vocab = LIB_PROGRAMS["reverse"](20)
+    model = compile_rasp_to_model(program, vocab, 20, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 24
+    check(model, program, sampled(vocab, 20, 12, seed=5))
+
+
+def test_a_width_read_from_a_softmax_stays_a_one_hot_key():
+    # sort's target_pos: its one-MLP table is exact only to float32 noise, which the key's
+    # square would amplify past the gap between equal keys' logits
+    program, vocab = LIB_PROGRAMS["sort_unique"](10)
+    rg = translate(program, vocab, 10, False, BOS, "PAD")
+    assert shape_of(_heads(rg.module)[-1].wk)[0] > 10
+
+
+def test_a_one_hot_read_by_a_head_and_by_the_output_stays_exact():
+    width = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT))
+    picked = rasp.Aggregate(rasp.Select(rasp.indices, width, rasp.Comparison.EQ), rasp.tokens)
+    program = rasp.SequenceMap(lambda a, b: (a, b), width, picked)
+    _compiled_exactly(program, NUMS, 5)
+
+
+def test_means_that_differ_by_float64_round_off_are_one_value():
+    # thirds averaged: the value set holds 0.0 and +-1.4e-17 (float64 round-off); a map that
+    # tells them apart cannot be compiled (the model sees one number), and says so
+    thirds = rasp.numerical(rasp.Map(lambda t: [-1.0, 1 / 3, 2 / 3][t], rasp.tokens))
+    mean = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
+                                                     rasp.Comparison.TRUE), thirds, default=0))
+    with pytest.raises(RaspError, match="closer than float32 can tell apart"):
+        translate(rasp.Map(lambda x: x == 0, mean), NUMS, 4, False, BOS, "PAD")
+    # a map that does not tell them apart compiles, exactly
+    _compiled_exactly(rasp.Map(lambda x: x > 0.5, mean), NUMS, 4)

@@ -53,7 +53,7 @@ LIMITATIONS = {
     "value set unknown (too many means)": r"too many means to enumerate",
     "length under causal": r"causal model cannot see its end",
     # documented: values float32 cannot tell apart (two float paths to one mean, a - b sums)
-    "float32 cannot tell values apart": r"are one float32 number but map to different values",
+    "float32 cannot tell values apart": r"are one float32 number .*but map to different values",
 }
 
 

@@ -107,15 +107,19 @@ def _is_number(v) -> bool:
 
 @dataclass
 class Encoded:
-    """A translated SOp: its tw value, encoding, value set, its value at BOS, and whether it
+    """A translated SOp: its tw value, encoding, value set, its value at BOS, whether it
     may be None somewhere (an Aggregate with nothing selected, a map that fails: RASP's maps
-    pass None on, which a number cannot say)."""
+    pass None on, which a number cannot say), and whether it is `noisy`: read from a softmax
+    (an Aggregate, a SelectorWidth, anything computed from one), so that one value may sit
+    a few float32 ulps apart at two positions (a table's plateaus keep that small, not
+    zero)."""
 
     value: Value
     numerical: bool
     space: list | None  # categorical: the value of each column; numerical: possible values
     bos: np.ndarray = field(repr=False)
     maybe_none: bool = False
+    noisy: bool = False
 
     @property
     def width(self) -> int:
@@ -203,6 +207,7 @@ class _Translator:
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
         self.at_bos: dict[Value, np.ndarray] = {}
+        self.tables: dict[Value, tuple] = {}  # a table of steps: (input, points, rows)
         self.seen = 0
 
     # -- the graph and its BOS constants ---------------------------------------------
@@ -252,9 +257,10 @@ class _Translator:
             self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
         self.seen = len(self.graph.ops)
 
-    def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False) -> Encoded:
+    def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
+                noisy: bool) -> Encoded:
         self._sync()
-        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none)
+        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy)
 
     # -- SOps ------------------------------------------------------------------------
     def sop(self, expr) -> Encoded:
@@ -274,13 +280,13 @@ class _Translator:
             if numerical and self.tokens_value is None:
                 raise RaspError(f"{_label(expr)}: numerical tokens need a vocabulary of numbers")
             if numerical:
-                return self.encoded(self.tokens_value, True, list(self.vocab))
-            return self.encoded(self.tokens_onehot, False, list(self.vocab))
+                return self.encoded(self.tokens_value, True, list(self.vocab), noisy=False)
+            return self.encoded(self.tokens_onehot, False, list(self.vocab), noisy=False)
         if isinstance(expr, rasp.IndicesType):
             space = list(range(self.max_seq_len))
             if numerical:
-                return self.encoded(self.indices_value, True, space)
-            return self.encoded(self.indices_onehot, False, space)
+                return self.encoded(self.indices_value, True, space, noisy=False)
+            return self.encoded(self.indices_onehot, False, space, noisy=False)
         if isinstance(expr, rasp.LengthType):
             return self._length(expr)
         if isinstance(expr, rasp.Full):
@@ -299,8 +305,8 @@ class _Translator:
 
     def _constant(self, expr, fill) -> Encoded:
         if rasp.is_numerical(expr):
-            return self.encoded(tw.literal([self._number(expr, fill)]), True, [fill])
-        return self.encoded(tw.literal([1.0]), False, [fill])
+            return self.encoded(tw.literal([self._number(expr, fill)]), True, [fill], noisy=False)
+        return self.encoded(tw.literal([1.0]), False, [fill], noisy=False)
 
     def _constant_sop(self, expr) -> Encoded:
         values = list(expr.value)
@@ -311,12 +317,12 @@ class _Translator:
         if rasp.is_numerical(expr):
             table = np.zeros((n + 1, 1))
             table[1:len(values) + 1, 0] = [self._number(expr, v) for v in values]
-            return self.encoded(tw.pos_table(table), True, _ordered(values))
+            return self.encoded(tw.pos_table(table), True, _ordered(values), noisy=False)
         space = _ordered(values)
         table = np.zeros((n + 1, len(space)))
         for p, v in enumerate(values):
             table[p + 1, space.index(v)] = 1.0
-        return self.encoded(tw.pos_table(table), False, space)
+        return self.encoded(tw.pos_table(table), False, space, noisy=False)
 
     def _number(self, expr, v) -> float:
         if not _is_number(v):
@@ -347,9 +353,10 @@ class _Translator:
                     rows[r, col[o]] = 1.0
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
-            return self.encoded(tw.linear(inner.value, rows), numerical, space, none)
+            return self.encoded(tw.linear(inner.value, rows), numerical, space, none,
+                                noisy=inner.noisy)
         return self.encoded(self._numeric_table(expr, inner, rows, numerical), numerical, space,
-                            none)
+                            none, noisy=inner.noisy)
 
     def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray, numerical: bool) -> Value:
         """rows[k] at the input's k-th possible value: a literal for one value, else a
@@ -362,7 +369,13 @@ class _Translator:
             return tw.linear(inner.value, [[line[0]]], [line[1]])
         self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
                          "steps")
-        return steps(inner.value, points, rows)
+        return self._steps(inner.value, points, rows)
+
+    def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
+        """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
+        out = steps(x, points, rows)
+        self.tables[out] = (x, points, rows)
+        return out
 
     def as_categorical(self, enc: Encoded, expr) -> Encoded:
         """A numerical value as a one-hot over its value set (a table; exact at each value)."""
@@ -374,15 +387,18 @@ class _Translator:
         space = _ordered(enc.space)
         self._check_size(expr, len(space), "values")
         rows = np.eye(len(space))
-        inner = Encoded(enc.value, True, space, enc.bos)
-        return self.encoded(self._numeric_table(expr, inner, rows, False), False, space)
+        inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy)
+        return self.encoded(self._numeric_table(expr, inner, rows, False), False, space,
+                            noisy=enc.noisy)
 
     def as_numerical(self, enc: Encoded, expr) -> Encoded:
         """A categorical value as its number (one-hot @ values)."""
         if enc.numerical:
             return enc
         rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
-        return self.encoded(tw.linear(enc.value, rows), True, list(enc.space), enc.maybe_none)
+        x, w, bias, _ = self._read(enc, rows)
+        return self.encoded(tw.linear(x, w, bias), True, list(enc.space), enc.maybe_none,
+                            noisy=enc.noisy)
 
     def _sequence_map(self, expr) -> Encoded:
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
@@ -390,11 +406,12 @@ class _Translator:
                 and rasp.is_numerical(expr):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
             space = _linear_space(fst.space, snd.space, a, b)
-            none = fst.maybe_none or snd.maybe_none
+            none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
             if expr.fst.unique_id == expr.snd.unique_id:
-                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none)
+                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
+                                    noisy=noisy)
             return self.encoded(tw.linear(tw.concat(fst.value, snd.value), [[a], [b]]), True,
-                                space, none)
+                                space, none, noisy=noisy)
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
@@ -431,7 +448,8 @@ class _Translator:
         x, y = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
         s = tw.linear(tw.concat(x.value, y.value), [[a], [b]])
         s_space = list(table)
-        return self._table(expr, self.encoded(s, True, s_space), [table[v] for v in s_space])
+        s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy)
+        return self._table(expr, s_enc, [table[v] for v in s_space])
 
     def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
         """One-hot over the tuples of several categorical values: one neuron per tuple,
@@ -448,7 +466,8 @@ class _Translator:
         x = tw.concat(*[p.value for p in parts])
         h = tw.mlp(x, w1, np.full(len(combos), -(len(parts) - 1.0)), np.eye(len(combos)))
         tuples = [tuple(p.space[i] for p, i in zip(parts, combo)) for combo in combos]
-        return self.encoded(h, False, tuples, any(p.maybe_none for p in parts)), tuples
+        return self.encoded(h, False, tuples, any(p.maybe_none for p in parts),
+                            noisy=any(p.noisy for p in parts)), tuples
 
     def _check_size(self, expr, n: int, what: str) -> None:
         if n > MAX_TABLE:
@@ -485,20 +504,20 @@ class _Translator:
         # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows, or
         # through the key's number where every query selects one key value (_nearest_key);
         # BOS's logit is bos_weight GAIN, plus `lift` (per query class) in the latter
-        keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none else None
+        keys_values = k_enc.space if len(keys) == 1 and not (k_enc.maybe_none or k_enc.noisy) \
+            else None
         a, b, lift = _nearest_key(pred, keys_values, bos_weight) or (*_factor(GAIN * pred), None)
         nk = a.shape[1]
         a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
         # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
-        q_in, q_mat, q_bias = _through_linear(q_enc.value)
-        wq = np.vstack([q_mat @ a, (q_bias @ a)[None, :], (-(q_enc.bos @ a))[None, :]])
+        q_in, q_w, q_bias, q_bos = self._read(q_enc, a, _query_tolerance(b, lift))
+        wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
         wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
         # key [k, 1, bos] -> (k - bos ck) B | bos
-        k_in, k_mat, k_bias = _through_linear(k_enc.value)
-        wk = np.vstack([np.hstack([k_mat @ b, np.zeros((k_mat.shape[0], 1))]),
-                        np.append(k_bias @ b, 0.0)[None, :],
-                        np.append(-(k_enc.bos @ b), 1.0)[None, :]])
+        k_in, k_w, k_bias, k_bos = self._read(k_enc, b)
+        wk = np.vstack([np.hstack([k_w, np.zeros((k_w.shape[0], 1))]),
+                        np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
         query = tw.concat(q_in, self.one, self.bos_flag)
         key = tw.concat(k_in, self.one, self.bos_flag)
         if value is None:
@@ -511,6 +530,51 @@ class _Translator:
             wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
         mask = "causal" if self.causal or prefix else "full"
         return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
+
+    def _read(self, enc: Encoded, mat: np.ndarray, tolerance=None) -> tuple:
+        """(x, W, bias, at_bos) with (enc - [BOS] enc at BOS) @ mat = x W + bias - [BOS]
+        at_bos: how a head reads `mat` of a one-hot (through any `tw.linear` that made it,
+        folded in). Where mat is narrower than the one-hot, its rows are read from the
+        one-hot's own source (`_from_source`); else through the one-hot."""
+        x, m, bias = _through_linear(enc.value)
+        through, shift = m @ mat, bias @ mat
+        if through.shape[1] < width_of(x):
+            source = self._from_source(x, through, tolerance)
+            if source is not None:
+                read, w, at_bos = source
+                return read, w, shift, at_bos + shift
+        return x, through, shift, enc.bos @ mat
+
+    def _from_source(self, onehot: Value, mat: np.ndarray, tolerance) -> tuple | None:
+        """(x, W, at_bos) with x W = onehot @ mat, x read from what made the one-hot: a
+        position table for the indices (free), or a table of steps beside the one-hot's, over
+        the same input and no deeper (the same neurons; the one-hot itself is then dead code
+        unless something else reads it). `tolerance`: the float32 error the reader accepts in
+        each column (default: CLEAN, the one-hot's own). None where neither applies."""
+        cols = mat.shape[1]
+        if onehot is self.indices_onehot:
+            table = np.zeros((self.max_seq_len + 1, cols))
+            table[1:] = mat  # position p holds index p - 1; BOS's row stays zero
+            return tw.pos_table(table), np.eye(cols), np.zeros(cols)
+        if onehot not in self.tables:
+            return None
+        # columns scaled to at most 1 in the table (its float32 error is then the one-hot's)
+        scale = np.maximum(np.abs(mat).max(axis=0), np.finfo(np.float64).tiny)
+        tol = None if tolerance is None else tolerance / scale
+        x, points, rows = self.tables[onehot]
+        scaled = rows @ (mat / scale)
+        if not self._as_shallow(onehot, scaled, tol):
+            return None
+        read = steps(x, points, scaled, tol)
+        self._sync()
+        return read, np.diag(scale), self.at_bos[read][0] * scale
+
+    def _as_shallow(self, table: Value, rows: np.ndarray, tolerance=None) -> bool:
+        """Whether `rows` over the points of `table` take no more MLPs than `table` did."""
+        _, points, own = self.tables[table]
+        if not np.any(rows != rows[0]):
+            return True
+        return len(step_mlps(points, rows, tolerance)) <= len(step_mlps(points, own))
 
     def _sides(self, leaves: list, side: str) -> list:
         out, seen = [], set()
@@ -553,7 +617,7 @@ class _Translator:
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
         return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space,
-                            not numerical and default is None)
+                            not numerical and default is None, noisy=True)
 
     def _selector_width(self, expr, selector) -> Encoded:
         # BOS weighs n selected keys: its share n / (n + width) keeps adjacent widths about
@@ -565,12 +629,21 @@ class _Translator:
         points = np.array([n / (n + k) for k in widths])
         numerical = rasp.is_numerical(expr)
         rows = np.array([[float(k)] for k in widths]) if numerical else np.eye(n + 1)[widths]
-        return self.encoded(steps(share, points[::-1], rows[::-1]), numerical,
-                            list(range(n + 1)))
+        return self.encoded(self._steps(share, points[::-1], rows[::-1]), numerical,
+                            list(range(n + 1)), noisy=True)
 
 
-def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
-    """rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
+def steps(x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
+    """The table of steps `step_mlps` plans (a literal where the rows never change)."""
+    if not np.any(rows != rows[0]):
+        return tw.literal(rows[0])
+    for w1, b1, w2, b2 in step_mlps(points, rows, tolerance):
+        x = tw.mlp(x, w1, b1, w2, b2)
+    return x
+
+
+def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tuple]:
+    """The MLPs (w1, b1, w2, b2) of a table of steps: rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
     neighbours whose rows differ: an input a little off its value (float32 rounding of a
     softmax share or of an earlier table) still reads the exact row, so a one-hot stays 0/1
     and a later head's logits keep their full gap; a threshold over a million values is one
@@ -578,7 +651,8 @@ def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
 
     One MLP (two neurons a step, each pair opening towards the nearer end of the input's
     range, so few hinges fire far from their ramp) where its float32 rounding at the points
-    (and near them) stays below CLEAN of the rows; else two MLPs that saturate exactly on
+    (and near them) stays below CLEAN of the rows (or `tolerance`, per column, where the
+    reader says what it tolerates); else two MLPs that saturate exactly on
     every plateau: h = relu(s (x - b1)), then 1 - relu(1 - h)."""
     change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
     lo_x, hi_x = float(points[0]), float(points[-1])
@@ -594,37 +668,45 @@ def steps(x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
     bias1 = np.concatenate([-sign * slope * opens, -sign * slope * closes])
     w2 = np.concatenate([sign[:, None] * delta, -sign[:, None] * delta])
     bias2 = rows[0] + delta[left].sum(axis=0)
-    scale = max(1.0, float(np.abs(rows).max()))
-    if _plateau_error(points, rows, (w1, bias1, w2, bias2)) <= CLEAN * scale:
-        return tw.mlp(x, w1, bias1, w2, bias2)
-    h = tw.mlp(x, slope[None, :], -slope * b1, np.eye(len(change)))
-    return tw.mlp(h, -np.eye(len(change)), np.ones(len(change)), -delta,
-                  rows[0] + delta.sum(axis=0))
+    if tolerance is None:
+        tolerance = CLEAN * max(1.0, float(np.abs(rows).max()))
+    if np.all(_plateau_error(points, rows, (w1, bias1, w2, bias2)) <= tolerance):
+        return [(w1, bias1, w2, bias2)]
+    return [(slope[None, :], -slope * b1, np.eye(len(change)), None),
+            (-np.eye(len(change)), np.ones(len(change)), -delta, rows[0] + delta.sum(axis=0))]
 
 
-def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple) -> float:
-    """The largest float32 error of a one-MLP table at its points, and at the points moved
-    by PERTURB (relative): what its plateaus give the ops that read them."""
+def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple) -> np.ndarray:
+    """The largest float32 error of a one-MLP table, per column, at its points and at the
+    points moved by PERTURB (relative): what its plateaus give the ops that read them."""
     w1, b1, w2, b2 = (np.asarray(a, np.float32) for a in mlp)
-    worst = 0.0
+    worst = np.zeros(rows.shape[1])
     for moved in (points, points * (1 + PERTURB), points * (1 - PERTURB)):
         x = np.asarray(moved, np.float32)[:, None]
         out = np.maximum(x @ w1 + b1, np.float32(0)) @ w2 + b2
-        worst = max(worst, float(np.abs(out.astype(np.float64) - rows).max()))
+        worst = np.maximum(worst, np.abs(out.astype(np.float64) - rows).max(axis=0))
     return worst
+
+
+# Points of a table closer than this (relative to the largest magnitude, or 1) are one value:
+# float32 keeps ~6e-8 of it, and such gaps come from float64 round-off in a value set (means
+# of 1/3 and 2/3 that give both 0.0 and 1.4e-17), never from values a model could tell apart.
+SAME_POINT = 1e-9
 
 
 def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Points sorted; those float32 cannot tell apart become one, where their rows agree."""
     order = np.argsort(np.asarray(points, dtype=np.float64), kind="stable")
     p, r = np.asarray(points, dtype=np.float64)[order], np.asarray(rows)[order]
-    same = np.asarray(p[1:], np.float32) == np.asarray(p[:-1], np.float32)
+    same = (np.asarray(p[1:], np.float32) == np.asarray(p[:-1], np.float32)) | \
+        (np.diff(p) < SAME_POINT * max(1.0, float(np.abs(p).max(initial=0.0))))
     if same.any():
         clash = same & np.any(r[1:] != r[:-1], axis=1)
         if clash.any():
             k = int(np.flatnonzero(clash)[0])
-            raise RaspError(f"{_label(expr)}: inputs {p[k]!r} and {p[k + 1]!r} are one float32 "
-                            "number but map to different values")
+            raise RaspError(f"{_label(expr)}: inputs {float(p[k])!r} and {float(p[k + 1])!r} "
+                            "are one float32 number (closer than float32 can tell apart) but "
+                            "map to different values")
         keep = np.concatenate([[True], ~same])
         p, r = p[keep], r[keep]
     return p, r
@@ -701,6 +783,20 @@ def _affine(points: np.ndarray, rows: np.ndarray) -> tuple[float, float] | None:
     return float(slope), float(intercept)
 
 
+def _query_tolerance(b: np.ndarray, lift: np.ndarray | None) -> np.ndarray | None:
+    """Per column of a query's features (s 2t | -s | lift), the float32 error a head through
+    the key's number accepts from its query's table: errors e0, e1, e2 move a key k's logit
+    by e0 k + e1 k^2 and BOS's by e2, so with K the largest |k| and e0 <= GAIN / (12 K),
+    e1 <= GAIN / (12 K^2), e2 <= GAIN / 12 the selected keys stay at least GAIN / 4 above
+    BOS (and further above every other key value, whose gap grows as (k - t)^2). Every
+    selected key holds one value, so an error moves them all alike. None (the one-hot's
+    own, CLEAN) where the head is not through the key's number."""
+    if lift is None:
+        return None
+    big = max(1.0, float(np.abs(b[:, 0]).max()))
+    return GAIN / 12 * np.array([1 / big, 1 / big ** 2, 1.0])
+
+
 # Largest logit (in GAIN units) a head through the key's number may reach: its float32
 # rounding must stay far below the gap between selected and unselected keys.
 MAX_NEAREST_LOGIT = 1e5
@@ -708,7 +804,8 @@ MAX_NEAREST_LOGIT = 1e5
 
 def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
-    and the keys are numbers: logits s (2 t k - k^2) = s (t^2 - (k - t)^2) peak at the
+    and the keys are numbers that are never None and not noisy (one value must give the
+    same logit at every position: its keys share the softmax evenly): logits s (2 t k - k^2) = s (t^2 - (k - t)^2) peak at the
     selected value t, whichever the key, so the head needs two dimensions however many
     values there are (reverse's and sort's `indices == target`: 2, not 50 at length 50).
     s = GAIN / (gap to the nearest other key value)^2, per query class, keeps every
