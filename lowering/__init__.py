@@ -189,11 +189,7 @@ def _after_each_pass(trace, n_passes: int):
 
 
 def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace_passes=False):
-    from tw_lowering.materialize import materialize
-    from tw_lowering.precision import check_margins
-    from tw_lowering.model import CompiledTransformer
-    from tw_lowering.schedule import schedule
-    from tw_lowering.stats import PassTrace, make_stats
+    from tw_lowering.stats import PassTrace
     from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
 
@@ -206,11 +202,28 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)))
     report_progress("passes", max(len(pipeline), 1), max(len(pipeline), 1))
     g = find_graph(prepared, name)
-    t1 = time.perf_counter()
-    seconds["passes"] = t1 - t0
+    seconds["passes"] = time.perf_counter() - t0
     check_float32_magnitudes(g)
     tg = TaskGraph(g)
-    sched = schedule(tg, machine, pressure=pressure_of(module, tg, pipeline, graph))
+    return lower(tg, machine, pressure_of(module, tg, pipeline, graph), seconds, on_margin,
+                 verbose, trace.steps if trace is not None else [])
+
+
+def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=False,
+          passes=()):
+    """`compile`'s work after the passes: the schedule of a prepared task graph `tg` (with
+    its residual `pressure`, `lowering.schedule.Pressure`), the weights, the torch module.
+    A search that prepared its graph once (`lowering.sweep.Sweep`) compiles the width it
+    picks with this, and never runs the pipeline again."""
+    from tw_lowering.materialize import materialize
+    from tw_lowering.model import CompiledTransformer
+    from tw_lowering.precision import check_margins
+    from tw_lowering.schedule import schedule
+    from tw_lowering.stats import make_stats
+
+    seconds = dict(seconds or {})
+    t1 = time.perf_counter()
+    sched = schedule(tg, machine, pressure=pressure)
     check_margins(sched, on_margin)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1
@@ -218,7 +231,7 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     t3 = time.perf_counter()
     seconds["weights"] = t3 - t2
     stats = make_stats(sched, weights, seconds)
-    stats.passes = trace.steps if trace is not None else []
+    stats.passes = list(passes)
     report_progress("module", 0, 1)
     model = CompiledTransformer(machine, weights, sources, outputs, stats, sched)
     report_progress("module", 1, 1)
@@ -229,4 +242,4 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     return model
 
 
-__all__ = ["compile", "prepare", "Machine", "GeometryError", "LoweringError"]
+__all__ = ["compile", "prepare", "lower", "Machine", "GeometryError", "LoweringError"]

@@ -107,10 +107,9 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
         hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(sweep.tg.graph)]
         point = min((_floor_point(sweep, dh, h) for h in hidden),
                     key=lambda p: (p.n_layers, p.params))
-        width, d_hidden = point.d, d_hidden if d_hidden is not None else point.d_hidden
+        ct = sweep.compile(point.d, dh, d_hidden if d_hidden is not None else point.d_hidden)
     else:
-        width = d
-    ct = compile(rg.module, d=width, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
+        ct = compile(rg.module, d=d, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
     t2 = time.perf_counter()
     return RaspModel(rg, ct, {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
 

@@ -64,6 +64,17 @@ class Sweep:
             self.tg = TaskGraph(find_graph(prepare(module, passes), graph))
             self.pressure = pressure_of(module, self.tg, passes, graph)
 
+    def compile(self, d: int, d_head: int, d_hidden: int | None = None):
+        """The CompiledTransformer at one geometry, from the graph prepared once (what
+        `lowering.compile` gives for the same module and pipeline, without the passes)."""
+        from tw_lowering import check_float32_magnitudes, lower
+        from twdialect.ops import gc_paused
+
+        machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+        with gc_paused():
+            check_float32_magnitudes(self.tg.graph)
+            return lower(self.tg, machine, self.pressure)
+
     def point(self, d: int, d_head: int, d_hidden: int | None = None) -> WidthPoint | None:
         """The schedule at width d (None where it does not fit)."""
         from tw_lowering.schedule import schedule
