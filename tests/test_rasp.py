@@ -285,3 +285,15 @@ def test_tracr_test_cases_at_longer_lengths(case, n):
     """tracr's test-case programs (built for their own max_seq_len) compiled for longer inputs
     (sampled; the lib programs above run at 10, 20 and 50 too)."""
     _case_at(case, n, causal=False)
+
+
+def test_linear_sequence_map_of_integers_stays_integers():
+    # RASP's evaluator gives -1 * 2 + -1 * i as an int, which a later map may rely on (an int
+    # times a tuple repeats it; a float raises): the value set must hold what it gives
+    two = rasp.numerical(rasp.Full(2))
+    total = rasp.numerical(rasp.LinearSequenceMap(two, rasp.numerical(
+        rasp.Map(lambda x: x, rasp.indices)), -1, -1))
+    pairs = rasp.SequenceMap(lambda x, y: (x, y), two, rasp.indices)
+    program = rasp.SequenceMap(lambda x, y: x * y, total, pairs)
+    model = compile_rasp_to_model(program, {0, 1, 2}, 3, causal=True, compiler_bos=BOS)
+    assert model.apply([BOS, 0]).decoded == [BOS, ()]

@@ -405,7 +405,7 @@ class _Translator:
         if isinstance(expr, rasp.LinearSequenceMap) and fst.numerical and snd.numerical \
                 and rasp.is_numerical(expr):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
-            space = _linear_space(fst.space, snd.space, a, b)
+            space = _linear_space(fst.space, snd.space, expr.f)
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
             if expr.fst.unique_id == expr.snd.unique_id:
                 return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
@@ -943,10 +943,12 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
     return not _selected(selector.inner, kt, qt, k_slot, q_slot)
 
 
-def _linear_space(a: list | None, b: list | None, fa: float, fb: float) -> list | None:
+def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
+    """A LinearSequenceMap's values: its own function over the value pairs (so integers stay
+    integers, as RASP's evaluator gives them to a later map)."""
     if a is None or b is None or len(a) * len(b) > MAX_MEANS:
         return None
-    return _ordered(fa * float(x) + fb * float(y) for x in a for y in b)
+    return _ordered(f(x, y) for x in a for y in b)
 
 
 def _mean_space(values: list | None, n: int, default: float) -> list | None:
