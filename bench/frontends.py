@@ -3,6 +3,9 @@
     python3 bench/frontends.py                     # tracr's lib programs at lengths 5, 10, 20, 50
     python3 bench/frontends.py --lengths 5,10 --programs sort,hist
     python3 bench/frontends.py --no-tracr          # tw alone (tracr compiles take seconds to minutes)
+    python3 bench/frontends.py --torchwright       # graphs built with torchwright's ops, tw beside
+                                                   # torchwright's greedy and CP-SAT compiles
+                                                   # (bench/frontends_torchwright.py)
 
 One line per (program, length): tw's layers, floor, residual width, heads, neurons, params
 (allocated in the stock layout, stored by tw's trimmed runtime, non-zero), compile time (after
@@ -164,6 +167,30 @@ def tracr_row(program, vocab, n: int, xs: list[list]) -> dict:
                 forward_checked=checked)
 
 
+def torchwright_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the torchwright section (`--torchwright`)."""
+    ap.add_argument("--torchwright", action="store_true",
+                    help="graphs built with torchwright's ops: tw beside torchwright's compiler")
+    ap.add_argument("--graphs", default=None, help="torchwright section: comma-separated graphs")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help="torchwright section: prompts per graph that is not exhaustive")
+    ap.add_argument("--no-cpsat", action="store_true",
+                    help="torchwright section: torchwright's greedy compile only")
+
+
+def torchwright_section(ap: argparse.ArgumentParser, args) -> int:
+    """`--torchwright`: bench/frontends_torchwright.py on the chosen graphs."""
+    import frontends_torchwright as section
+    from tw_examples.torchwright_graphs import PROGRAMS
+
+    names = args.graphs.split(",") if args.graphs else list(PROGRAMS)
+    for name in names:
+        if name not in PROGRAMS:
+            ap.error(f"unknown graph {name!r} (known: {', '.join(PROGRAMS)})")
+    warnings.filterwarnings("ignore")
+    return section.main(names, args.prompts or section.PROMPTS, not args.no_cpsat)
+
+
 def main(argv=None) -> int:
     from tw_examples.rasp import LIB_PROGRAMS
 
@@ -173,7 +200,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tracr", action="store_true", help="tw alone")
     ap.add_argument("--tracr-cap", type=float, default=600.0,
                     help="skip tracr at longer lengths once one of its compiles took this long")
+    torchwright_arguments(ap)
     args = ap.parse_args(argv)
+    if args.torchwright:
+        return torchwright_section(ap, args)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     lengths = [int(x) for x in args.lengths.split(",")]
