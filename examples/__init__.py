@@ -1,13 +1,20 @@
-"""Bundled token programs (text in, text out), each a module with `build() -> TokenProgram`."""
+"""Bundled token programs (text in, text out), each a module with `build() -> TokenProgram`.
+
+`PROGRAMS` compile to relu MLPs and unrotated heads, which every export format carries;
+`ROTARY_PROGRAMS` are written for a SwiGLU/RoPE machine (swish and gated MLPs, rotary heads),
+which the ONNX and Llama exports carry. `ALL_PROGRAMS` is both, the names `load` and `tw-run`
+take."""
 
 PROGRAMS = ("adder", "calculator", "binary_increment", "sort_digits", "caesar", "fibonacci",
             "balanced_parens")
+ROTARY_PROGRAMS = ("rotary_adder",)
+ALL_PROGRAMS = PROGRAMS + ROTARY_PROGRAMS
 
 
 def load(name: str):
     """The TokenProgram of a bundled example, by name (KeyError for an unknown one)."""
     import importlib
 
-    if name not in PROGRAMS:
-        raise KeyError(f"unknown program {name!r} (known: {', '.join(PROGRAMS)})")
+    if name not in ALL_PROGRAMS:
+        raise KeyError(f"unknown program {name!r} (known: {', '.join(ALL_PROGRAMS)})")
     return importlib.import_module(f"tw_examples.{name}").build()

@@ -243,8 +243,15 @@ def floor_steps(f: Form, lo: int, hi: int, unit: float) -> Expr:
     return out
 
 
-def build_mlp(space: Space, outputs: Sequence[Expr]):
-    """One tw.mlp computing every output Expr (ReLUs over identical forms are shared)."""
+SWISH_SHARPNESS = 64.0  # swish(64 z) / 64 is relu(z) to 1e-27 wherever z is an integer
+
+
+def build_mlp(space: Space, outputs: Sequence[Expr], swish: bool = False):
+    """One tw.mlp computing every output Expr (ReLUs over identical forms are shared).
+
+    `swish`: the lanes are swish(G z) / G = z sigmoid(G z) (G = SWISH_SHARPNESS) instead of
+    relu(z): equal at z = 0, and at every other integer z off by |z| e^(-64 |z|) < 1e-27, so
+    an Expr whose forms are integer-valued keeps its value (relu on a swish machine)."""
     index: dict[bytes, int] = {}
     w1_cols: list[np.ndarray] = []
     b1: list[float] = []
@@ -270,8 +277,12 @@ def build_mlp(space: Space, outputs: Sequence[Expr]):
         keep = [len(b1) - 1]
     w1 = np.stack([w1_cols[h] for h in keep], axis=1)
     w2 = np.stack([w2_rows[h] for h in keep], axis=0)
+    b1 = np.array([b1[h] for h in keep])
     b2 = np.array([e.const for e in outputs])
-    return tw.mlp(tw.concat(space.values), w1, np.array([b1[h] for h in keep]), w2, b2)
+    if swish:
+        g = SWISH_SHARPNESS  # a power of two: the scaled weights are exact
+        return tw.mlp(tw.concat(space.values), w1 * g, b1 * g, w2 / g, b2, activation="swish")
+    return tw.mlp(tw.concat(space.values), w1, b1, w2, b2)
 
 
 def char_table(pairs, vocab: str, scale: float) -> tuple[list[int], np.ndarray]:

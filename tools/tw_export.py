@@ -52,7 +52,7 @@ def _source(args):
     """(module, geometry, vocab, end) of a bundled program or a .mlir file."""
     import tw_examples as examples
 
-    if args.source in examples.PROGRAMS:
+    if args.source in examples.ALL_PROGRAMS:
         program = examples.load(args.source)
         geo = program.geometry
         d = geo.d if args.d is None else args.d
@@ -61,7 +61,7 @@ def _source(args):
         return program.module, (d, d_head, d_hidden), program.vocab, program.end
     if not os.path.exists(args.source) and not args.source.endswith(".mlir"):
         raise ToolError(f"{args.source!r} is neither a bundled program (known: "
-                        f"{', '.join(examples.PROGRAMS)}) nor a file")
+                        f"{', '.join(examples.ALL_PROGRAMS)}) nor a file")
     if args.d is None or args.d_head is None:
         raise ToolError("a .mlir graph needs its geometry: give --d and --d-head")
     return parse_file(args.source), (args.d, args.d_head, args.d_hidden), None, None

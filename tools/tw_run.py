@@ -89,7 +89,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     args = _parse_args(argv)
     if args.list:
-        for name in examples.PROGRAMS:
+        for name in examples.ALL_PROGRAMS:
             print(f"{name:18s} {examples.load(name).description}")
         return 0
     if args.program is None or args.prompt is None:
@@ -98,7 +98,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         program = examples.load(args.program)
     except KeyError:
         raise ToolError(f"unknown program {args.program!r} (known: "
-                        f"{', '.join(examples.PROGRAMS)})") from None
+                        f"{', '.join(examples.ALL_PROGRAMS)})") from None
     try:
         program.encode(args.prompt)  # reject a bad prompt before compiling
     except PromptError as e:
