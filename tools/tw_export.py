@@ -85,7 +85,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise ToolError(f"{args.source} does not compile at d={d} d_head={d_head} "
                             f"d_hidden={d_hidden}: {one_line(e)}") from None
         options = {"n_positions": args.n_positions}
-        if args.format in ("transformers", "gguf"):
+        if args.format in ("transformers", "gguf", "llama"):
             options.update(vocab=vocab, end=end)
         report = export(model, args.output, args.format, **options)
     report = {k: v for k, v in report.items() if isinstance(v, (int, float, str, dict, list))}

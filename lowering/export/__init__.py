@@ -10,6 +10,7 @@
 | `tlens` | `lowering/export/tlens.py` | TransformerLens `HookedTransformer` |
 | `onnx` | `lowering/export/onnx.py` | onnxruntime (with a KV cache) |
 | `gguf` | `lowering/export/gguf.py` | llama.cpp (llama-cpp-python) |
+| `llama` | `lowering/export/llama.py` | `AutoModelForCausalLM.from_pretrained` (Llama: swish / gated MLPs, rotary heads) |
 
 `stock.py` lays a compiled model out as a stock transformer (one geometry for all layers,
 normalizations made exact identities), `streaming.py` writes weights a layer at a time,
@@ -31,7 +32,10 @@ FORMATS = {
     "tlens": ("tw_lowering.export.tlens", "export_tlens"),
     "onnx": ("tw_lowering.export.onnx", "export_onnx"),
     "gguf": ("tw_lowering.export.gguf", "export_gguf"),
+    "llama": ("tw_lowering.export.llama", "export_llama"),
 }
+# formats that carry rotary heads and swish / gated MLP lanes (the others refuse them up front)
+SWIGLU_ROPE_FORMATS = ("onnx", "llama")
 
 
 def export(model, path, format: str, *, d: int | None = None, d_head: int | None = None,  # noqa: A002
@@ -57,9 +61,9 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
         raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
                           "pipeline apply to a graph only")
     check_causal(model, format)  # (before the writer's own library is even imported)
-    if format != "onnx":  # (the ONNX graph rotates rotary heads' q and k itself)
+    if format not in SWIGLU_ROPE_FORMATS:  # (ONNX rotates q and k itself, llama checks)
         check_unrotated(model, format)
-    if format != "onnx":  # (the ONNX graph computes swish and gated lanes itself)
+    if format not in SWIGLU_ROPE_FORMATS:  # (ONNX computes swish and gated lanes, llama checks)
         check_relu_mlps(model, format)
     module_name, fn = FORMATS[format]
     try:

@@ -42,11 +42,12 @@ def check_causal(ct, fmt: str) -> None:
 def check_unrotated(ct, fmt: str) -> None:
     """Refuse a model with rotary heads (tw.attn rope) in a format without per-head rotary
     embeddings: GPT-2 (transformers, GGUF gpt2) and TransformerLens's GPT-2 layout add learned
-    absolute positions and rotate nothing. (A Llama-family export could carry a model whose
-    every head is rotary with one base and dims; tw writes none yet.) The ONNX writer builds
-    its own attention and carries the rotation."""
+    absolute positions and rotate nothing. The Llama writer carries a model whose every head
+    is rotary with one base and dims (`llama.rotary_width` checks it), and the ONNX writer
+    builds its own attention and carries any rotation."""
     _refuse_heads(ct, fmt, "rope_heads", "rotary", "tw.attn rope",
-                  "has no rotary position embeddings (export to onnx, which carries them)")
+                  "has no rotary position embeddings (export to onnx or llama, which "
+                  "carry them)")
 
 
 def _refuse_heads(ct, fmt: str, count: str, kind: str, ir: str, why: str) -> None:
@@ -68,7 +69,7 @@ def check_relu_mlps(ct, fmt: str) -> None:
                                          f"{gated} gated" if gated else "") if w)
         raise ExportError(f"export_{fmt}: the model has {what} MLP neurons (tw.mlp act swish / "
                           f"up); the {fmt} format's MLP has one stock activation and no gate "
-                          "(export to onnx, which carries them)")
+                          "(export to onnx or llama, which carry them)")
 
 
 def tw_version() -> str:

@@ -78,7 +78,10 @@ class StockGeometry:
 class StockPlan:
     """The stock layout of compiled model `ct` (see the module docstring).
 
-    `twins`: give every read column a negated twin (LayerNorm formats). `tied_width`: d_model must equal
+    `twins`: give every read column a negated twin (LayerNorm formats). `rotary`, `gated`:
+    the format carries rotary heads and swish / gated MLP lanes (`up(i)`), so they are not
+    refused here. `divisible_width`: d_model a multiple of n_heads (transformers checks it of
+    a Llama config, head_dim given or not). `tied_width`: d_model must equal
     n_heads * head_dim. `head_dims`: the head widths allowed (None: any). `n_ctx`: positions
     the position table covers (default: the largest pos_encoding max_len, else 1024; at most
     the rows of the graph's `tw.pos_table`s, whose rows join the position table). A model with
@@ -87,13 +90,16 @@ class StockPlan:
     gated MLP neurons (`check_relu_mlps`: the stock MLP is relu, ungated)."""
 
     def __init__(self, ct, twins: bool = False, tied_width: bool = False,
-                 head_dims=None, n_ctx: int | None = None, fmt: str = "stock"):
+                 head_dims=None, n_ctx: int | None = None, fmt: str = "stock",
+                 rotary: bool = False, gated: bool = False, divisible_width: bool = False):
         self.ct = ct
         self.machine = m = ct.machine
         self.twins = twins
         check_causal(ct, fmt)
-        check_unrotated(ct, fmt)
-        check_relu_mlps(ct, fmt)
+        if not rotary:  # (a format with rotary heads, llama, checks them itself)
+            check_unrotated(ct, fmt)
+        if not gated:  # (a format with swish and gated lanes, llama, checks them itself)
+            check_relu_mlps(ct, fmt)
         self._check_sources()
         used, read = {m.CONST_COL, m.POS_COL}, set()
         for s in ct.sources:
@@ -118,6 +124,8 @@ class StockPlan:
                    default=0)
         n_heads, head_dim, d_model = _choose_heads(max(heads, 1), max(dims, 1), n_cols,
                                                    tied_width, head_dims)
+        if divisible_width:  # zero columns up to a multiple of n_heads
+            d_model = -(-d_model // n_heads) * n_heads
         d_mlp = max((layer.mlp.n_neurons for layer in ct.layers), default=0)
         self.geometry = StockGeometry(
             n_layers=len(ct.layers), d_model=d_model, n_heads=n_heads, head_dim=head_dim,
@@ -271,6 +279,23 @@ class StockPlan:
         out["b_Q"], out["b_K"], out["b_V"] = (np.zeros((nh, hd)) for _ in range(3))
         report("export", i + 1, g.n_layers)
         return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+    def up(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Layer i's gated-lane side in the stock layout, float32: W_up (d_model, d_mlp) and
+        b_up (d_mlp) with lane_j = act(x W_in + b_in)_j * (x W_up + b_up)_j (a lane that is
+        not gated, or pads the layer, reads up = 1: a zero column and bias 1), and swish
+        (d_mlp,) bool, the lanes whose act is swish (relu elsewhere)."""
+        g, d, mlp = self.geometry, self.machine.d, self.ct.layers[i].mlp
+        wu, bu = np.zeros((d, g.d_mlp)), np.ones(g.d_mlp)
+        swish = np.zeros(g.d_mlp, bool)
+        n = mlp.n_neurons
+        if n and mlp.wu is not None:
+            wu[_numpy(mlp.read).astype(np.int64), :n] = _numpy(mlp.wu)[:, :n]
+            bu[:n] = _numpy(mlp.bu)[:n]
+        if n and mlp.swish is not None:
+            swish[:n] = _numpy(mlp.swish)[:n]
+        return (np.ascontiguousarray(self._read(wu, g.d_model), np.float32),
+                bu.astype(np.float32), swish)
 
     def residual(self, x: np.ndarray) -> np.ndarray:
         """tw's residual (..., d) in the export's columns (..., d_model), twins filled in:
