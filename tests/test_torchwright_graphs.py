@@ -78,3 +78,23 @@ def test_without_torchwright_the_builders_say_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchwright.ops.swiglu", None)
     with pytest.raises(TorchwrightError, match=r"pip install 'tw\[torchwright\]'"):
         graphs.PROGRAMS["caesar"].build()
+
+
+def test_bench_section_runs():
+    """`bench/frontends.py --torchwright` on one graph: a row per compiler, exact, and the
+    summary line."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "frontends.py"
+    res = subprocess.run([sys.executable, str(bench), "--torchwright", "--graphs",
+                          "binary_increment", "--no-cpsat"], capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row, summary = (json.loads(line) for line in res.stdout.strip().splitlines())
+    assert row["graph"] == "binary_increment" and row["prompts"] == 16 and row["exhaustive"]
+    for side in ("tw", "torchwright_greedy"):
+        assert row[side]["answers"] == 1.0 and row[side]["layers"] >= 1
+    assert row["tw"]["layers"] <= PROGRAMS["binary_increment"].torchwright_layers[1]
+    assert row["tw"]["vs_oracle_max_dev"] <= 1e-4 and summary["tw_answers_everywhere"]
