@@ -355,9 +355,10 @@ CALC_OPS = "+-*"
 
 def _calculator_graph(ops: _Ops, embedding, rope):
     """Operands parsed as by the adder and turned into numbers (digit lookups); the operator
-    token (one before the trigger) is held by a recency head; sum, difference and product (one gated multiply) are
-    switched by it; the magnitude's digits come from floor-division staircases, and leading
-    zeros are dropped with a minus sign prepended for a negative answer."""
+    token (one before the trigger) is held by a recency head; sum, difference and product
+    (one gated multiply) are switched by it; the magnitude's digits come from floor-division
+    staircases, and leading zeros are dropped with a minus sign prepended for a negative
+    answer."""
     e = embedding.get_embedding
     window = ops.seq.NumericSequence(rope, embedding, CALC_DIGITS)
     trigger = _is_token(ops, embedding, TRIGGER)
