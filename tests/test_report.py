@@ -229,6 +229,33 @@ def test_locations_of_an_uncopied_graph_are_the_ops_own(tmp_path):
         'tw.output "y"': f"{path}:5:5"}
 
 
+def test_locations_of_a_builder_graph_are_its_builder_lines():
+    """`tw.Graph(locations=True)`: each op is located at the line of this file that built it,
+    also after the default pipeline rebuilt it (through the name it inherited)."""
+    import inspect
+
+    line = inspect.currentframe().f_lineno
+    with tw.Graph("main", locations=True) as g:
+        x = tw.input("x", 2, value_range=(-2.0, 2.0))  # line + 2
+        h = tw.relu(tw.linear(x, [[1.0, -1.0], [2.0, 0.5]], [0.1, -0.2]))  # line + 3
+        tw.output("y", tw.linear(h, [[1.0], [1.0]]))  # line + 4
+    here = __file__
+    assert set(g.locations.values()) == {f"{here}:{line + k}" for k in (2, 3, 4)}
+    ct = tw_lowering.compile(g.module, d=16, d_head=4, pipeline="default")
+    ops = report_data(ct, locations=g.locations)["ops"]
+    located = [loc for loc in ops["loc"] if loc]
+    pattern = rf"{re.escape(here)}:({line + 2}|{line + 3}|{line + 4})( \(as %\S+\))?"
+    assert located and all(re.fullmatch(pattern, loc) for loc in located), located
+    by_kind = {name.split()[0]: loc for name, loc in zip(ops["name"], ops["loc"])}
+    assert by_kind["tw.input"].startswith(f"{here}:{line + 2}")
+    assert re.match(rf"{re.escape(here)}:({line + 3}|{line + 4})\b", by_kind["tw.mlp"])
+
+
+def test_graph_locations_flag_is_checked():
+    with pytest.raises(Exception, match="locations must be a bool"):
+        tw.Graph("main", locations="yes")
+
+
 # -- the page -------------------------------------------------------------------------------
 
 

@@ -27,6 +27,9 @@ import builtins
 import contextlib
 import gc
 import numbers
+import os
+import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
@@ -113,21 +116,36 @@ def gc_paused():
             gc.enable()
 
 
-class Graph:
-    """Collects ops into a `tw.graph @name`; on exit the graph joins `module` (new if None)."""
+# Frames in this folder are tw's own (the ops library, its helpers): a located op is
+# attributed to the first caller outside it.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-    def __init__(self, name: str = "main", module: ModuleOp | None = None, verify: bool = True):
+
+class Graph:
+    """Collects ops into a `tw.graph @name`; on exit the graph joins `module` (new if None).
+
+    `locations=True` records where each op was built: `graph.locations` maps it to the
+    "file:line" of the first caller outside tw's ops library (for the compile report,
+    `ct.report(path, locations=g.locations)`), and names its unnamed results after that line
+    (an op a pass rebuilds inherits the name, so the report still finds it). Off by default:
+    it reads the call stack once per op."""
+
+    def __init__(self, name: str = "main", module: ModuleOp | None = None, verify: bool = True,
+                 locations: bool = False):
         check_name("Graph", name)
         if module is not None and not isinstance(module, ModuleOp):
             fail("Graph", f"module must be a builtin ModuleOp or None, got {type(module).__name__}")
         if not isinstance(verify, (bool, np.bool_)):
             fail("Graph", f"verify must be a bool, got {verify!r}")
+        if not isinstance(locations, (bool, np.bool_)):
+            fail("Graph", f"locations must be a bool, got {locations!r}")
         if module is not None and any(isinstance(op, GraphOp) and op.sym_name.data == name
                                       for op in module.body.block.ops):
             fail("Graph", f"name: the module already holds a graph @{name}")
         self.name = name
         self.module = module
         self.verify = bool(verify)
+        self.locations: dict[Operation, str] | None = {} if locations else None
         self.ops: list[Operation] = []
         self.op: GraphOp | None = None
         self._owned: set[Operation] = set()  # ops built here: values from elsewhere are refused
@@ -175,9 +193,26 @@ class Graph:
             name, it = self.scope[-1]
             op.attributes[SCOPE] = StringAttr(name)
             op.attributes[ITERATION] = int_prop(it)
+        if self.locations is not None:
+            self._locate(op)
         self.ops.append(op)
         self._owned.add(op)
         return op
+
+    def _locate(self, op: Operation) -> None:
+        """Record the first caller outside twdialect (the user's builder line)."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            frame = frame.f_back
+        if frame is None:
+            return
+        path, line = frame.f_code.co_filename, frame.f_lineno
+        self.locations[op] = f"{path}:{line}"
+        stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) or "f"
+        stem = stem if stem[0].isalpha() else f"f{stem}"
+        for r in op.results:
+            if r.name_hint is None:
+                r.name_hint = f"{stem}_l{line}"
 
 
 class _Innermost(threading.local):
