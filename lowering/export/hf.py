@@ -159,6 +159,17 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> No
 def load_transformers(path, graph=None, device: str = "cpu"):
     """The export at `path` as (model, tokenizer), its tw metadata checked first (format,
     version, graph hash when `graph` is given, geometry against the config)."""
+    return load_checked(path, FORMAT, lambda config: {
+        "n_layers": config.get("n_layer"), "d_model": config.get("n_embd"),
+        "n_heads": config.get("n_head"), "d_mlp": config.get("n_inner"),
+        "n_ctx": config.get("n_positions")}, graph, device)
+
+
+def load_checked(path, fmt: str, geometry_of, graph=None, device: str = "cpu"):
+    """A transformers export at `path` (format `fmt`) as (model, tokenizer), after its tw
+    metadata in config.json is checked (`check_metadata`; `geometry_of(config)` reads the
+    geometry in the architecture's own config names): the one loader of every transformers
+    architecture tw writes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -168,9 +179,6 @@ def load_transformers(path, graph=None, device: str = "cpu"):
         raise ExportError(f"{path}: no readable config.json ({e.__class__.__name__})") from None
     meta = {"tw." + k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
             for k, v in config.get("tw", {}).items()}
-    geometry = {"n_layers": config.get("n_layer"), "d_model": config.get("n_embd"),
-                "n_heads": config.get("n_head"), "d_mlp": config.get("n_inner"),
-                "n_ctx": config.get("n_positions")}
-    check_metadata(meta, FORMAT, graph, geometry, where=str(path))
+    check_metadata(meta, fmt, graph, geometry_of(config), where=str(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
     return model, AutoTokenizer.from_pretrained(path)

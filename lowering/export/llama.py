@@ -42,8 +42,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tw_lowering.export.hf import _rows_padded, _write_tokenizer
-from tw_lowering.export.metadata import ExportError, check_causal, check_metadata
+from tw_lowering.export.hf import _rows_padded, _write_tokenizer, load_checked
+from tw_lowering.export.metadata import ExportError, check_causal
 from tw_lowering.export.metadata import export_metadata
 from tw_lowering.export.stock import StockPlan, _kept_dims, end_id, token_strings
 from tw_lowering.export.streaming import Tensor, ensure_space, write_safetensors
@@ -244,19 +244,8 @@ def _token_rows(plan: StockPlan) -> np.ndarray:
 def load_llama(path, graph=None, device: str = "cpu"):
     """The export at `path` as (model, tokenizer), its tw metadata checked first (format,
     version, graph hash when `graph` is given, geometry against the config)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ExportError(f"{path}: no readable config.json ({e.__class__.__name__})") from None
-    meta = {"tw." + k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
-            for k, v in config.get("tw", {}).items()}
-    geometry = {"n_layers": config.get("num_hidden_layers"), "d_model": config.get("hidden_size"),
-                "n_heads": config.get("num_attention_heads"), "head_dim": config.get("head_dim"),
-                "d_mlp": config.get("intermediate_size"),
-                "n_ctx": config.get("max_position_embeddings")}
-    check_metadata(meta, FORMAT, graph, geometry, where=str(path))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    return load_checked(path, FORMAT, lambda config: {
+        "n_layers": config.get("num_hidden_layers"), "d_model": config.get("hidden_size"),
+        "n_heads": config.get("num_attention_heads"), "head_dim": config.get("head_dim"),
+        "d_mlp": config.get("intermediate_size"),
+        "n_ctx": config.get("max_position_embeddings")}, graph, device)
