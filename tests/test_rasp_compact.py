@@ -14,6 +14,7 @@ shape (neurons, mask, head width, layers) against the form it claims.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
@@ -213,3 +214,57 @@ def test_means_that_differ_by_float64_round_off_are_one_value():
         translate(rasp.Map(lambda x: x == 0, mean), NUMS, 4, False, BOS, "PAD")
     # a map that does not tell them apart compiles, exactly
     _compiled_exactly(rasp.Map(lambda x: x > 0.5, mean), NUMS, 4)
+
+
+# -- a selector's table: whole vectors where it can, the predicate pair by pair otherwise ----
+
+def _pairwise(selector, k_tuples, q_tuples, k_slot, q_slot):
+    """The selector at every pair, one Python call each (an exception selects nothing)."""
+    from twdialect.frontends.rasp import _selected
+
+    out = np.zeros((len(q_tuples), len(k_tuples)))
+    for a, qt in enumerate(q_tuples):
+        for b, kt in enumerate(k_tuples):
+            try:
+                out[a, b] = float(bool(_selected(selector, kt, qt, k_slot, q_slot)))
+            except Exception:  # noqa: BLE001
+                out[a, b] = 0.0
+    return out
+
+
+def test_vectorized_selection_equals_the_predicate_pair_by_pair():
+    import random
+
+    from twdialect.frontends.rasp import _selection
+
+    rng = random.Random(0)
+    k_sop, q_sop = rasp.tokens, rasp.indices
+    comparisons = list(rasp.Comparison)
+
+    def picky(k, q):  # raises on some pairs: short-circuits decide whether that matters
+        if (k + q) % 3 == 0:
+            raise ValueError("no meaning here")
+        return k < q
+
+    def leaf():
+        if rng.random() < 0.3:
+            return rasp.Select(k_sop, q_sop, picky)
+        return rasp.Select(k_sop, q_sop, rng.choice(comparisons))
+
+    def tree(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return leaf()
+        kind = rng.choice(["and", "or", "not"])
+        if kind == "not":
+            return rasp.SelectorNot(tree(depth - 1))
+        make = rasp.SelectorAnd if kind == "and" else rasp.SelectorOr
+        return make(tree(depth - 1), tree(depth - 1))
+
+    k_tuples = [(v,) for v in (0, 1, 2, 5, -3, 2.5)]
+    q_tuples = [(v,) for v in (0, 1, 2, 3, 4, -1, 0.5)]
+    k_slot, q_slot = {k_sop.unique_id: 0}, {q_sop.unique_id: 0}
+    for _ in range(300):
+        sel = tree(3)
+        want = _pairwise(sel, k_tuples, q_tuples, k_slot, q_slot)
+        got = _selection(sel, k_tuples, q_tuples, k_slot, q_slot)
+        assert np.array_equal(got, want), sel
