@@ -196,7 +196,7 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     seconds = {}
     t0 = time.perf_counter()
     name = module.sym_name.data if isinstance(module, GraphOp) else graph
-    trace = PassTrace(name) if trace_passes else None
+    trace = PassTrace(name, machine) if trace_passes else None
     if trace is not None:
         trace.record("input", module)
     prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)))

@@ -139,23 +139,30 @@ def _grouped(value) -> str:
 
 def passes_html(stats) -> str:
     """What each pass changed (`stats.passes`, recorded by `compile(trace_passes=True)`):
-    ops and floor before and after; layers are the compiled graph's only."""
+    ops, floor and layers (the graph compiled as it stood, on this machine) before and after."""
     steps = stats.passes
     if not steps:
         return ('<p class="muted">Per-pass changes were not recorded: compile with '
                 '<code>trace_passes=True</code> (<code>tw-stats --html</code> does).</p>')
+
+    def layers(step) -> str:
+        n = step.get("layers")
+        return "does not fit" if n is None else str(n)
+
     rows = [f'<tr><td>{html.escape(s["pass"])}</td><td>{p["ops"]:,}</td><td>{s["ops"]:,}</td>'
-            f'<td>{p["floor"]}</td><td>{s["floor"]}</td></tr>'
+            f'<td>{p["floor"]}</td><td>{s["floor"]}</td><td>{layers(p)}</td>'
+            f'<td>{layers(s)}</td></tr>'
             for p, s in zip(steps, steps[1:])]
     if not rows:
-        rows = ['<tr><td colspan="5" class="muted">no pass ran</td></tr>']
+        rows = ['<tr><td colspan="7" class="muted">no pass ran</td></tr>']
     given = steps[0]
     return ('<table class="passes"><thead><tr><th>pass</th><th>ops before</th>'
-            '<th>ops after</th><th>floor before</th><th>floor after</th></tr></thead>'
+            '<th>ops after</th><th>floor before</th><th>floor after</th>'
+            '<th>layers before</th><th>layers after</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
-            f'<p class="muted">As given: {given["ops"]:,} ops, floor {given["floor"]}. '
-            f'Layers per pass are not computed (each would cost a schedule); the compiled '
-            f'graph takes {stats.n_layers} layers.</p>')
+            f'<p class="muted">As given: {given["ops"]:,} ops, floor {given["floor"]}, '
+            f'{layers(given)} layers (each step compiled as it stood on this machine); the '
+            f'compiled graph takes {stats.n_layers} layers.</p>')
 
 
 # --------------------------------------------------------------------------------------

@@ -99,12 +99,13 @@ def _pct(a: int, b: int) -> str:
 
 class PassTrace:
     """What each pass of a compile's pipeline changed (`compile(trace_passes=True)`): the
-    graph's ops and critical-path floor as given and after every pass, for the compile report.
-    A floor is one walk over the graph per pass, which is why it is asked for; layers per pass
-    are not recorded (each would cost a schedule)."""
+    graph's ops, critical-path floor and, given the machine, the layers it would be compiled
+    into, as given and after every pass, for the compile report. A floor is one walk over the
+    graph and layers one schedule per pass, which is why it is asked for."""
 
-    def __init__(self, graph: str):
+    def __init__(self, graph: str, machine=None):
         self.graph = graph  # the name of the graph compiled
+        self.machine = machine  # where given, each step's layers are scheduled on it
         self.steps: list[dict] = []
 
     def record(self, what: str, module) -> None:
@@ -113,14 +114,31 @@ class PassTrace:
         from twdialect.interp import find_graph
 
         g = find_graph(module, self.graph)
-        self.steps.append({"pass": what, "ops": len(g.block.ops),
-                           "floor": critical_path(g).n_layers})
+        step = {"pass": what, "ops": len(g.block.ops), "floor": critical_path(g).n_layers}
+        if self.machine is not None:
+            step["layers"] = layers_as_is(module, self.graph, self.machine)
+        self.steps.append(step)
 
     def after_pass(self, module_pass, module) -> None:
         """`run_pipeline`'s `after_each` hook."""
         from tw_passes import pass_spec
 
         self.record(pass_spec(module_pass), module)
+
+
+def layers_as_is(module, graph: str, machine) -> int | None:
+    """The layers `module`'s graph takes on `machine` scheduled as it stands (no pipeline:
+    `decompose` where library ops remain); None where it does not fit."""
+    from tw_lowering import prepare
+    from tw_lowering.machine import GeometryError
+    from tw_lowering.schedule import schedule
+    from tw_lowering.tasks import LoweringError, TaskGraph
+    from twdialect.interp import find_graph
+
+    try:
+        return schedule(TaskGraph(find_graph(prepare(module, None), graph)), machine).n_layers
+    except (GeometryError, LoweringError):
+        return None
 
 
 def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
