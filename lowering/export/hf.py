@@ -60,15 +60,8 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
         (plan.twin_col >= 0).sum()))
-    config = _config(g, eps, eos, meta)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-    with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump({"do_sample": False, "eos_token_id": eos, "pad_token_id": eos,
-                   "bos_token_id": eos, "max_length": g.n_ctx}, f, indent=2, sort_keys=True)
-    size = write_safetensors(os.path.join(path, "model.safetensors"), _groups(plan, eps),
-                             {"format": "pt", **meta})
-    _write_tokenizer(path, tokens, eos, g.n_ctx)
+    size = write_checkpoint(path, _config(g, eps, eos, meta), _groups(plan, eps), meta,
+                            tokens, eos, g.n_ctx)
     return {"format": FORMAT, "path": str(path), "bytes": size,
             "padded_params": g.params(), "trimmed_params": plan.trimmed_params(),
             "geometry": g.as_dict(), "norm_eps": eps, "seconds": time.perf_counter() - t0}
@@ -154,6 +147,22 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> No
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
                                    clean_up_tokenization_spaces=False, **special)
     fast.save_pretrained(path)
+
+
+def write_checkpoint(path, config: dict, groups, meta: dict, tokens, eos, n_ctx: int) -> int:
+    """A transformers checkpoint in `path`: config.json, generation_config.json (greedy, ending
+    at `eos`), model.safetensors (the tensors of `groups`, with tw's metadata) and the
+    tokenizer; returns the safetensors file's size. The one writer of every transformers
+    architecture tw exports."""
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": False, "eos_token_id": eos, "pad_token_id": eos,
+                   "bos_token_id": eos, "max_length": n_ctx}, f, indent=2, sort_keys=True)
+    size = write_safetensors(os.path.join(path, "model.safetensors"), groups,
+                             {"format": "pt", **meta})
+    _write_tokenizer(path, tokens, eos, n_ctx)
+    return size
 
 
 def load_transformers(path, graph=None, device: str = "cpu"):

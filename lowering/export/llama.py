@@ -34,7 +34,6 @@ written a layer at a time with tw's metadata in the config (`"tw"`) and the safe
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -42,11 +41,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tw_lowering.export.hf import _rows_padded, _write_tokenizer, load_checked
+from tw_lowering.export.hf import _rows_padded, load_checked, write_checkpoint
 from tw_lowering.export.metadata import ExportError, check_causal
 from tw_lowering.export.metadata import export_metadata
 from tw_lowering.export.stock import StockPlan, _kept_dims, end_id, token_strings
-from tw_lowering.export.streaming import Tensor, ensure_space, write_safetensors
+from tw_lowering.export.streaming import Tensor, ensure_space
 
 FORMAT = "llama"
 
@@ -74,14 +73,8 @@ def export_llama(ct, path, vocab: str | Sequence[str] | None = None, end: str | 
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), rope_theta=base,
                            hidden_act=act)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(_config(g, eps, base, act, eos, meta), f, indent=2, sort_keys=True)
-    with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump({"do_sample": False, "eos_token_id": eos, "pad_token_id": eos,
-                   "bos_token_id": eos, "max_length": g.n_ctx}, f, indent=2, sort_keys=True)
-    size = write_safetensors(os.path.join(path, "model.safetensors"), _groups(plan, eps),
-                             {"format": "pt", **meta})
-    _write_tokenizer(path, tokens, eos, g.n_ctx)
+    size = write_checkpoint(path, _config(g, eps, base, act, eos, meta), _groups(plan, eps),
+                            meta, tokens, eos, g.n_ctx)
     return {"format": FORMAT, "path": str(path), "bytes": size, "padded_params": _params(g),
             "trimmed_params": plan.trimmed_params(), "geometry": g.as_dict(), "norm_eps": eps,
             "rope_theta": base, "hidden_act": act, "seconds": time.perf_counter() - t0}
