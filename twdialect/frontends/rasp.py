@@ -216,7 +216,8 @@ class _Translator:
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
         self.at_bos: dict[Value, np.ndarray] = {}
-        self.tables: dict[Value, tuple] = {}  # a table of steps: (input, points, rows)
+        # a table of steps: (input, points, rows, its number of MLPs)
+        self.tables: dict[Value, tuple] = {}
         self.seen = 0
 
     # -- the graph and its BOS constants ---------------------------------------------
@@ -382,8 +383,9 @@ class _Translator:
 
     def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
-        out = steps(x, points, rows)
-        self.tables[out] = (x, points, rows)
+        plan = step_mlps(points, rows)
+        out = emit_steps(x, rows, plan)
+        self.tables[out] = (x, points, rows, len(plan))
         return out
 
     def as_categorical(self, enc: Encoded, expr) -> Encoded:
@@ -448,8 +450,10 @@ class _Translator:
         best = None
         for a, b in _sum_weights(pairs, outs):
             table = _table_of_sum(pairs, outs, a, b)
+            if table is None:
+                continue
             cost = _steps_cost(table, rasp.is_numerical(expr))
-            if table is not None and cost < len(pairs) and (best is None or cost < best[0]):
+            if cost < len(pairs) and (best is None or cost < best[0]):
                 best = (cost, a, b, table)
         if best is None:
             return None
@@ -567,20 +571,14 @@ class _Translator:
         # columns scaled to at most 1 in the table (its float32 error is then the one-hot's)
         scale = np.maximum(np.abs(mat).max(axis=0), np.finfo(np.float64).tiny)
         tol = None if tolerance is None else tolerance / scale
-        x, points, rows = self.tables[onehot]
+        x, points, rows, depth = self.tables[onehot]
         scaled = rows @ (mat / scale)
-        if not self._as_shallow(onehot, scaled, tol):
+        plan = step_mlps(points, scaled, tol)
+        if len(plan) > depth:  # deeper than the one-hot's own table
             return None
-        read = steps(x, points, scaled, tol)
+        read = emit_steps(x, scaled, plan)
         self._sync()
         return read, np.diag(scale), self.at_bos[read][0] * scale
-
-    def _as_shallow(self, table: Value, rows: np.ndarray, tolerance=None) -> bool:
-        """Whether `rows` over the points of `table` take no more MLPs than `table` did."""
-        _, points, own = self.tables[table]
-        if not np.any(rows != rows[0]):
-            return True
-        return len(step_mlps(points, rows, tolerance)) <= len(step_mlps(points, own))
 
     def _sides(self, leaves: list, side: str) -> list:
         out, seen = [], set()
@@ -640,16 +638,23 @@ class _Translator:
 
 
 def steps(x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
-    """The table of steps `step_mlps` plans (a literal where the rows never change)."""
-    if not np.any(rows != rows[0]):
+    """The table of steps `step_mlps` plans, applied to x."""
+    return emit_steps(x, rows, step_mlps(points, rows, tolerance))
+
+
+def emit_steps(x: Value, rows: np.ndarray, plan: list[tuple]) -> Value:
+    """x through the MLPs of `plan` (`step_mlps`); a literal of the rows where there are none
+    (the rows never change)."""
+    if not plan:
         return tw.literal(rows[0])
-    for w1, b1, w2, b2 in step_mlps(points, rows, tolerance):
+    for w1, b1, w2, b2 in plan:
         x = tw.mlp(x, w1, b1, w2, b2)
     return x
 
 
 def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tuple]:
-    """The MLPs (w1, b1, w2, b2) of a table of steps: rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
+    """The MLPs (w1, b1, w2, b2) of a table of steps (none where the rows never change):
+    rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
     neighbours whose rows differ: an input a little off its value (float32 rounding of a
     softmax share or of an earlier table) still reads the exact row, so a one-hot stays 0/1
     and a later head's logits keep their full gap; a threshold over a million values is one
@@ -661,6 +666,8 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
     reader says what it tolerates); else two MLPs that saturate exactly on
     every plateau: h = relu(s (x - b1)), then 1 - relu(1 - h)."""
     change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
+    if change.size == 0:
+        return []
     lo_x, hi_x = float(points[0]), float(points[-1])
     b1 = points[change] + (points[change + 1] - points[change]) / 4
     b2 = points[change + 1] - (points[change + 1] - points[change]) / 4
@@ -758,11 +765,9 @@ def _integral(v):
     return int(f) if f.is_integer() and abs(f) < 2 ** 52 else False
 
 
-def _steps_cost(table: dict | None, numerical: bool) -> int:
+def _steps_cost(table: dict, numerical: bool) -> int:
     """Neurons of the table of steps over s (two a change of value; none where the map is
     affine with numbers out, a `tw.linear`)."""
-    if table is None:
-        return 1 << 62
     values = list(table.values())
     if numerical and _affine(np.array(list(table)), np.array([[float(v)] for v in values])):
         return 0
@@ -811,9 +816,10 @@ MAX_NEAREST_LOGIT = 1e5
 def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
     and the keys are numbers that are never None and not noisy (one value must give the
-    same logit at every position: its keys share the softmax evenly): logits s (2 t k - k^2) = s (t^2 - (k - t)^2) peak at the
-    selected value t, whichever the key, so the head needs two dimensions however many
-    values there are (reverse's and sort's `indices == target`: 2, not 50 at length 50).
+    same logit at every position: its keys share the softmax evenly): logits s (2 t k - k^2)
+    = s (t^2 - (k - t)^2) peak at the selected value t, whichever the key, so the head
+    needs two dimensions however many values there are (reverse's `indices == opp_idx`:
+    2, not 50 at length 50).
     s = GAIN / (gap to the nearest other key value)^2, per query class, keeps every
     unselected key GAIN below; BOS's logit is lifted to s t^2 - GAIN (1 - bos_weight), its
     place beside a selected key in the one-hot form. None where this does not apply or is
@@ -836,7 +842,7 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     b = np.stack([k, k * k], axis=1)
     if (np.abs(a) @ np.abs(b).T).max() > MAX_NEAREST_LOGIT * GAIN:
         return None
-    if min(len(np.unique(pred, axis=0)), len(np.unique(pred, axis=1).T)) <= 2:
+    if min(len(_distinct_rows(pred)[0]), len(_distinct_rows(pred.T)[0])) <= 2:
         return None  # the one-hot form is as narrow
     return a, b, lift
 
@@ -936,10 +942,10 @@ _VECTOR_COMPARISONS = {"EQ": np.equal, "LT": np.less, "LEQ": np.less_equal,
 
 def _selection(selector, k_tuples: list, q_tuples: list, k_slot: dict, q_slot: dict
                ) -> np.ndarray:
-    """(queries, keys) 1.0 where the selector holds: `_selects` at every pair, with a
-    Comparison between numbers compared as whole vectors (sort_freq at length 50 weighs
-    2,550 x 2,550 pairs); a predicate that raises at a pair selects nothing there, as
-    `_selects` says, short-circuits included."""
+    """(queries, keys) 1.0 where the selector holds (`_selected` at every pair, with a
+    Comparison between numbers compared as whole vectors: sort_freq at length 50 weighs
+    2,550 x 2,550 pairs); a predicate that raises at a pair (one the program never meets:
+    the evaluator would raise too) selects nothing there, short-circuits included."""
     held, raised = _tree(selector, k_tuples, q_tuples, k_slot, q_slot)
     return (held & ~raised).astype(np.float64)
 
@@ -965,7 +971,7 @@ def _tree(selector, k_tuples, q_tuples, k_slot, q_slot) -> tuple[np.ndarray, np.
         for b, kt in enumerate(k_tuples):
             try:
                 held[a, b] = bool(_selected(selector, kt, qt, k_slot, q_slot))
-            except Exception:  # noqa: BLE001 - the user's predicate, on a pair it has no meaning for
+            except Exception:  # noqa: BLE001 - the user's predicate, on a pair it cannot read
                 raised[a, b] = True
     return held, raised
 
