@@ -224,15 +224,23 @@ def test_random_graphs_compiled_match_oracle(seed):
         assert_close(ct.run(feeds), twdialect.evaluate(module, feeds))
 
 
-def test_generation_steps_match_the_oracle():
+def _generation_graph(relu_beside: bool):
+    """A token model whose logits come from a gated swish MLP over the tokens and a head
+    (and, with `relu_beside`, a relu MLP added to them)."""
     rng = np.random.default_rng(3)
     with tw.Graph() as g:
         tok = tw.embedding("tokens", np.round(rng.uniform(-1, 1, (5, 3)), 3))
         h = tw.attn(tok, tok, tok, _w(rng, 3, 2), _w(rng, 3, 2), np.eye(3), np.eye(3))
         y = tw.mlp(tw.concat(tok, h), _w(rng, 6, 8), _w(rng, 8), _w(rng, 8, 5),
                    activation="swish", up=_w(rng, 6, 8), up_bias=_w(rng, 8))
-        tw.output("logits", tw.add(y, tw.mlp(tok, _w(rng, 3, 4), None, _w(rng, 4, 5))))
-    module = g.module
+        if relu_beside:
+            y = tw.add(y, tw.mlp(tok, _w(rng, 3, 4), None, _w(rng, 4, 5)))
+        tw.output("logits", y)
+    return g.module
+
+
+def test_generation_steps_match_the_oracle():
+    module = _generation_graph(relu_beside=True)
     ct = lowering.compile(module, d=64, d_head=4)
     back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
     prompt = {"tokens": np.array([1, 3, 0])}
@@ -426,14 +434,7 @@ def test_cuda_runs_lanes_like_the_oracle(seed):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_generation_steps():
-    rng = np.random.default_rng(3)
-    with tw.Graph() as g:
-        tok = tw.embedding("tokens", np.round(rng.uniform(-1, 1, (5, 3)), 3))
-        h = tw.attn(tok, tok, tok, _w(rng, 3, 2), _w(rng, 3, 2), np.eye(3), np.eye(3))
-        y = tw.mlp(tw.concat(tok, h), _w(rng, 6, 8), _w(rng, 8), _w(rng, 8, 5),
-                   activation="swish", up=_w(rng, 6, 8), up_bias=_w(rng, 8))
-        tw.output("logits", y)
-    module = g.module
+    module = _generation_graph(relu_beside=False)
     ct = lowering.compile(module, d=64, d_head=4).to("cuda")
     back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
     prompt = {"tokens": np.array([1, 3, 0])}
