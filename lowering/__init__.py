@@ -83,9 +83,9 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     PrecisionError naming it, "warn" warns, "ignore" skips the check.
 
     `module` is a ModuleOp or one GraphOp (then `graph` is not consulted, as in
-    `twdialect.evaluate`). `trace_passes=True` records what each pass changed (ops and
-    critical-path floor, `stats.PassTrace`) in `ct.stats.passes`, for the compile report
-    (`ct.report`): a walk over the graph per pass, so it is asked for.
+    `twdialect.evaluate`). `trace_passes=True` records what each pass changed (ops,
+    critical-path floor and layers, `stats.PassTrace`) in `ct.stats.passes`, for the compile
+    report (`ct.report`): a walk over the graph and a schedule per pass, so it is asked for.
 
     `progress(stage, done, total)`, if given, hears how the compile goes: stages "passes"
     (passes run), "schedule" (tasks placed in the current trial schedule), "weights" (tasks

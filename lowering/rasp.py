@@ -89,9 +89,8 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
     width that stores the fewest parameters among those whose schedule reaches the fewest
     layers, with `d_hidden` 4 d or twice the widest MLP (`hidden_width`), whichever stores
-    fewer; `pipeline` is tw's
-    (default: the default pipeline). A construct tw cannot compile is a RaspError naming the
-    expression."""
+    fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
+    is a RaspError naming the expression."""
     from tw_lowering import compile
     from twdialect.frontends.rasp import translate
 

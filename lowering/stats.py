@@ -49,7 +49,7 @@ class Stats:
     swish_neurons: int = 0  # neurons with a swish activation (tw.mlp act swish)
     gated_neurons: int = 0  # neurons of gated mlps (tw.mlp up): act(z) * (x Wu + bu)
     # what each pass changed, where the compile recorded it (`PassTrace`): per step its pass
-    # ("input": the graph as given), the graph's ops and critical-path floor after it
+    # ("input": the graph as given), the graph's ops, critical-path floor and layers after it
     passes: list = field(default_factory=list)
 
     @property
