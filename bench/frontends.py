@@ -3,6 +3,7 @@
     python3 bench/frontends.py                     # tracr's lib programs at lengths 5, 10, 20, 50
     python3 bench/frontends.py --lengths 5,10 --programs sort,hist
     python3 bench/frontends.py --no-tracr          # tw alone (tracr compiles take seconds to minutes)
+    python3 bench/frontends.py --tracr-timeout 120 # give up on a tracr row after 120 s (default 600)
     python3 bench/frontends.py --torchwright       # graphs built with torchwright's ops, tw beside
                                                    # torchwright's greedy and CP-SAT compiles
                                                    # (bench/frontends_torchwright.py)
@@ -21,6 +22,28 @@ written from its assembled weights (`tracr_forward`: embeddings, attention with 
 by 1/sqrt(key_size) and its causal mask, ReLU MLPs, the output space's read-out), checked
 against `model.apply` on two inputs per program (the check is in the output:
 `tracr.forward_checked`).
+
+tracr's side runs in a worker process with a wall-clock limit per row (`--tracr-timeout SECONDS`,
+default 600; 0 = no limit): its compile and the exactness run of its model (`tracr_row`) must
+answer within the limit, else the worker is killed, the row's `tracr` is
+`{"error": "timeout: no result after N s", "timeout_s": N}` and the run goes on with the next row
+(tracr's compiles of shuffle_dyck and shuffle_dyck2 at max_seq_len 50 run for over 20 minutes).
+A program that timed out is not tried by tracr at longer lengths: those rows' `tracr` is
+`{"skipped": "timed out at max_seq_len M", "timeout_s": N}` (this replaces the former
+`--tracr-cap`, which could only skip after a slow compile had finished). The summary counts
+both (`tracr_timeouts`, `tracr_skipped`); ratios are over the rows where both sides compiled.
+
+Fairness of tracr's timings: one long-lived worker (multiprocessing's 'spawn' context, safe
+with JAX's threads, unlike 'fork') serves every row in turn, as the run's own process did
+before: it first compiles a warm-up program of its own (imports, JAX's first-call costs,
+outside every timing), then its caches stay warm from row to row exactly as in one process.
+Only a timeout replaces it; the new worker repeats the same warm-up before its first row, so
+that row starts from the state the run's first row started from. (A fresh process per row
+with its own warm-up would also exclude first-import costs, but it would throw away the caches
+that one process keeps, making each row colder than in the earlier in-process measurements.)
+The limit is counted from the moment the row is handed to a warmed-up worker, so the warm-up
+is never part of it; `compile_s` is timed inside the worker around tracr's compile alone.
+tw's side runs in the main process, unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +52,7 @@ import argparse
 import itertools
 import json
 import logging
+import multiprocessing
 import random
 import statistics
 import sys
@@ -167,6 +191,89 @@ def tracr_row(program, vocab, n: int, xs: list[list]) -> dict:
                 forward_checked=checked)
 
 
+def warm_program():
+    """A program of its own for warm-ups: tracr's jit caches would favour a program measured
+    later."""
+    from tracr.rasp import rasp
+
+    return rasp.numerical(rasp.Map(lambda x: x + 1, rasp.tokens))
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def _tracr_worker(conn) -> None:
+    """The worker process: warm up, say "ready", then answer (name, n, xs) with tracr_row's
+    dict (or {"error": ...}) until it receives None."""
+    _quiet()
+    from tw_examples.rasp import LIB_PROGRAMS
+
+    tracr_row(warm_program(), {0, 1}, 2, [[0], [1]])
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        name, n, xs = job
+        try:
+            program, vocab = LIB_PROGRAMS[name](n)
+            row = tracr_row(program, vocab, n, xs)
+        except Exception as e:  # noqa: BLE001 - tracr's refusal is a result
+            row = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        conn.send(row)
+
+
+class TracrWorker:
+    """tracr's side in a long-lived worker process (see the module docstring): `row` hands one
+    (program, length) to it and waits at most `timeout` seconds (0: no limit) for the answer;
+    on timeout the worker is killed and the next `row` starts (and warms up) a new one."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.ctx = multiprocessing.get_context("spawn")
+        self.proc = self.conn = None
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_tracr_worker, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.conn.recv()  # "ready" once warmed up; EOFError if it died warming up
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join()
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def row(self, name: str, n: int, xs: list[list]) -> dict:
+        try:
+            if self.proc is None:
+                self._start()
+            self.conn.send((name, n, xs))
+            if not self.conn.poll(self.timeout or None):
+                self._kill()
+                return {"error": f"timeout: no result after {self.timeout:g} s",
+                        "timeout_s": self.timeout}
+            return self.conn.recv()
+        except (EOFError, OSError):  # the worker died (out of memory, a crash in JAX)
+            code = None
+            if self.proc is not None:
+                self.proc.join(5)
+                code = self.proc.exitcode
+            self._kill()
+            return {"error": f"tracr worker died (exit code {code})"}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.conn.send(None)
+                self.proc.join(10)
+            finally:
+                self._kill()
+
+
 def torchwright_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of the torchwright section (`--torchwright`)."""
     ap.add_argument("--torchwright", action="store_true",
@@ -198,43 +305,45 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", default="5,10,20,50")
     ap.add_argument("--programs", default=",".join(LIB_PROGRAMS))
     ap.add_argument("--no-tracr", action="store_true", help="tw alone")
-    ap.add_argument("--tracr-cap", type=float, default=600.0,
-                    help="skip tracr at longer lengths once one of its compiles took this long")
+    ap.add_argument("--tracr-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="wall-clock limit per tracr row (compile and exactness run), 0 = none;"
+                         " a program that timed out is skipped by tracr at longer lengths")
     torchwright_arguments(ap)
     args = ap.parse_args(argv)
     if args.torchwright:
         return torchwright_section(ap, args)
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+    _quiet()
     lengths = [int(x) for x in args.lengths.split(",")]
     names = args.programs.split(",")
     for name in names:
         if name not in LIB_PROGRAMS:
             ap.error(f"unknown program {name!r} (known: {', '.join(LIB_PROGRAMS)})")
-    # warm-up: imports and first-call costs, outside every timing
-    # (a program of its own: tracr's jit caches would favour a program measured later)
-    from tracr.rasp import rasp
-
-    warm = rasp.numerical(rasp.Map(lambda x: x + 1, rasp.tokens))
-    tw_row(warm, {0, 1}, 2, [[0]])
-    if not args.no_tracr:
-        tracr_row(warm, {0, 1}, 2, [[0], [1]])
-    rows, too_slow = [], set()
-    for name in names:
-        for n in lengths:
-            program, vocab = LIB_PROGRAMS[name](n)
-            xs, exhaustive = inputs_for(vocab, n, seed=n)
-            row = {"program": name, "max_seq_len": n, "inputs": len(xs),
-                   "exhaustive": exhaustive, "tw": tw_row(program, vocab, n, xs)}
-            if not args.no_tracr and name not in too_slow:
-                try:
-                    row["tracr"] = tracr_row(program, vocab, n, xs)
-                    if row["tracr"]["compile_s"] > args.tracr_cap:
-                        too_slow.add(name)
-                except Exception as e:  # noqa: BLE001 - tracr's refusal is a result
-                    row["tracr"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-            rows.append(row)
-            print(json.dumps(row, sort_keys=True), flush=True)
+    if args.tracr_timeout < 0:
+        ap.error("--tracr-timeout must be >= 0")
+    # warm-up: imports and first-call costs, outside every timing (tracr's in its worker)
+    tw_row(warm_program(), {0, 1}, 2, [[0]])
+    tracr = None if args.no_tracr else TracrWorker(args.tracr_timeout)
+    rows, timed_out = [], {}  # program -> shortest length at which tracr timed out
+    try:
+        for name in names:
+            for n in lengths:
+                program, vocab = LIB_PROGRAMS[name](n)
+                xs, exhaustive = inputs_for(vocab, n, seed=n)
+                row = {"program": name, "max_seq_len": n, "inputs": len(xs),
+                       "exhaustive": exhaustive, "tw": tw_row(program, vocab, n, xs)}
+                if tracr is not None:
+                    if name in timed_out and n > timed_out[name]:
+                        row["tracr"] = {"skipped": f"timed out at max_seq_len {timed_out[name]}",
+                                        "timeout_s": args.tracr_timeout}
+                    else:
+                        row["tracr"] = tracr.row(name, n, xs)
+                        if "timeout_s" in row["tracr"]:
+                            timed_out[name] = min(n, timed_out.get(name, n))
+                rows.append(row)
+                print(json.dumps(row, sort_keys=True), flush=True)
+    finally:
+        if tracr is not None:
+            tracr.close()
     both = [r for r in rows if "layers" in r.get("tracr", {})]
     summary = {
         "summary": True, "rows": len(rows),
@@ -243,6 +352,9 @@ def main(argv=None) -> int:
         "compared_rows": len(both),
         "fewer_layers_rows": sum(r["tw"]["layers"] < r["tracr"]["layers"] for r in both),
         "no_more_layers_rows": sum(r["tw"]["layers"] <= r["tracr"]["layers"] for r in both),
+        "tracr_timeouts": sum("error" in r.get("tracr", {}) and "timeout_s" in r["tracr"]
+                              for r in rows),
+        "tracr_skipped": sum("skipped" in r.get("tracr", {}) for r in rows),
     }
     if both:
         alloc = [r["tracr"]["params_allocated"] / r["tw"]["params_allocated"] for r in both]
