@@ -457,10 +457,9 @@ def exact_order(model: LiveModel, machine: Machine) -> list[int] | None:
                    if (g in sources or wmask[g] & mask)
                    and (model.is_output[g] or rmask[g] & ~mask or wmask[g] & ~mask))
 
-    def need(mask: int, i: int) -> int:
+    def need(mask: int, i: int, base: int) -> int:  # base: live(mask)
         tid = tasks[i]
         t = tg.tasks[tid]
-        base = live(mask)
         if wmask[t.out_group] & mask:
             return base
         new = width[t.out_group]
@@ -484,10 +483,11 @@ def exact_order(model: LiveModel, machine: Machine) -> list[int] | None:
                 mask, tid = back[mask]
                 order.append(tid)
             return order[::-1]
+        base = live(mask)  # (once per set, not per task tried)
         for i in range(n):
             if mask >> i & 1 or pred_mask[i] & ~mask:
                 continue
-            step = max(peak, need(mask, i))
+            step = max(peak, need(mask, i, base))
             nxt = mask | 1 << i
             if step < best.get(nxt, math.inf):
                 best[nxt] = step
