@@ -210,11 +210,12 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
 
 
 def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=False,
-          passes=()):
+          passes=(), sched=None):
     """`compile`'s work after the passes: the schedule of a prepared task graph `tg` (with
     its residual `pressure`, `lowering.schedule.Pressure`), the weights, the torch module.
     A search that prepared its graph once (`lowering.sweep.Sweep`) compiles the width it
-    picks with this, and never runs the pipeline again."""
+    picks with this, and never runs the pipeline again (`sched`: the schedule of `tg` at
+    `machine` it made already, written as is)."""
     from tw_lowering.materialize import materialize
     from tw_lowering.model import CompiledTransformer
     from tw_lowering.precision import check_margins
@@ -223,7 +224,8 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
 
     seconds = dict(seconds or {})
     t1 = time.perf_counter()
-    sched = schedule(tg, machine, pressure=pressure)
+    if sched is None:
+        sched = schedule(tg, machine, pressure=pressure)
     check_margins(sched, on_margin)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1

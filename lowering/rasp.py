@@ -104,8 +104,12 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
 
         sweep = Sweep(rg.module, pipeline)  # the pipeline runs once for every width tried
         hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(sweep.tg.graph)]
-        point = min((_floor_point(sweep, dh, h) for h in hidden),
-                    key=lambda p: (p.n_layers, p.params))
+        point = None  # the fewest layers, then parameters; the first d_hidden on a tie
+        for h in hidden:
+            p = _floor_point(sweep, dh, h, beat=point)
+            if point is None or (p is not None and
+                                 (p.n_layers, p.params) < (point.n_layers, point.params)):
+                point = p
         ct = sweep.compile(point.d, dh, d_hidden if d_hidden is not None else point.d_hidden)
     else:
         ct = compile(rg.module, d=d, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
@@ -128,16 +132,37 @@ def hidden_width(graph) -> int:
 ROOMIER = (1.125, 1.25, 1.5, 2.0)
 
 
-def _floor_point(sweep, d_head: int, d_hidden: int | None):
+def _floor_point(sweep, d_head: int, d_hidden: int | None, beat=None):
     """The width, among those whose schedule reaches the fewest layers, that stores the
     fewest parameters: the narrowest such multiple of d_head (the sweep from the narrowest
-    width that fits, then a bisection below the first point there) and a few roomier ones."""
-    from tw_lowering.sweep import width_for
+    width that fits, then a bisection below the first point there) and a few roomier ones.
 
+    `beat`: the point of another d_hidden, which wins ties. Widths that cannot store fewer
+    parameters than it, or than the best point here, at the same depth are not scheduled
+    (`Sweep.least_params`, a bound that grows with d); None where no width here can beat it."""
+    from tw_lowering.sweep import _whole, width_for
+
+    def least(d: int, n_layers: int) -> int:
+        return sweep.least_params(d, d_head, n_layers, d_hidden)
+
+    # beat at the floor of the graph itself: a width here wins only by fewer parameters
+    if beat is not None and not beat.note and beat.n_layers <= beat.floor and \
+            least(sweep.smallest(d_head, d_hidden), beat.n_layers) >= beat.params:
+        return None
     curve = sweep.curve(d_head, d_hidden=d_hidden)
     fewest = curve[-1].n_layers
+    if beat is not None and beat.n_layers < fewest:
+        return None
     narrowest = width_for(None, d_head, max_layers=fewest, d_hidden=d_hidden,
                           curve=curve, sweep=sweep) or curve[-1]
-    roomier = sweep.curve(d_head, [narrowest.d * g for g in ROOMIER], d_hidden=d_hidden)
-    same_depth = [p for p in [narrowest, *curve, *roomier] if p.n_layers == fewest]
-    return min(same_depth, key=lambda p: (p.params, p.d))
+    best = min((p for p in [narrowest, *curve] if p.n_layers == fewest),
+               key=lambda p: (p.params, p.d))
+    for d in sorted({_whole(narrowest.d * g, d_head) for g in ROOMIER}):
+        bound = least(d, fewest)
+        if (bound, d) > (best.params, best.d) or \
+                (beat is not None and (fewest, bound) >= (beat.n_layers, beat.params)):
+            break  # nor can any wider width (the bound grows with d)
+        p = sweep.point(d, d_head, d_hidden)
+        if p is not None and p.n_layers == fewest and (p.params, p.d) < (best.params, best.d):
+            best = p
+    return best

@@ -63,6 +63,11 @@ class Sweep:
             passes = check_pipeline("width_sweep", pipeline)
             self.tg = TaskGraph(find_graph(prepare(module, passes), graph))
             self.pressure = pressure_of(module, self.tg, passes, graph)
+        # Machine -> (its WidthPoint, its Schedule), or None where it does not fit: the
+        # schedule is deterministic, so a width a search meets twice is scheduled once, and
+        # `compile` writes the schedule `point` made
+        self._points: dict[Machine, tuple[WidthPoint, object] | None] = {}
+        self._costs: dict[int, list[tuple[int | None, int | None]]] = {}  # see `least_params`
 
     def compile(self, d: int, d_head: int, d_hidden: int | None = None):
         """The CompiledTransformer at one geometry, from the graph prepared once (what
@@ -71,9 +76,11 @@ class Sweep:
         from twdialect.ops import gc_paused
 
         machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+        known = self._points.pop(machine, None)  # (a schedule is written into one model)
         with gc_paused():
             check_float32_magnitudes(self.tg.graph)
-            return lower(self.tg, machine, self.pressure)
+            return lower(self.tg, machine, self.pressure,
+                         sched=known[1] if known is not None else None)
 
     def point(self, d: int, d_head: int, d_hidden: int | None = None) -> WidthPoint | None:
         """The schedule at width d (None where it does not fit)."""
@@ -81,26 +88,52 @@ class Sweep:
         from twdialect.ops import gc_paused
 
         m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
-        t = time.perf_counter()
-        try:
-            with gc_paused():
-                s = schedule(self.tg, m, suggest=False, pressure=self.pressure)
-        except GeometryError:
-            return None
-        return WidthPoint(d, d_head, m.d_hidden if m.d_hidden is not None else 4 * d,
-                          s.n_layers, s.floor, int(sum(s.attn_heads)), int(sum(s.neurons)),
-                          stock_params(m, s.attn_heads, s.neurons),
-                          time.perf_counter() - t, s.note)
+        if m not in self._points:
+            t = time.perf_counter()
+            try:
+                with gc_paused():
+                    s = schedule(self.tg, m, suggest=False, pressure=self.pressure)
+            except GeometryError:
+                self._points[m] = None
+            else:
+                self._points[m] = (WidthPoint(
+                    d, d_head, m.d_hidden, s.n_layers, s.floor, int(sum(s.attn_heads)),
+                    int(sum(s.neurons)), stock_params(m, s.attn_heads, s.neurons),
+                    time.perf_counter() - t, s.note), s)
+        known = self._points[m]
+        return known[0] if known is not None else None
 
-    def curve(self, d_head: int, widths=None, d_hidden: int | None = None,
-              d_max: int | None = None) -> list[WidthPoint]:
-        """See `width_sweep`."""
+    def least_params(self, d: int, d_head: int, n_layers: int,
+                     d_hidden: int | None = None) -> int:
+        """A lower bound on the parameters of any schedule of n_layers layers at this geometry
+        (`point(...).params` where its layers are n_layers): each needed task pays its own
+        heads or neurons, in the cheaper sublayer it may run in, its pooled head dims a
+        d_head-th of a head each; cancels and heads rounded up only add. 0 where the graph
+        itself does not fit (a graph that stands in for it is priced otherwise)."""
+        from tw_lowering.rules import task_cost
+        from twdialect.analysis import ATTN, MLP
+
+        m = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
+        if not self.pressure.fits(m, alternatives=False):
+            return 0
+        if d_head not in self._costs:  # per needed task: (head dims, neurons), None: can't
+            needed = [t for t in self.tg.tasks if self.pressure.model.needed[t.tid]]
+            self._costs[d_head] = [
+                (None if t.kind == MLP else c.heads * d_head + c.dims,
+                 None if t.kind == ATTN else c.neurons)
+                for t, c in ((t, task_cost(self.tg, t, m)) for t in needed)]
+        # a layer's biases: 2 d; a head: 4 d d_head; a neuron: 2 d + 1 (`stock_params`)
+        return 2 * d * n_layers + sum(
+            min(4 * d * dims if dims is not None else 1 << 62,
+                (2 * d + 1) * neurons if neurons is not None else 1 << 62)
+            for dims, neurons in self._costs[d_head])
+
+    def smallest(self, d_head: int, d_hidden: int | None = None) -> int:
+        """The smallest width that fits (a multiple of d_head; `d_hidden` None: 4 d), where
+        a curve starts; a GeometryError where none does."""
         from tw_lowering.schedule import smallest_fitting_d
         from twdialect.ops import gc_paused
 
-        if widths is not None:
-            return [p for d in sorted(set(widths))
-                    if (p := self.point(_whole(d, d_head), d_head, d_hidden))]
         start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
         with gc_paused():
             smallest = smallest_fitting_d(
@@ -108,6 +141,15 @@ class Sweep:
                 pressure=self.pressure)
         if smallest is None:
             raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
+        return smallest
+
+    def curve(self, d_head: int, widths=None, d_hidden: int | None = None,
+              d_max: int | None = None) -> list[WidthPoint]:
+        """See `width_sweep`."""
+        if widths is not None:
+            return [p for d in sorted({_whole(d, d_head) for d in widths})
+                    if (p := self.point(d, d_head, d_hidden))]
+        smallest = self.smallest(d_head, d_hidden)
         top = d_max or 64 * smallest
         if top < smallest:
             raise GeometryError(f"width_sweep: the smallest d that fits at d_head={d_head} is "
