@@ -72,11 +72,11 @@ class RaspModel:
 
 
 def head_width(module) -> int:
-    """The narrowest d_head (a power of two, at least 8) that holds every head's query/key
-    width."""
+    """The narrowest d_head (a power of two) that holds every head's query/key width: a
+    head stores 4 d d_head parameters however few of its dimensions it uses."""
     widest = max((shape_of(op.wq)[1] for op in module.walk() if isinstance(op, AttnOp)),
                  default=1)
-    return max(8, 1 << (widest - 1).bit_length())
+    return 1 << (widest - 1).bit_length()
 
 
 def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False,

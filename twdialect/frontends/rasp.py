@@ -22,6 +22,11 @@ annotations (`rasp.categorical`, the default, and `rasp.numerical`):
   the joint value sets); BOS is every query's fallback: it takes half the gain, so it wins
   only where nothing is selected (Aggregate's default), or the full gain for SelectorWidth,
   where its share 1 / (width + 1) gives the width through a table;
+* the program's output, where categorical, is one number (`output_codes`: number values as
+  themselves, others by rank; 0 is None) made by the op that would make its one-hot (a
+  table through its points, an MLP's or a head's output matrix times the codes), so the
+  residual holds one column, not one per value; `decode` reads the nearest code, the argmax
+  of logits 2 c x - c^2, a linear read-out of [x, 1];
 * every value at the BOS position is a compile-time constant (BOS attends only to itself),
   computed here by the oracle as the graph grows; heads subtract it from their keys and
   queries so a BOS column never looks selected, and Aggregate replaces it by the default.
@@ -48,7 +53,7 @@ from xdsl.ir import SSAValue
 
 from twdialect import ops as tw
 from twdialect.dense import to_numpy
-from twdialect.dialect import LinearOp, width_of
+from twdialect.dialect import AttnOp, EmbeddingOp, LinearOp, MlpOp, width_of
 from twdialect.errors import TwError
 from twdialect.interp import evaluate_op
 
@@ -146,9 +151,15 @@ class RaspGraph:
     bos: Any
     pad: Any
     numerical: bool  # the output's encoding
-    space: list | None  # categorical: the output's value of each column (numerical: None)
+    space: list | None  # categorical: the output's values (numerical: None)
     output: str = "out"
     token_input: str = "tokens"
+    # categorical read as one number (`output_codes`): each value's code, and the shift that
+    # makes codes of number values the numbers themselves (None: codes are ranks). None: a
+    # one-hot, a column per value.
+    codes: np.ndarray | None = None
+    code_shift: float | None = None
+    code_tolerance: float = 0.0
 
     def token_ids(self, tokens: Sequence) -> np.ndarray:
         """Token ids for a sequence [bos, *tokens] (pad tokens allowed); a token outside the
@@ -181,9 +192,22 @@ class RaspGraph:
                 values.append(self.pad)
             elif self.numerical:
                 values.append(float(out[p, 0]))
+            elif self.codes is not None:
+                values.append(self._from_code(float(out[p, 0])))
             else:
                 values.append(self._categorical(out[p]))
         return values
+
+    def _from_code(self, x: float):
+        """The value whose code is nearest x (the argmax of logits 2 c x - c^2: a linear
+        read-out of [x, 1]); None at code 0. Off every code by more than the tolerance: a
+        categorical Aggregate's mix of number values, read as their mean (x less the
+        shift), as RASP's evaluator gives it."""
+        codes = np.concatenate([[0.0], self.codes])
+        k = int(np.argmax(2 * codes * x - codes ** 2))
+        if abs(x - codes[k]) <= self.code_tolerance or self.code_shift is None:
+            return None if k == 0 else self.space[k - 1]
+        return float(x - self.code_shift)
 
     def _categorical(self, row: np.ndarray):
         """The hot column's value; None where none is hot. A mix of number columns (a
@@ -229,9 +253,58 @@ class _Translator:
             self.graph = g
             self._sources()
             out = self.sop(program)
-            tw.output("out", out.value)
-        return RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos,
-                         self.pad, out.numerical, None if out.numerical else out.space)
+            code = None if out.numerical else output_codes(out.space, self.max_seq_len)
+            coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
+            if coded is not None:
+                self._erase(out.value.owner)
+            tw.output("out", out.value if coded is None else coded)
+        rg = RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos, self.pad,
+                       out.numerical, None if out.numerical else out.space)
+        if coded is not None:
+            rg.codes, rg.code_shift, rg.code_tolerance = code
+        return rg
+
+    def _erase(self, op) -> None:
+        """Drop `op`, which nothing reads, and whatever only it read, from the graph (the
+        token input stays: its feed names it)."""
+        operands = [o.owner for o in op.operands]
+        op.drop_all_references()
+        self.graph.ops.remove(op)
+        for owner in operands:
+            if owner in self.graph.ops and not isinstance(owner, EmbeddingOp) and \
+                    not any(r.uses for r in owner.results):
+                self._erase(owner)
+
+    def _times(self, v: Value, m: np.ndarray, tolerance: float) -> Value | None:
+        """v @ m, made by v's own op with its output matrix times m (v is then dead code),
+        where nothing else reads v and that op is a table of steps (planned again for the new
+        rows, within `tolerance`, no deeper), a linear, a ReLU MLP or an attention head; else
+        None (a separate `tw.linear` would cost a sublayer)."""
+        op = v.owner
+        if v.uses:
+            return None
+        if v in self.tables:
+            x, points, rows, depth = self.tables[v]
+            tolerance = np.full(m.shape[1], tolerance / 4)
+            line = interpolation_mlp(points, rows @ m)
+            if np.all(_plateau_error(points, rows @ m, line) <= tolerance):
+                return tw.mlp(x, *line)
+            plan = step_mlps(points, rows @ m, tolerance)
+            return emit_steps(x, rows @ m, plan) if len(plan) <= depth else None
+        if isinstance(op, LinearOp):
+            x, w, b = _through_linear(v)
+            return tw.linear(x, w @ m, b @ m)
+        if isinstance(op, MlpOp) and op.act is None and op.up is None:
+            b2 = np.zeros(width_of(v)) if op.b2 is None else to_numpy(op.b2, np.float64)
+            return tw.mlp(op.x, to_numpy(op.w1, np.float64),
+                          None if op.b1 is None else to_numpy(op.b1, np.float64),
+                          to_numpy(op.w2, np.float64) @ m, b2 @ m)
+        if isinstance(op, AttnOp) and op.rope_base is None:
+            return tw.attn(op.query, op.key, op.value, to_numpy(op.wq, np.float64),
+                           to_numpy(op.wk, np.float64), to_numpy(op.wv, np.float64),
+                           to_numpy(op.wo, np.float64) @ m,
+                           mask="causal" if op.mask is None else op.mask.data)
+        return None
 
     def _sources(self) -> None:
         v = len(self.vocab)
@@ -689,6 +762,20 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
             (-np.eye(len(change)), np.ones(len(change)), -delta, rows[0] + delta.sum(axis=0))]
 
 
+def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
+    """One MLP (w1, b1, w2, b2) through every (points[k], rows[k]), linear between and
+    beyond: a neuron where the slope changes, half a table of steps' two a step, but an
+    input off its point moves the output by the slope (for readers that tolerate it)."""
+    order = np.argsort(points, kind="stable")
+    points, rows = points[order], rows[order]
+    slopes = np.diff(rows, axis=0) / np.diff(points)[:, None]
+    change = np.diff(slopes, axis=0, prepend=np.zeros((1, rows.shape[1])))
+    hinge = np.flatnonzero(np.any(change != 0, axis=1))
+    if hinge.size == 0:  # one point, or the rows never change
+        hinge = np.array([0])
+    return np.ones((1, hinge.size)), -points[hinge], change[hinge], rows[0]
+
+
 def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple) -> np.ndarray:
     """The largest float32 error of a one-MLP table, per column, at its points and at the
     points moved by PERTURB (relative): what its plateaus give the ops that read them."""
@@ -856,6 +943,36 @@ def _factor(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if cols_t.shape[0] <= rows.shape[0]:  # keys by their column class
         return cols_t.T, np.eye(cols_t.shape[0])[col_class]
     return np.eye(rows.shape[0])[row_class], rows.T
+
+
+# How far (relative to the largest code) float32 may move a coded output: a table's CLEAN,
+# a softmax's rounding, a few of them summed. Codes are used only where decoding's tolerance
+# is wider.
+CODE_NOISE = 1e-5
+
+
+def output_codes(space: list, max_seq_len: int) -> tuple | None:
+    """A categorical output's codes (all >= 1: 0 is None), their shift and decoding's
+    tolerance; None where a one-hot is better (fewer than two values) or codes would not
+    survive float32. Number values are coded as themselves shifted by 1 - their least where
+    that is below 1, so a mix (a categorical Aggregate over different numbers) is their mean
+    shifted alike; other values, or numbers too close together, by rank 1, 2, ... (shift
+    None). Tolerance: a quarter of the smallest gap over n + 1, since a mean of at most n
+    codes sits on a code or (integer codes) at least gap / n off it."""
+    if len(space) < 2:
+        return None
+    candidates = []
+    if all(_is_number(v) for v in space):
+        numbers = np.array([float(v) for v in space])
+        shift = max(0.0, 1.0 - float(numbers.min()))
+        candidates.append((numbers + shift, shift))
+    candidates.append((np.arange(1.0, len(space) + 1.0), None))
+    for codes, shift in candidates:
+        gap = float(np.diff(np.sort(np.concatenate([[0.0], codes]))).min())
+        tolerance = gap / (4 * (max_seq_len + 1))
+        if CODE_NOISE * float(codes.max()) <= tolerance:
+            return codes, shift, tolerance
+    return None
 
 
 def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
