@@ -9,7 +9,9 @@
                                                    # (bench/frontends_torchwright.py)
 
 One line per (program, length): tw's layers, floor, residual width, heads, neurons, params
-(allocated in the stock layout, stored by tw's trimmed runtime, non-zero), compile time (after
+(allocated in the stock layout, stored by tw's trimmed runtime, non-zero; each counts the
+token and position tables too, `params_embedding` of the allocated ones, as tracr's counts its
+token_embed and pos_embed), compile time (after
 a warm-up compile, so no first-import cost) and exactness on inputs (every input up to length
 5 where there are at most 5,000 of them, else a seeded sample), beside tracr's own compile of
 the same program (layers, d_model, heads used, params allocated and non-zero, compile time,
@@ -108,15 +110,27 @@ def tw_row(program, vocab, n: int, xs: list[list]) -> dict:
     t = time.perf_counter()
     model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS, compiler_pad=PAD)
     seconds = time.perf_counter() - t
-    s = model.stats
-    nonzero = sum(int(torch.count_nonzero(b)) for layer in model.compiled.layers
+    s, ct = model.stats, model.compiled
+    tables = [src.table for src in ct.sources if src.kind in ("embedding", "pos_table")]
+    nonzero = sum(int(torch.count_nonzero(b)) for layer in ct.layers
                   for _, b in layer.named_buffers() if b.is_floating_point())
+    nonzero += sum(int(np.count_nonzero(t)) for t in tables)
+    embedding = embedding_params(ct, n + 1)
     outs = [o.decoded[1:] for o in model.apply_batch([[BOS, *x] for x in xs])]
     return dict(layers=s.n_layers, floor=s.floor, d=s.d, d_head=s.d_head, d_hidden=s.d_hidden,
                 heads=int(sum(s.heads_per_layer)), neurons=int(sum(s.neurons_per_layer)),
-                params_allocated=model.compiled.allocated_params(),
-                params_stored=model.compiled.stored_params(), params_nonzero=nonzero,
-                compile_s=round(seconds, 4), exact=exact_share(outs, program, xs))
+                params_allocated=ct.allocated_params() + embedding, params_embedding=embedding,
+                params_stored=ct.stored_params() + sum(t.size for t in tables),
+                params_nonzero=nonzero, compile_s=round(seconds, 4),
+                exact=exact_share(outs, program, xs))
+
+
+def embedding_params(ct, positions: int) -> int:
+    """The stock layout's token and position tables (GPT-2's wte and wpe, tracr's token_embed
+    and pos_embed): every token table's rows and a row per position (BOS and max_seq_len
+    tokens, as tracr's, read or not), d columns each."""
+    tokens = sum(src.table.shape[0] for src in ct.sources if src.kind == "embedding")
+    return (tokens + positions) * ct.machine.d
 
 
 def tracr_forward(model, program):
