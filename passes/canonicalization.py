@@ -18,6 +18,8 @@ one op with fewer operand edges), so no sequence of them can loop:
                                                                  literal rows join the bias
   add(v, v), v read by nothing else, written by a linear / mlp -> that writer, output doubled
   / relu / attn
+  embedding / pos_table read only through slices that leave   -> the table of the columns read,
+  columns unread                                                 the slices moved onto it
 Literals are folded in float64 by the oracle (`twdialect.interp.evaluate_op`, as xDSL's
 constant-fold-interp runs its interpreter) and stored as f32 (the storage type of every dense
 attribute). Folded ops keep the root's discardable attributes (annotation, scope tags)."""
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import InsertPoint
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
 from twdialect.dense import dense, to_numpy
@@ -33,9 +36,11 @@ from twdialect.dialect import (
     AddOp,
     AttnOp,
     ConcatOp,
+    EmbeddingOp,
     LinearOp,
     LiteralOp,
     MlpOp,
+    PosTableOp,
     ReluOp,
     SliceOp,
     width_of,
@@ -235,6 +240,42 @@ class FoldLiteralConcatOperands(RewritePattern):
         rewriter.replace(op, new_ops)
 
 
+class NarrowTable(RewritePattern):
+    """embedding / pos_table whose every reader is a slice, with columns no live slice reads
+    -> a table of the columns read; each live slice reads its columns there, dead slices go.
+
+    A source's columns are written at the first position and held in the residual for as long
+    as anything reads the source, so a column nobody reads costs width for nothing (a token
+    one-hot beside the number column a program actually reads, say)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: EmbeddingOp | PosTableOp, rewriter: PatternRewriter, /):
+        slices = [use.operation for use in op.out.uses]
+        if not slices or not all(isinstance(s, SliceOp) for s in slices):
+            return
+        read = np.zeros(width_of(op.out), dtype=bool)
+        for s in slices:
+            if s.out.uses:
+                read[s.start.value.data:s.start.value.data + width_of(s.out)] = True
+        if read.all() or not read.any():
+            return  # nothing to drop, or nothing read (dce's to remove)
+        table = to_numpy(op.table)[:, read]
+        new = EmbeddingOp(op.input_name.data, table) if isinstance(op, EmbeddingOp) \
+            else PosTableOp(table)
+        new.attributes.update(op.attributes)
+        new.out.name_hint = op.out.name_hint
+        rewriter.insert_op(new, InsertPoint.before(op))
+        start_in_new = np.cumsum(read) - 1  # a read column's index in the new table
+        for s in slices:
+            if not s.out.uses:
+                rewriter.erase_op(s)
+                continue
+            moved = SliceOp(new.out, int(start_in_new[s.start.value.data]), width_of(s.out))
+            moved.attributes.update(s.attributes)
+            rewriter.replace_op(s, moved)
+        rewriter.erase_op(op)
+
+
 # op class -> tuple of RewritePattern instances, tried in order until one rewrites (a whole-value
 # view is dropped before its literal operand would be copied into a new literal).
 _FOLD = FoldLiteralOperands()
@@ -245,6 +286,8 @@ PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
     AddOp: (_FOLD, AddOfZero(), AddOfItself()),
     ConcatOp: (SimplifyConcat(), _FOLD),
     SliceOp: (SimplifySlice(), _FOLD),
+    EmbeddingOp: (NarrowTable(),),
+    PosTableOp: (NarrowTable(),),
 }
 
 

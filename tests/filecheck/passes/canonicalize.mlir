@@ -164,3 +164,35 @@ builtin.module {
 // CHECK-NEXT: %e = tw.mlp %x w1 dense<1.000000e+00> : tensor<1x1xf32> w2 dense<2.000000e+00> : tensor<1x1xf32>
 // CHECK-NEXT: %s = tw.relu %x
 // CHECK-NEXT: %f = tw.add %s, %s
+
+// -----
+
+// A table read only through slices loses the columns no live slice reads (the one-hot beside
+// the number column a program reads); the live slices move onto the narrower table, dead
+// slices go. A table some op reads whole keeps every column.
+builtin.module {
+  tw.graph @narrow {
+    %e = tw.embedding "tokens" table dense<[[1.0, 0.0, 0.0, 5.0], [0.0, 1.0, 0.0, 6.0], [0.0, 0.0, 1.0, 7.0]]> : tensor<3x4xf32> : !tw.vec<4>
+    %a = tw.slice %e[1] : !tw.vec<4> -> !tw.vec<1>
+    %b = tw.slice %e[3] : !tw.vec<4> -> !tw.vec<1>
+    %dead = tw.slice %e[0] : !tw.vec<4> -> !tw.vec<2>
+    %p = tw.pos_table table dense<[[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]]> : tensor<3x2xf32> : !tw.vec<2>
+    %q = tw.slice %p[1] : !tw.vec<2> -> !tw.vec<1>
+    %w = tw.pos_table table dense<[[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]]> : tensor<3x2xf32> : !tw.vec<2>
+    %v = tw.slice %w[1] : !tw.vec<2> -> !tw.vec<1>
+    %s = tw.add %a, %b : !tw.vec<1>
+    %t = tw.add %s, %q : !tw.vec<1>
+    %u = tw.add %t, %v : !tw.vec<1>
+    tw.output "u" %u : !tw.vec<1>
+    tw.output "w" %w : !tw.vec<2>
+  }
+}
+// CHECK-LABEL: tw.graph @narrow
+// CHECK-NEXT: %e = tw.embedding "tokens" table dense<{{\[}}[0.000000e+00, 5.000000e+00], [1.000000e+00, 6.000000e+00], [0.000000e+00, 7.000000e+00]]> : tensor<3x2xf32> : !tw.vec<2>
+// CHECK-NEXT: %a = tw.slice %e[0] : !tw.vec<2> -> !tw.vec<1>
+// CHECK-NEXT: %b = tw.slice %e[1] : !tw.vec<2> -> !tw.vec<1>
+// CHECK-NEXT: %p = tw.pos_table table dense<{{\[}}[1.000000e+00], [2.000000e+00], [3.000000e+00]]> : tensor<3x1xf32> : !tw.vec<1>
+// CHECK-NEXT: %w = tw.pos_table table dense<{{\[}}[0.000000e+00, 1.000000e+00], [1.000000e+00, 2.000000e+00], [2.000000e+00, 3.000000e+00]]> : tensor<3x2xf32> : !tw.vec<2>
+// CHECK-NEXT: %v = tw.slice %w[1]
+// CHECK-NEXT: %s = tw.add %a, %b
+// CHECK-NEXT: %t = tw.add %s, %p
