@@ -120,8 +120,10 @@ class Coo:
         key = r * shape[1] + c
         order = np.argsort(key, kind="stable")
         key, v = key[order], v[order]
-        uniq, start = np.unique(key, return_index=True)
-        sums = np.add.reduceat(v, start) if len(v) else v
+        start = np.flatnonzero(np.diff(key, prepend=-1))  # first of each run (key is sorted)
+        uniq = key[start]
+        # (no duplicates, the common case: the sums are the values, no reduceat pass needed)
+        sums = np.add.reduceat(v, start) if 0 < len(start) < len(v) else v
         keep = sums != 0
         uniq = uniq[keep]
         return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(np.float32))
@@ -245,5 +247,8 @@ def combine(rows, scale, mat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     live = ~const_mask
     urows, inv = np.unique(rows[live], return_inverse=True)
     out = np.zeros((len(urows), mat.shape[1]))
-    np.add.at(out, inv, scale[live, None] * mat[live])
+    if len(urows) == len(inv):  # no row repeats: each row is 0 + its one term, as add.at gives
+        out[inv] = scale[live, None] * mat[live] + 0.0
+    else:
+        np.add.at(out, inv, scale[live, None] * mat[live])
     return urows, out, const_term

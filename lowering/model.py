@@ -296,7 +296,8 @@ class Attention(nn.Module):
 
 def _widened(dims: list[int], n: int, d_head: int) -> list[int]:
     """`dims` plus unused dimensions up to n (q/k and v share one head width)."""
-    spare = [j for j in range(d_head) if j not in dims]
+    taken = set(dims)  # (a list's `in` made this quadratic in d_head)
+    spare = [j for j in range(d_head) if j not in taken]
     return sorted(dims + spare[: n - len(dims)])
 
 
