@@ -86,7 +86,6 @@ from twdialect.analysis import (
     runs_in,
     EITHER,
     MLP,
-    critical_path,
     is_attention_slot,
     latest_slot,
     layer_of,
@@ -481,7 +480,7 @@ class Setup:
     def __init__(self, tg: TaskGraph, machine: Machine, model: LiveModel | None = None):
         check_fits(tg, machine)
         self.model = model or LiveModel(tg)
-        cp = critical_path(tg.graph)
+        cp = tg.critical_path
         self.floor = cp.n_layers
         # Deadlines count back from the outputs' floor only: ops no output reads must not
         # stretch the horizon (that gave live ops false slack and cost layers).

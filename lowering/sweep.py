@@ -68,6 +68,7 @@ class Sweep:
         # `compile` writes the schedule `point` made
         self._points: dict[Machine, tuple[WidthPoint, object] | None] = {}
         self._costs: dict[int, list[tuple[int | None, int | None]]] = {}  # see `least_params`
+        self._smallest: dict[tuple[int, int | None], int | None] = {}  # see `smallest`
 
     def compile(self, d: int, d_head: int, d_hidden: int | None = None):
         """The CompiledTransformer at one geometry, from the graph prepared once (what
@@ -130,15 +131,17 @@ class Sweep:
 
     def smallest(self, d_head: int, d_hidden: int | None = None) -> int:
         """The smallest width that fits (a multiple of d_head; `d_hidden` None: 4 d), where
-        a curve starts; a GeometryError where none does."""
+        a curve starts; a GeometryError where none does. Searched once per geometry."""
         from tw_lowering.schedule import smallest_fitting_d
         from twdialect.ops import gc_paused
 
-        start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
-        with gc_paused():
-            smallest = smallest_fitting_d(
-                self.tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
-                pressure=self.pressure)
+        if (d_head, d_hidden) not in self._smallest:
+            start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
+            with gc_paused():
+                self._smallest[d_head, d_hidden] = smallest_fitting_d(
+                    self.tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
+                    pressure=self.pressure)
+        smallest = self._smallest[d_head, d_hidden]
         if smallest is None:
             raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
         return smallest

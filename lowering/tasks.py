@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from twdialect.analysis import WRITER_OPS, FreeAdds, free_adds, placement_kind
+from twdialect.analysis import (WRITER_OPS, CriticalPath, FreeAdds, critical_path, free_adds,
+                                placement_kind)
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
     LIBRARY_OPS,
@@ -122,8 +123,17 @@ class TaskGraph:
         self.outputs: list[tuple[str, SSAValue]] = []
         self.sources: list[int] = []
         self._in_refs: dict[int, Refs] = {}
+        self._critical_path: CriticalPath | None = None
         self._build()
         self.writer_ops = {t.op for t in self.tasks}
+
+    @property
+    def critical_path(self) -> CriticalPath:
+        """The graph's critical path (`twdialect.analysis.critical_path`), found once: every
+        schedule of a width search reads it, and the graph under a task graph does not change."""
+        if self._critical_path is None:
+            self._critical_path = critical_path(self.graph)
+        return self._critical_path
 
     def _new_group(self, value: SSAValue, width: int, source: Operation | None = None) -> int:
         g = Group(len(self.groups), width, value, source=source)
