@@ -49,11 +49,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from twdialect import ops as tw
 from twdialect.dense import to_numpy
-from twdialect.dialect import AttnOp, EmbeddingOp, LinearOp, MlpOp, width_of
+from twdialect.dialect import (AttnOp, ConcatOp, EmbeddingOp, LinearOp, MlpOp, OutputOp,
+                                width_of)
 from twdialect.errors import TwError
 from twdialect.interp import evaluate_op
 
@@ -226,7 +227,8 @@ class RaspGraph:
 class _Translator:
     """One program's translation: a memo of translated expressions and the graph it grows."""
 
-    def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad):
+    def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
+                 token_features: np.ndarray | None = None):
         self.vocab = _ordered(vocab)
         if not self.vocab:
             raise RaspError("vocab must not be empty")
@@ -243,6 +245,10 @@ class _Translator:
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
         self.seen = 0
+        # columns of the token embedding beside its one-hot (one-hot rows @ them), found by an
+        # earlier translation of the program (`translate`), and the reads this one asked for
+        self.token_features = token_features
+        self.token_reads: list[np.ndarray] = []
 
     # -- the graph and its BOS constants ---------------------------------------------
     def build(self, program) -> RaspGraph:
@@ -300,11 +306,27 @@ class _Translator:
                           None if op.b1 is None else to_numpy(op.b1, np.float64),
                           to_numpy(op.w2, np.float64) @ m, b2 @ m)
         if isinstance(op, AttnOp) and op.rope_base is None:
-            return tw.attn(op.query, op.key, op.value, to_numpy(op.wq, np.float64),
-                           to_numpy(op.wk, np.float64), to_numpy(op.wv, np.float64),
-                           to_numpy(op.wo, np.float64) @ m,
+            # the head reads what its output needs: wv wo m, through narrow token columns
+            value, wv = self._narrow_value(op.value, to_numpy(op.wv, np.float64)
+                                           @ to_numpy(op.wo, np.float64) @ m)
+            return tw.attn(op.query, op.key, value, to_numpy(op.wq, np.float64),
+                           to_numpy(op.wk, np.float64), wv, np.eye(m.shape[1]),
                            mask="causal" if op.mask is None else op.mask.data)
         return None
+
+    def _narrow_value(self, value: Value, wv: np.ndarray) -> tuple[Value, np.ndarray]:
+        """(value, wv) with the token one-hot that leads a head's value concat read through
+        the embedding's narrow columns (`_token_columns`) where wv needs fewer."""
+        concat = value.owner
+        parts = list(concat.operands) if isinstance(concat, ConcatOp) else [value]
+        if parts[0] is not self.tokens_onehot or wv.shape[1] >= width_of(parts[0]):
+            return value, wv
+        block = wv[:width_of(parts[0])]
+        picked = self._token_columns(block)
+        if picked is None:
+            return value, wv
+        x, w = picked
+        return tw.concat(x, *parts[1:]), np.vstack([w, wv[width_of(parts[0]):]])
 
     def _sources(self) -> None:
         v = len(self.vocab)
@@ -315,11 +337,16 @@ class _Translator:
         table[v, v] = 1.0
         if numeric:
             table[:v, v + 1] = [float(t) for t in self.vocab]
+        features = self.token_features
+        if features is not None:  # rows of the one-hot's values; BOS and pad read zeros
+            table = np.hstack([table, np.vstack([features, np.zeros((2, features.shape[1]))])])
         emb = tw.embedding("tokens", table)
         self.feeds = {"tokens": table[v:v + 1]}
         self.tokens_onehot = tw.slice(emb, 0, v)
         self.bos_flag = tw.slice(emb, v, 1)
         self.tokens_value = tw.slice(emb, v + 1, 1) if numeric else None
+        self.tokens_features = None if features is None else \
+            tw.slice(emb, v + 2, features.shape[1])
         n = self.max_seq_len
         pos = np.zeros((n + 1, n + 1))
         pos[np.arange(1, n + 1), np.arange(n)] = 1.0  # one-hot of p - 1
@@ -607,6 +634,8 @@ class _Translator:
             v, wv = self.bos_flag, np.eye(1)
         else:  # value [v, 1, bos] -> v | bos
             v_in, v_mat, v_bias = _through_linear(value.value)
+            if v_in is self.tokens_onehot and v_mat.shape[1] < width_of(v_in):
+                v_in, v_mat = self._token_columns(v_mat) or (v_in, v_mat)
             w = v_mat.shape[1]
             v = tw.concat(v_in, self.one, self.bos_flag)
             wv = np.zeros((v_mat.shape[0] + 2, w + 1))
@@ -628,13 +657,36 @@ class _Translator:
                 return read, w, shift, at_bos + shift
         return x, through, shift, enc.bos @ mat
 
+    def _token_columns(self, mat: np.ndarray) -> tuple[Value, np.ndarray] | None:
+        """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns,
+        where they hold every column of mat; else None, and mat is remembered (`token_reads`)
+        for a translation whose embedding carries it."""
+        features = self.token_features
+        if features is not None:
+            where = {col.tobytes(): j for j, col in enumerate(np.ascontiguousarray(features.T))}
+            w = np.zeros((features.shape[1], mat.shape[1]))
+            units, scales = _unit_columns(mat)
+            for i, (col, scale) in enumerate(zip(np.ascontiguousarray(units.T), scales)):
+                if scale != 0.0:
+                    if col.tobytes() not in where:
+                        break
+                    w[where[col.tobytes()], i] = scale
+            else:
+                return self.tokens_features, w
+        self.token_reads.append(mat)
+        return None
+
     def _from_source(self, onehot: Value, mat: np.ndarray, tolerance) -> tuple | None:
-        """(x, W, at_bos) with x W = onehot @ mat, x read from what made the one-hot: a
-        position table for the indices (free), or a table of steps beside the one-hot's, over
+        """(x, W, at_bos) with x W = onehot @ mat, x read from what made the one-hot: the token
+        embedding's feature columns (`_token_columns`) or a position table for the indices
+        (free), or a table of steps beside the one-hot's, over
         the same input and no deeper (the same neurons; the one-hot itself is then dead code
         unless something else reads it). `tolerance`: the float32 error the reader accepts in
         each column (default: CLEAN, the one-hot's own). None where neither applies."""
         cols = mat.shape[1]
+        if onehot is self.tokens_onehot:
+            picked = self._token_columns(mat)
+            return None if picked is None else (*picked, np.zeros(cols))
         if onehot is self.indices_onehot:
             table = np.zeros((self.max_seq_len + 1, cols))
             table[1:] = mat  # position p holds index p - 1; BOS's row stays zero
@@ -1165,4 +1217,39 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     """The tw graph of a RASP program (tracr's arguments: the input vocabulary, the longest
     input, causal or full attention, the BOS and pad tokens)."""
     _need_tracr()
-    return _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad).build(program)
+    first = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    rg = first.build(program)
+    if not first.token_reads:
+        return rg
+    # again with the columns every narrow read of the token one-hot asked for in the
+    # embedding: better where nothing else reads the one-hot and they are fewer than its
+    columns, scales = _unit_columns(np.hstack(first.token_reads))
+    features = _distinct_rows(columns[:, scales != 0].T)[0].T
+    if features.shape[1] >= len(first.vocab):
+        return rg
+    second = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad, features)
+    narrow = second.build(program)
+    return rg if _is_read(second.tokens_onehot) else narrow
+
+
+def _unit_columns(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(U, s) with m = U diag(s): each column over its first non-zero entry (s 0 for a zero
+    column), so columns that are multiples of one another share a U column."""
+    first = np.argmax(m != 0, axis=0)
+    s = m[first, np.arange(m.shape[1])]
+    u = np.where(s != 0, m / np.where(s != 0, s, 1.0), 0.0) + 0.0
+    return np.ascontiguousarray(u), s
+
+
+def _is_read(v: Value) -> bool:
+    """Whether an op that the graph's outputs depend on reads v (no: v's op was erased)."""
+    graph = v.owner.parent_block()
+    if graph is None:
+        return False
+    live, stack = set(), [op for op in graph.ops if isinstance(op, OutputOp)]
+    while stack:
+        op = stack.pop()
+        if op not in live:
+            live.add(op)
+            stack.extend(o.owner for o in op.operands if isinstance(o.owner, Operation))
+    return any(use.operation in live for use in v.uses)
