@@ -71,12 +71,19 @@ class RaspModel:
         return RaspOutput(rg.decode(out, tokens), np.asarray(out))
 
 
-def head_width(module) -> int:
-    """The narrowest d_head (a power of two) that holds every head's query/key width: a
-    head stores 4 d d_head parameters however few of its dimensions it uses."""
+def head_widths(module) -> list[int]:
+    """The d_head to try: the widest head's query/key width, and the power of two above it
+    (a head stores 4 d d_head parameters however few of its dimensions it uses, and d is a
+    multiple of d_head: the first is narrower, the second may let d sit closer to what fits)."""
     widest = max((shape_of(op.wq)[1] for op in module.walk() if isinstance(op, AttnOp)),
                  default=1)
-    return 1 << (widest - 1).bit_length()
+    return sorted({widest, 1 << (widest - 1).bit_length()})
+
+
+def table_rows(rg) -> int:
+    """Rows of the stock layout's token and position tables (vocabulary, BOS, pad; BOS and
+    max_seq_len positions): d entries each, as tracr's token_embed and pos_embed."""
+    return len(rg.vocab) + 2 + rg.max_seq_len + 1
 
 
 def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False,
@@ -98,20 +105,22 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     t0 = time.perf_counter()
     rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     t1 = time.perf_counter()
-    dh = d_head or head_width(rg.module)
     if d is None:
         from tw_lowering.sweep import Sweep
 
         sweep = Sweep(rg.module, pipeline)  # the pipeline runs once for every width tried
         hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(sweep.tg.graph)]
-        point = None  # the fewest layers, then parameters; the first d_hidden on a tie
-        for h in hidden:
-            p = _floor_point(sweep, dh, h, beat=point)
-            if point is None or (p is not None and
-                                 (p.n_layers, p.params) < (point.n_layers, point.params)):
-                point = p
+        per_d = table_rows(rg)
+        best = None  # (d_head, point): the fewest layers, then parameters; the first on a tie
+        for dh in [d_head] if d_head else head_widths(rg.module):
+            for h in hidden:
+                p = _floor_point(sweep, dh, h, per_d, beat=best and best[1])
+                if p is not None and (best is None or _cost(p, per_d) < _cost(best[1], per_d)):
+                    best = dh, p
+        dh, point = best
         ct = sweep.compile(point.d, dh, d_hidden if d_hidden is not None else point.d_hidden)
     else:
+        dh = d_head or head_widths(rg.module)[0]
         ct = compile(rg.module, d=d, d_head=dh, d_hidden=d_hidden, pipeline=pipeline)
     t2 = time.perf_counter()
     return RaspModel(rg, ct, {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
@@ -132,22 +141,32 @@ def hidden_width(graph) -> int:
 ROOMIER = (1.125, 1.25, 1.5, 2.0)
 
 
-def _floor_point(sweep, d_head: int, d_hidden: int | None, beat=None):
-    """The width, among those whose schedule reaches the fewest layers, that stores the
-    fewest parameters: the narrowest such multiple of d_head (the sweep from the narrowest
-    width that fits, then a bisection below the first point there) and a few roomier ones.
+def _cost(point, per_d: int) -> tuple[int, int]:
+    """(layers, parameters stored in the stock layout, its token and position tables too)."""
+    return point.n_layers, point.params + per_d * point.d
 
-    `beat`: the point of another d_hidden, which wins ties. Widths that cannot store fewer
-    parameters than it, or than the best point here, at the same depth are not scheduled
-    (`Sweep.least_params`, a bound that grows with d); None where no width here can beat it."""
+
+def _floor_point(sweep, d_head: int, d_hidden: int | None, per_d: int = 0, beat=None):
+    """The width, among those whose schedule reaches the fewest layers, that stores the
+    fewest parameters (`_cost`: per_d more a column for the token and position tables): the
+    narrowest such multiple of d_head (the sweep from the narrowest width that fits, then a
+    bisection below the first point there) and a few roomier ones.
+
+    `beat`: the point of another d_hidden or d_head, which wins ties. Widths that cannot store
+    fewer parameters than it, or than the best point here, at the same depth are not
+    scheduled (`Sweep.least_params`, a bound that grows with d); None where no width here can
+    beat it."""
     from tw_lowering.sweep import _whole, width_for
 
     def least(d: int, n_layers: int) -> int:
-        return sweep.least_params(d, d_head, n_layers, d_hidden)
+        return sweep.least_params(d, d_head, n_layers, d_hidden) + per_d * d
+
+    def params(p) -> int:
+        return _cost(p, per_d)[1]
 
     # beat at the floor of the graph itself: a width here wins only by fewer parameters
     if beat is not None and not beat.note and beat.n_layers <= beat.floor and \
-            least(sweep.smallest(d_head, d_hidden), beat.n_layers) >= beat.params:
+            least(sweep.smallest(d_head, d_hidden), beat.n_layers) >= params(beat):
         return None
     curve = sweep.curve(d_head, d_hidden=d_hidden)
     fewest = curve[-1].n_layers
@@ -156,13 +175,13 @@ def _floor_point(sweep, d_head: int, d_hidden: int | None, beat=None):
     narrowest = width_for(None, d_head, max_layers=fewest, d_hidden=d_hidden,
                           curve=curve, sweep=sweep) or curve[-1]
     best = min((p for p in [narrowest, *curve] if p.n_layers == fewest),
-               key=lambda p: (p.params, p.d))
+               key=lambda p: (params(p), p.d))
     for d in sorted({_whole(narrowest.d * g, d_head) for g in ROOMIER}):
         bound = least(d, fewest)
-        if (bound, d) > (best.params, best.d) or \
-                (beat is not None and (fewest, bound) >= (beat.n_layers, beat.params)):
+        if (bound, d) > (params(best), best.d) or \
+                (beat is not None and (fewest, bound) >= _cost(beat, per_d)):
             break  # nor can any wider width (the bound grows with d)
         p = sweep.point(d, d_head, d_hidden)
-        if p is not None and p.n_layers == fewest and (p.params, p.d) < (best.params, best.d):
+        if p is not None and p.n_layers == fewest and (params(p), p.d) < (params(best), best.d):
             best = p
     return best
