@@ -264,16 +264,16 @@ class NarrowTable(RewritePattern):
             else PosTableOp(table)
         new.attributes.update(op.attributes)
         new.out.name_hint = op.out.name_hint
-        rewriter.insert_op(new, InsertPoint.before(op))
+        rewriter.insert(new, InsertPoint.before(op))
         start_in_new = np.cumsum(read) - 1  # a read column's index in the new table
         for s in slices:
             if not s.out.uses:
-                rewriter.erase_op(s)
+                rewriter.erase(s)
                 continue
             moved = SliceOp(new.out, int(start_in_new[s.start.value.data]), width_of(s.out))
             moved.attributes.update(s.attributes)
-            rewriter.replace_op(s, moved)
-        rewriter.erase_op(op)
+            rewriter.replace(s, moved)
+        rewriter.erase(op)
 
 
 # op class -> tuple of RewritePattern instances, tried in order until one rewrites (a whole-value

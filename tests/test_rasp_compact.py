@@ -268,3 +268,65 @@ def test_vectorized_selection_equals_the_predicate_pair_by_pair():
         want = _pairwise(sel, k_tuples, q_tuples, k_slot, q_slot)
         got = _selection(sel, k_tuples, q_tuples, k_slot, q_slot)
         assert np.array_equal(got, want), sel
+
+
+# -- a categorical output as one coded column ------------------------------------------------
+
+def _output_width(model) -> int:
+    return len(model.compiled.outputs[0].rows)
+
+
+@pytest.mark.parametrize("vocab, make", [
+    (NUMS, lambda: rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LEQ))),
+    ({"a", "b", "c", "d"}, lambda: rasp.Map(lambda x: x + x, rasp.tokens)),
+    (NUMS, lambda: rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
+                                              lambda k, q: k == q - 1), rasp.tokens)),
+    ({1, 2, 4}, lambda: rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
+                                                   rasp.Comparison.LT), rasp.tokens)),
+])
+def test_categorical_output_is_one_coded_column(vocab, make):
+    # the last case selects several different numbers (a categorical mix): the code's mean
+    # decodes as the numbers' mean, as rasp.evaluate gives it; None where nothing is selected
+    program = make()
+    model = _compiled_exactly(program, vocab, 5)
+    assert model.rasp_graph.codes is not None and _output_width(model) == 1
+
+
+def test_output_code_refused_where_float32_cannot_tell_codes_apart():
+    from twdialect.frontends.rasp import output_codes
+
+    assert output_codes(["x"], 5) is None  # one value: a one-hot is one column already
+    codes, shift, tol = output_codes([-2, 0, 7], 5)
+    assert list(codes) == [1.0, 3.0, 10.0] and shift == 3.0 and 0 < tol < 1 / 6
+    close = output_codes([0.0, 1e-7, 1.0], 5)  # numbers too close: ranks instead
+    assert list(close[0]) == [1.0, 2.0, 3.0] and close[1] is None
+
+
+def test_selector_width_output_reads_a_line_through_its_points():
+    # one neuron where the slope changes, not two a step
+    program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert max(_mlp_widths(model.compiled.schedule.tg.graph)) <= 5
+
+
+# -- token features in the embedding ---------------------------------------------------------
+
+def test_narrow_token_reads_come_from_embedding_columns():
+    # a Map of the tokens read as one number by a head's value: one embedding column, and
+    # the seven-column one-hot is read by nothing
+    vocab = {"a", "b", "c", "d", "e", "f", "g"}
+    is_vowel = rasp.numerical(rasp.Map(lambda t: 1 if t in "ae" else 0, rasp.tokens))
+    program = rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ), is_vowel, default=0))
+    model = compile_rasp_to_model(program, vocab, 4, compiler_bos=BOS)
+    check(model, program, sampled(vocab, 4, 200))
+    (emb,) = [s for s in model.compiled.sources if s.kind == "embedding"]
+    assert len(emb.cols) < len(vocab), len(emb.cols)
+
+
+def test_reads_of_nothing_but_zero_columns_compile():
+    # a FALSE selector reads all-zero token columns (fuzz seed 493)
+    s8 = rasp.numerical(rasp.Map(lambda x: x, rasp.indices))
+    program = rasp.SelectorWidth(rasp.Select(s8, rasp.tokens, rasp.Comparison.FALSE))
+    _compiled_exactly(program, {1, 2, 3}, 1)
+    _compiled_exactly(program, {1, 2, 3}, 3)

@@ -954,8 +954,9 @@ MAX_NEAREST_LOGIT = 1e5
 
 def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
-    and the keys are numbers that are never None and not noisy (one value must give the
-    same logit at every position: its keys share the softmax evenly): logits s (2 t k - k^2)
+    and the keys (numbers, or the ranks of other values) are never None and not noisy (one
+    value must give the same logit at every position: its keys share the softmax evenly):
+    logits s (2 t k - k^2)
     = s (t^2 - (k - t)^2) peak at the selected value t, whichever the key, so the head
     needs two dimensions however many values there are (reverse's `indices == opp_idx`:
     2, not 50 at length 50).
@@ -963,11 +964,12 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     unselected key GAIN below; BOS's logit is lifted to s t^2 - GAIN (1 - bos_weight), its
     place beside a selected key in the one-hot form. None where this does not apply or is
     not narrower."""
-    if key_values is None or pred.shape[1] < 3 or not all(_is_number(v) for v in key_values):
+    if key_values is None or pred.shape[1] < 3:
         return None
     if np.any(pred.sum(axis=1) > 1) or not np.all((pred == 0) | (pred == 1)):
         return None
-    k = np.array([float(v) for v in key_values])
+    numbers = all(_is_number(v) for v in key_values)  # other values: their ranks
+    k = np.array([float(v) for v in key_values] if numbers else range(len(key_values)), float)
     a = np.zeros((pred.shape[0], 2))
     lift = np.zeros(pred.shape[0])
     for row in np.flatnonzero(pred.sum(axis=1)):
@@ -1225,6 +1227,8 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     # embedding: better where nothing else reads the one-hot and they are fewer than its
     columns, scales = _unit_columns(np.hstack(first.token_reads))
     features = _distinct_rows(columns[:, scales != 0].T)[0].T
+    if features.shape[1] == 0:  # every read is zero: one zero column for them to read
+        features = np.zeros((len(first.vocab), 1))
     if features.shape[1] >= len(first.vocab):
         return rg
     second = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad, features)
