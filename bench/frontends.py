@@ -312,6 +312,63 @@ def torchwright_section(ap: argparse.ArgumentParser, args) -> int:
     return section.main(names, args.prompts or section.PROMPTS, not args.no_cpsat)
 
 
+def summarize(rows: list[dict]) -> dict:
+    """The summary line: exactness, layers, and the tracr / tw ratios over the rows where
+    both sides compiled (params: allocated, and over what tw stores; compile seconds)."""
+    both = [r for r in rows if "layers" in r.get("tracr", {})]
+    summary = {
+        "summary": True, "rows": len(rows),
+        "tw_exact_everywhere": all(r["tw"]["exact"] == 1.0 for r in rows),
+        "tracr_exact_rows": sum(r["tracr"]["exact"] == 1.0 for r in both),
+        "compared_rows": len(both),
+        "fewer_layers_rows": sum(r["tw"]["layers"] < r["tracr"]["layers"] for r in both),
+        "no_more_layers_rows": sum(r["tw"]["layers"] <= r["tracr"]["layers"] for r in both),
+        "tracr_timeouts": sum("error" in r.get("tracr", {}) and "timeout_s" in r["tracr"]
+                              for r in rows),
+        "tracr_skipped": sum("skipped" in r.get("tracr", {}) for r in rows),
+    }
+    if both:
+        alloc = [r["tracr"]["params_allocated"] / r["tw"]["params_allocated"] for r in both]
+        stored = [r["tracr"]["params_allocated"] / r["tw"]["params_stored"] for r in both]
+        nz = [r["tracr"]["params_nonzero"] / r["tw"]["params_nonzero"] for r in both]
+        speed = [r["tracr"]["compile_s"] / r["tw"]["compile_s"] for r in both]
+        summary.update(
+            params_ratio_min=round(min(alloc), 2), params_ratio_median=round(statistics.median(alloc), 2),
+            stored_ratio_min=round(min(stored), 2),
+            stored_ratio_median=round(statistics.median(stored), 2),
+            nonzero_ratio_min=round(min(nz), 2), nonzero_ratio_median=round(statistics.median(nz), 2),
+            compile_speedup_min=round(min(speed), 1),
+            compile_speedup_median=round(statistics.median(speed), 1),
+            params_ratio_10x_rows=sum(r >= 10 for r in alloc),
+            compile_speedup_100x_rows=sum(r >= 100 for r in speed))
+    return summary
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as docs/frontends.md's table (one line a row; tracr's cells blank where it
+    timed out, was skipped or refused), then the summary line (`summarize`)."""
+    head = ("| program | n | tw layers | tw d | tw params alloc / nonzero | tw s | tw exact | "
+            "tracr layers | tracr d | tracr params alloc / nonzero | tracr s | tracr exact | "
+            "params ratio | speedup |")
+    out = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        tw, tr = r["tw"], r.get("tracr", {})
+        cells = [r["program"], r["max_seq_len"], tw["layers"], tw["d"],
+                 f"{tw['params_allocated']} / {tw['params_nonzero']}", f"{tw['compile_s']:.3f}",
+                 tw["exact"]]
+        if "layers" in tr:
+            cells += [tr["layers"], tr["d_model"],
+                      f"{tr['params_allocated']} / {tr['params_nonzero']}",
+                      f"{tr['compile_s']:.1f}", tr["exact"],
+                      f"{tr['params_allocated'] / tw['params_allocated']:.1f}x",
+                      f"{tr['compile_s'] / tw['compile_s']:.0f}x"]
+        else:
+            why = tr.get("error") or tr.get("skipped") or "not run"
+            cells += [why, "", "", "", "", "", ""]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(out) + "\n\n" + json.dumps(summarize(rows), sort_keys=True) + "\n"
+
+
 def main(argv=None) -> int:
     from tw_examples.rasp import LIB_PROGRAMS
 
@@ -322,10 +379,17 @@ def main(argv=None) -> int:
     ap.add_argument("--tracr-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="wall-clock limit per tracr row (compile and exactness run), 0 = none;"
                          " a program that timed out is skipped by tracr at longer lengths")
+    ap.add_argument("--table", metavar="JSONL", default=None,
+                    help="print the markdown table and summary of saved JSON lines, run nothing")
     torchwright_arguments(ap)
     args = ap.parse_args(argv)
     if args.torchwright:
         return torchwright_section(ap, args)
+    if args.table:
+        with open(args.table) as f:
+            saved = [json.loads(line) for line in f if line.strip()]
+        print(markdown([r for r in saved if "program" in r]), end="")
+        return 0
     _quiet()
     lengths = [int(x) for x in args.lengths.split(",")]
     names = args.programs.split(",")
@@ -358,31 +422,7 @@ def main(argv=None) -> int:
     finally:
         if tracr is not None:
             tracr.close()
-    both = [r for r in rows if "layers" in r.get("tracr", {})]
-    summary = {
-        "summary": True, "rows": len(rows),
-        "tw_exact_everywhere": all(r["tw"]["exact"] == 1.0 for r in rows),
-        "tracr_exact_rows": sum(r["tracr"]["exact"] == 1.0 for r in both),
-        "compared_rows": len(both),
-        "fewer_layers_rows": sum(r["tw"]["layers"] < r["tracr"]["layers"] for r in both),
-        "no_more_layers_rows": sum(r["tw"]["layers"] <= r["tracr"]["layers"] for r in both),
-        "tracr_timeouts": sum("error" in r.get("tracr", {}) and "timeout_s" in r["tracr"]
-                              for r in rows),
-        "tracr_skipped": sum("skipped" in r.get("tracr", {}) for r in rows),
-    }
-    if both:
-        alloc = [r["tracr"]["params_allocated"] / r["tw"]["params_allocated"] for r in both]
-        stored = [r["tracr"]["params_allocated"] / r["tw"]["params_stored"] for r in both]
-        nz = [r["tracr"]["params_nonzero"] / r["tw"]["params_nonzero"] for r in both]
-        speed = [r["tracr"]["compile_s"] / r["tw"]["compile_s"] for r in both]
-        summary.update(
-            params_ratio_min=round(min(alloc), 2), params_ratio_median=round(statistics.median(alloc), 2),
-            stored_ratio_min=round(min(stored), 2),
-            stored_ratio_median=round(statistics.median(stored), 2),
-            nonzero_ratio_min=round(min(nz), 2), nonzero_ratio_median=round(statistics.median(nz), 2),
-            compile_speedup_min=round(min(speed), 1),
-            compile_speedup_median=round(statistics.median(speed), 1))
-    print(json.dumps(summary, sort_keys=True), flush=True)
+    print(json.dumps(summarize(rows), sort_keys=True), flush=True)
     return 0
 
 

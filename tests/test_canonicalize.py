@@ -169,3 +169,36 @@ def test_compiled_model_matches_after_canonicalize(seed):
     reference = evaluate(module, inputs)
     compiled = compile(module, d=128, d_head=8, pipeline="canonicalize")
     assert_same(reference, compiled.run(inputs, n_positions=N_POS))
+
+
+def test_tables_lose_the_columns_no_live_slice_reads():
+    table = np.arange(20.0).reshape(4, 5)
+    with tw.Graph() as g:
+        e = tw.embedding("tokens", table)
+        p = tw.pos_table(table)
+        tw.slice(e, 0, 2)  # dead: its columns go too
+        tw.output("y", tw.add(tw.slice(e, 1, 1), tw.slice(e, 4, 1)))
+        tw.output("z", tw.slice(p, 2, 2))
+    canonicalize(g.module)
+    widths = {op.name: op.out.type for op in find_graph(g.module).block.ops
+              if op.name in ("tw.embedding", "tw.pos_table")}
+    assert str(widths["tw.embedding"]) == "!tw.vec<2>" and str(widths["tw.pos_table"]) == "!tw.vec<2>"
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_narrowed_tables_keep_their_meaning(seed, data):
+    rng = np.random.default_rng(seed)
+    width = data.draw(st.integers(2, 7))
+    spans = data.draw(st.lists(st.tuples(st.integers(0, width - 1), st.integers(1, width),
+                                         st.booleans()), min_size=1, max_size=5))
+    with tw.Graph() as g:
+        e = tw.embedding("tokens", rng.normal(size=(5, width)))
+        p = tw.pos_table(rng.normal(size=(N_POS, width)))
+        for k, (start, length, live) in enumerate(spans):
+            length = min(length, width - start)
+            for name, table in (("e", e), ("p", p)):
+                piece = tw.slice(table, start, length)
+                if live:
+                    tw.output(f"{name}{k}", piece)
+    canonicalize(g.module, seed)
