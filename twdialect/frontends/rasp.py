@@ -255,7 +255,7 @@ class _Translator:
         _need_tracr()
         if not isinstance(program, rasp.SOp):
             raise RaspError(f"the program must be a RASP SOp, got {type(program).__name__}")
-        with tw.Graph("main") as g:
+        with tw.Graph("main", verify=False) as g:  # `translate` verifies the one it keeps
             self.graph = g
             self._sources()
             out = self.sop(program)
@@ -548,8 +548,9 @@ class _Translator:
         if any(o is _NONE for o in outs):
             return None
         best = None
+        sums = _Sums(pairs, outs)
         for a, b in _sum_weights(pairs, outs):
-            table = _table_of_sum(pairs, outs, a, b)
+            table = sums.table(a, b)
             if table is None:
                 continue
             cost = _steps_cost(table, rasp.is_numerical(expr))
@@ -877,14 +878,48 @@ def _sum_weights(pairs: list[tuple], outs: list) -> list[tuple[float, float]]:
     xy1 = np.array([[float(x), float(y), 1.0] for x, y in pairs])
     f = np.array([float(o) for o in outs])
     coef = np.linalg.lstsq(xy1, f, rcond=None)[0]
-    if np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))):
+    whole = np.round(coef)  # least squares gives 0.9999999999999998 for 1
+    coef = np.where(np.abs(coef - whole) < 1e-9, whole, coef)
+    if np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))) and \
+            (float(coef[0]), float(coef[1])) not in found:
         found.append((float(coef[0]), float(coef[1])))
     return found
 
 
+class _Sums:
+    """A SequenceMap's value pairs and results, asked for s = a x + b y -> f(x, y) over every
+    pair (`table`) for several (a, b): whole numbers as int64 arrays (one sort a weight pair),
+    else exact rationals pair by pair."""
+
+    def __init__(self, pairs: list[tuple], outs: list):
+        self.pairs, self.outs = pairs, outs
+        self.whole = all(_integral(v) is not False for v in itertools.chain(*pairs))
+        ids: dict = {}  # results that compare equal share an id, as == decides below
+        self.ids = np.array([ids.setdefault(o, len(ids)) for o in outs])
+        if self.whole:
+            self.xy = np.array([[int(float(x)), int(float(y))] for x, y in pairs], np.int64)
+            self.big = int(np.abs(self.xy).max(initial=0))
+
+    def table(self, a: float, b: float) -> dict | None:
+        """{s: f} sorted by s; None where two pairs with one s give different values (f is
+        not a function of s)."""
+        ia, ib = _integral(a), _integral(b)
+        if not self.whole or ia is False or ib is False or \
+                (abs(ia) + abs(ib)) * self.big >= 2 ** 52:
+            return _table_of_sum(self.pairs, self.outs, a, b)
+        s = self.xy @ np.array([ia, ib], np.int64)
+        order = np.argsort(s, kind="stable")
+        s, ids = s[order], self.ids[order]
+        same = s[1:] == s[:-1]
+        if np.any(ids[1:][same] != ids[:-1][same]):
+            return None
+        firsts = np.flatnonzero(np.concatenate([[True], ~same]))
+        return {float(s[i]): self.outs[order[i]] for i in firsts}
+
+
 def _table_of_sum(pairs: list[tuple], outs: list, a: float, b: float) -> dict | None:
-    """s -> f(x, y) over every pair, s = a x + b y in exact rationals; None where two pairs
-    with one s give different values (f is not a function of s)."""
+    """s -> f(x, y) over every pair, s = a x + b y in exact rationals, pair by pair; None
+    where two pairs with one s give different values (f is not a function of s)."""
     whole = all(_integral(v) is not False for v in (a, b, *itertools.chain(*pairs)))
     exact = _integral if whole \
         else (lambda v: Fraction(float(v)))  # integers where they are (fast), else rationals
@@ -1222,7 +1257,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     first = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     rg = first.build(program)
     if not first.token_reads:
-        return rg
+        return _verified(rg)
     # again with the columns every narrow read of the token one-hot asked for in the
     # embedding: better where nothing else reads the one-hot and they are fewer than its
     columns, scales = _unit_columns(np.hstack(first.token_reads))
@@ -1230,10 +1265,15 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     if features.shape[1] == 0:  # every read is zero: one zero column for them to read
         features = np.zeros((len(first.vocab), 1))
     if features.shape[1] >= len(first.vocab):
-        return rg
+        return _verified(rg)
     second = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad, features)
     narrow = second.build(program)
-    return rg if _is_read(second.tokens_onehot) else narrow
+    return _verified(rg if _is_read(second.tokens_onehot) else narrow)
+
+
+def _verified(rg: RaspGraph) -> RaspGraph:
+    rg.module.verify()
+    return rg
 
 
 def _unit_columns(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
