@@ -330,3 +330,26 @@ def test_reads_of_nothing_but_zero_columns_compile():
     program = rasp.SelectorWidth(rasp.Select(s8, rasp.tokens, rasp.Comparison.FALSE))
     _compiled_exactly(program, {1, 2, 3}, 1)
     _compiled_exactly(program, {1, 2, 3}, 3)
+
+
+def test_sum_tables_of_whole_numbers_equal_the_pair_by_pair_rationals():
+    import itertools
+    import random
+
+    from twdialect.frontends.rasp import _Sums, _sum_weights, _table_of_sum
+
+    rng = random.Random(0)
+    maps = [lambda x, y: x - y, lambda x, y: (x + 2 * y) % 3, lambda x, y: x * y,
+            lambda x, y: (x - y) > 0, lambda x, y: 0.5 * x - 3 * y + 1]
+    for _ in range(300):
+        xs = rng.sample(range(-6, 7), rng.randint(1, 5))
+        ys = rng.sample(range(-6, 7), rng.randint(1, 5))
+        pairs = list(itertools.product(xs, ys))
+        f = rng.choice(maps)
+        outs = [f(x, y) for x, y in pairs]
+        sums = _Sums(pairs, outs)
+        for a, b in _sum_weights(pairs, outs):
+            want, got = _table_of_sum(pairs, outs, a, b), sums.table(a, b)
+            assert (want is None) == (got is None), (pairs, a, b)
+            if want is not None:
+                assert list(want.items()) == list(got.items())
