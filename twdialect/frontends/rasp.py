@@ -291,12 +291,12 @@ class _Translator:
             return None
         if v in self.tables:
             x, points, rows, depth = self.tables[v]
-            tolerance = np.full(m.shape[1], tolerance / 4)
-            line = interpolation_mlp(points, rows @ m)
-            if np.all(_plateau_error(points, rows @ m, line) <= tolerance):
+            rows, tolerance = rows @ m, np.full(m.shape[1], tolerance / 4)
+            line = interpolation_mlp(points, rows)
+            if np.all(_plateau_error(points, rows, line) <= tolerance):
                 return tw.mlp(x, *line)
-            plan = step_mlps(points, rows @ m, tolerance)
-            return emit_steps(x, rows @ m, plan) if len(plan) <= depth else None
+            plan = step_mlps(points, rows, tolerance)
+            return emit_steps(x, rows, plan) if len(plan) <= depth else None
         if isinstance(op, LinearOp):
             x, w, b = _through_linear(v)
             return tw.linear(x, w @ m, b @ m)
@@ -315,18 +315,21 @@ class _Translator:
         return None
 
     def _narrow_value(self, value: Value, wv: np.ndarray) -> tuple[Value, np.ndarray]:
-        """(value, wv) with the token one-hot that leads a head's value concat read through
-        the embedding's narrow columns (`_token_columns`) where wv needs fewer."""
+        """(value, wv) with the value concat's first part read narrower (`_narrow_tokens`)."""
         concat = value.owner
         parts = list(concat.operands) if isinstance(concat, ConcatOp) else [value]
-        if parts[0] is not self.tokens_onehot or wv.shape[1] >= width_of(parts[0]):
+        n = width_of(parts[0])
+        x, w = self._narrow_tokens(parts[0], wv[:n])
+        if x is parts[0]:
             return value, wv
-        block = wv[:width_of(parts[0])]
-        picked = self._token_columns(block)
-        if picked is None:
-            return value, wv
-        x, w = picked
-        return tw.concat(x, *parts[1:]), np.vstack([w, wv[width_of(parts[0]):]])
+        return tw.concat(x, *parts[1:]), np.vstack([w, wv[n:]])
+
+    def _narrow_tokens(self, x: Value, mat: np.ndarray) -> tuple[Value, np.ndarray]:
+        """(x, mat), or the token embedding's feature columns and their matrix where x is
+        the token one-hot and mat reads fewer columns than it (`_token_columns`)."""
+        if x is self.tokens_onehot and mat.shape[1] < width_of(x):
+            return self._token_columns(mat) or (x, mat)
+        return x, mat
 
     def _sources(self) -> None:
         v = len(self.vocab)
@@ -347,6 +350,8 @@ class _Translator:
         self.tokens_value = tw.slice(emb, v + 1, 1) if numeric else None
         self.tokens_features = None if features is None else \
             tw.slice(emb, v + 2, features.shape[1])
+        self.feature_index = {} if features is None else \
+            {col.tobytes(): j for j, col in enumerate(np.ascontiguousarray(features.T))}
         n = self.max_seq_len
         pos = np.zeros((n + 1, n + 1))
         pos[np.arange(1, n + 1), np.arange(n)] = 1.0  # one-hot of p - 1
@@ -635,8 +640,7 @@ class _Translator:
             v, wv = self.bos_flag, np.eye(1)
         else:  # value [v, 1, bos] -> v | bos
             v_in, v_mat, v_bias = _through_linear(value.value)
-            if v_in is self.tokens_onehot and v_mat.shape[1] < width_of(v_in):
-                v_in, v_mat = self._token_columns(v_mat) or (v_in, v_mat)
+            v_in, v_mat = self._narrow_tokens(v_in, v_mat)
             w = v_mat.shape[1]
             v = tw.concat(v_in, self.one, self.bos_flag)
             wv = np.zeros((v_mat.shape[0] + 2, w + 1))
@@ -662,9 +666,8 @@ class _Translator:
         """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns,
         where they hold every column of mat; else None, and mat is remembered (`token_reads`)
         for a translation whose embedding carries it."""
-        features = self.token_features
+        features, where = self.token_features, self.feature_index
         if features is not None:
-            where = {col.tobytes(): j for j, col in enumerate(np.ascontiguousarray(features.T))}
             w = np.zeros((features.shape[1], mat.shape[1]))
             units, scales = _unit_columns(mat)
             for i, (col, scale) in enumerate(zip(np.ascontiguousarray(units.T), scales)):
