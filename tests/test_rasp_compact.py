@@ -39,6 +39,10 @@ def _heads(module) -> list[AttnOp]:
     return [op for op in module.walk() if isinstance(op, AttnOp)]
 
 
+def _mask(op: AttnOp) -> str:
+    return "causal" if op.mask is None else op.mask.data
+
+
 def _compiled_exactly(program, vocab, n: int, causal: bool = False):
     model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos=BOS)
     check(model, program, all_inputs(vocab, n))
@@ -189,12 +193,77 @@ def test_reverse_keeps_no_one_hot_of_positions_in_the_residual():
     check(model, program, sampled(vocab, 20, 12, seed=5))
 
 
-def test_a_width_read_from_a_softmax_stays_a_one_hot_key():
-    # sort's target_pos: its one-MLP table is exact only to float32 noise, which the key's
-    # square would amplify past the gap between equal keys' logits
-    program, vocab = LIB_PROGRAMS["sort_unique"](10)
-    rg = translate(program, vocab, 10, False, BOS, "PAD")
-    assert shape_of(_heads(rg.module)[-1].wk)[0] > 10
+def test_a_noisy_key_is_read_as_a_number_where_equal_keys_hold_one_value():
+    # sort_unique's target_pos (a width read from a softmax) keys `indices == target_pos`; its
+    # float32 noise moves equal keys' logits apart, which is exact only because equal ranks
+    # of tokens hold equal tokens (duplicates average one value)
+    program, vocab = LIB_PROGRAMS["sort_unique"](6)
+    model = _compiled_exactly(program, vocab, 6)
+    assert shape_of(_heads(model.module)[-1].wk)[1] <= 3
+
+
+def test_a_noisy_key_stays_one_hot_where_equal_keys_may_hold_different_values():
+    # equal ranks of tokens sit at different indices: averaging those needs an even softmax
+    width = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT))
+    program = rasp.numerical(rasp.Aggregate(rasp.Select(width, rasp.indices, rasp.Comparison.EQ),
+                                            rasp.numerical(rasp.Map(lambda i: i, rasp.indices)),
+                                            default=0))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert shape_of(_heads(model.module)[-1].wk)[1] > 5
+
+
+def test_a_noisy_key_stays_one_hot_under_a_causal_mask():
+    # a causal model's rank counts only the keys before: equal ranks may hold different tokens
+    # (a causal model computes something else than rasp.evaluate: compared with tw's oracle)
+    program, vocab = LIB_PROGRAMS["sort_unique"](5)
+    model = compile_rasp_to_model(program, vocab, 5, causal=True, compiler_bos=BOS)
+    assert shape_of(_heads(model.module)[-1].wk)[1] > 5
+    for x in all_inputs(vocab, 5):
+        assert model.apply([BOS, *x]).decoded == model.evaluate([BOS, *x]).decoded, x
+
+
+# -- a rank over a key ordered as (x, index) --------------------------------------------------
+
+def _lex_key(f, first_indices: bool = False):
+    args = (rasp.indices, rasp.tokens) if first_indices else (rasp.tokens, rasp.indices)
+    return rasp.numerical(rasp.SequenceMap(f, *args))
+
+
+@pytest.mark.parametrize("predicate", ["LT", "LEQ"])
+@pytest.mark.parametrize("numerical", [False, True])
+def test_a_rank_over_x_then_index_is_two_narrow_heads(predicate, numerical):
+    key = _lex_key(lambda x, i: x + i / 8)
+    width = rasp.SelectorWidth(rasp.Select(key, key, getattr(rasp.Comparison, predicate)))
+    program = rasp.numerical(width) if numerical else width
+    model = _compiled_exactly(program, NUMS, 5)
+    heads = _heads(model.module)
+    assert len(heads) == 2 and {_mask(op) for op in heads} == {"full", "causal"}
+    assert all(shape_of(op.wk)[1] <= len(NUMS) + 1 for op in heads)
+
+
+def test_a_rank_over_index_then_x_arguments_is_split_too():
+    key = _lex_key(lambda i, x: 10 * x + i, first_indices=True)
+    program = rasp.SelectorWidth(rasp.Select(key, key, rasp.Comparison.LT))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert len(_heads(model.module)) == 2
+
+
+@pytest.mark.parametrize("body", ["x - i / 8", "i + x / 8", "x * 0 + i % 2"])
+def test_a_key_not_ordered_as_x_then_index_is_one_head(body):
+    # later positions first, the index before x, or equal keys: no split, still exact
+    key = _lex_key(eval(f"lambda x, i: {body}"))
+    program = rasp.SelectorWidth(rasp.Select(key, key, rasp.Comparison.LT))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert len(_heads(model.module)) == 1
+
+
+def test_sort_at_length_50_keeps_no_one_hot_of_its_keys():
+    # make_sort's keys x + i / 50 take 150 values (tracr: d_model 261); split, each head reads
+    # the three tokens, and the final head reads target_pos's number
+    program, vocab = LIB_PROGRAMS["sort"](50)
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 24 and model.stats.n_layers == 3
+    check(model, program, sampled(vocab, 50, 12, seed=3))
 
 
 def test_a_one_hot_read_by_a_head_and_by_the_output_stays_exact():

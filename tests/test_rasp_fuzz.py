@@ -90,6 +90,12 @@ PREDICATES = ["lambda k, q: k == q - 1", "lambda k, q: abs(k - q) <= 1",
               "lambda k, q: (k + q) % 2 == 0", "lambda k, q: k != q and k < 2",
               "lambda k, q: k == q + 1", "lambda k, q: k == 0", "lambda k, q: q > 1",
               "lambda k, q: k / q > 1", "lambda k, q: str(k) < str(q)", "lambda k, q: k > q > 0"]
+# Sort keys of a base SOp a (or b where the indices come first) and the indices: tracr's
+# make_sort tie-break (ordered as (a, index)), its reverse, and keys not so ordered.
+SORT_KEYS = [("a + b / {n}", "xi"), ("a + 0.5 * b / {n}", "xi"), ("{n} * b + a", "ix"),
+             ("a - b / {n}", "xi"), ("b + a / {n}", "ix"), ("a * {n} + b % 2", "xi")]
+# The share of SOps that are sorts (`Generator.sort`).
+SORT_SHARE = 0.06
 COMPARISONS = ["EQ", "LT", "LEQ", "GT", "GEQ", "NEQ", "TRUE", "FALSE"]
 # Functions whose result depends on a number's type (1 vs 1.0), not its value.
 _TYPED = re.compile(r"str\(|\[x\]")
@@ -174,6 +180,9 @@ class Generator:
         self.ns = {"rasp": rasp}
         self.count = 0
         self.pool: list[Node] = []
+        # sorts come from a stream of their own: a seed whose program holds none is the
+        # program it was before they were added
+        self.sort_rng = random.Random(seed * 7919 + 1)
 
     # -- bookkeeping
     def emit(self, src: str, **kw) -> Node:
@@ -190,7 +199,7 @@ class Generator:
         return self.ns[node.name]
 
     def _values(self, fn, args_list) -> tuple[frozenset, bool]:
-        outs, none = set(), False
+        outs, none, kinds = set(), False, set()
         for args in args_list:
             try:
                 o = fn(*args)
@@ -204,8 +213,12 @@ class Generator:
             except TypeError:
                 raise _Reject() from None
             outs.add(o)
+            kinds.add(type(o))
         if not outs:
             raise _Reject()
+        # equal numbers of different types (True and 1, 1 and 1.0) are one value to a value
+        # set, tracr's and tw's alike: a function that tells them apart (str) must not read it
+        self.typed_mix = len(kinds & {bool, int, float}) > 1
         return frozenset(outs), none
 
     @staticmethod
@@ -272,6 +285,8 @@ class Generator:
             if reuse and rng.random() < 0.5:
                 return rng.choice(reuse)
             return self.leaf(numerical)
+        if self.sort_rng.random() < SORT_SHARE:
+            return self.sort(depth, numerical, top)
         kind = rng.choices(["map", "seqmap", "linear", "agg_num", "agg_cat", "width"],
                            [5, 3, 1.5, 3, 3, 2])[0]
         return getattr(self, kind)(depth, numerical, top)
@@ -310,7 +325,7 @@ class Generator:
         if inner.vals is None and out_num:
             vals = None  # a function of unknown numbers
         return self.emit(src, numerical=out_num, vals=vals, none=none or inner.none,
-                         depth=inner.depth + 1, mixed=inner.mixed)
+                         depth=inner.depth + 1, mixed=inner.mixed or self.typed_mix)
 
     def seqmap(self, depth, numerical, top) -> Node:
         rng = self.rng
@@ -337,7 +352,8 @@ class Generator:
         if out_num:
             src = f"rasp.numerical({src})"
         return self.emit(src, numerical=out_num, vals=vals, none=none or a.none or b.none,
-                         depth=max(a.depth, b.depth) + 1, mixed=a.mixed or b.mixed)
+                         depth=max(a.depth, b.depth) + 1,
+                         mixed=a.mixed or b.mixed or self.typed_mix)
 
     def linear(self, depth, numerical, top) -> Node:
         rng = self.rng
@@ -484,7 +500,8 @@ class Generator:
                 if len(vals) > MAX_VALS:
                     raise _Reject()
                 val = self.emit(f"rasp.Map(lambda x: {body}, {key.name})", vals=vals,
-                                none=none, depth=key.depth + 1)
+                                none=none, depth=key.depth + 1,
+                                mixed=key.mixed or self.typed_mix)
         else:  # the output: a categorical mean of numbers over any selector
             sel = self.selector(depth)
             val = self.sop(depth - 1, numerical=False, numbers=True)
@@ -510,6 +527,52 @@ class Generator:
             src = f"rasp.numerical({src})"
         return self.emit(src, numerical=out_num, vals=frozenset(range(self.p.max_seq_len + 1)),
                          depth=sel.depth + 1)
+
+    def sort(self, depth, numerical, top) -> Node:
+        """tracr's sort idiom: a rank (the width of `k < k`, or <=, >, >=) over a key k (a
+        base SOp, or a SequenceMap of it and the indices that breaks ties, in either order and
+        either direction), then the value at each rank (`Select(rank, indices, EQ)`), or the
+        rank itself."""
+        rng, n = self.rng, self.p.max_seq_len
+        x = self.sop(depth - 1, numbers=True)
+        if x.vals is None or x.none or not all(_is_num(v) for v in x.vals):
+            raise _Reject()
+        key = x
+        if rng.random() < 0.75:
+            body, args = rng.choice(SORT_KEYS)
+            body = body.format(n=n)
+            pair = (x.name, "rasp.indices") if args == "xi" else ("rasp.indices", x.name)
+            f = eval(f"lambda a, b: {body}")  # noqa: S307
+            product = [(v, i) if args == "xi" else (i, v) for v in x.vals for i in range(n)]
+            vals, none = self._values(f, product)
+            if none:
+                raise _Reject()
+            wrap = "rasp.numerical({})" if rng.random() < 0.3 else "{}"
+            key = self.emit(wrap.format(f"rasp.SequenceMap(lambda a, b: {body}, {pair[0]}, "
+                                        f"{pair[1]})"), numerical=wrap != "{}", vals=vals,
+                            depth=x.depth + 1, mixed=x.mixed or self.typed_mix)
+        pred = rng.choice(["LT", "LT", "LEQ", "GT", "GEQ"])
+        rank = self.emit(f"rasp.SelectorWidth(rasp.Select({key.name}, {key.name}, "
+                         f"rasp.Comparison.{pred}))", vals=frozenset(range(n + 1)),
+                         depth=key.depth + 1)
+        if rng.random() < 0.25:
+            return rank
+        sel = self.emit(f"rasp.Select({rank.name}, rasp.indices, rasp.Comparison.EQ)",
+                        selector=True, depth=rank.depth)
+        choice = rng.random()
+        val = x if choice < 0.4 else key if choice < 0.55 else \
+            self.sop(depth - 1, numerical=False, numbers=True)
+        if val.vals is None or not all(_is_num(v) for v in val.vals):
+            raise _Reject()
+        if numerical is True or (numerical is None and rng.random() < 0.4):
+            return self.emit(f"rasp.numerical(rasp.Aggregate({sel.name}, {val.name}, "
+                             "default=0))", numerical=True, vals=None, mixed=True,
+                             depth=max(rank.depth, val.depth) + 1)
+        if len(val.vals) > MAX_VALS or val.numerical:
+            raise _Reject()
+        # a categorical mean of several numbers (ties) decodes to their mean: values unknown
+        return self.emit(f"rasp.Aggregate({sel.name}, {val.name})", vals=None, none=True,
+                         depth=max(rank.depth, val.depth) + 1, mixed=True)
 
     def program(self) -> Program:
         depth = self.rng.randint(1, 5)

@@ -77,6 +77,9 @@ CLEAN = 2e-6
 PERTURB = 1e-6
 # A categorical output row within this of one-hot is that value; of a mix summing to 1, the mix.
 MIX_TOLERANCE = 1e-3
+# How far (absolute) each of a rank's two widths may stray where a table of their sum reads
+# them (`_Translator._rank`): far inside the quarter unit that table's plateaus allow.
+RANK_NOISE = 1e-3
 # Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
 # is enumerated for a table.
 MAX_MEANS = 1_000_000
@@ -486,9 +489,9 @@ class _Translator:
                          "steps")
         return self._steps(inner.value, points, rows)
 
-    def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray) -> Value:
+    def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
-        plan = step_mlps(points, rows)
+        plan = step_mlps(points, rows, tolerance)
         out = emit_steps(x, rows, plan)
         self.tables[out] = (x, points, rows, len(plan))
         return out
@@ -601,13 +604,15 @@ class _Translator:
         return self._selector_width(expr, everything)
 
     # -- selectors ---------------------------------------------------------------------
-    def head(self, selector, value: Encoded | None, bos_weight: float, wo: np.ndarray) -> Value:
+    def head(self, selector, value: Encoded | None, bos_weight: float, wo: np.ndarray,
+             value_sop=None) -> Value:
         """One attention head over `selector`: keys and queries one-hot (joint where the
         selector reads several SOps), logits GAIN * [selected] + bos_weight * GAIN at the
         BOS key, BOS queries pinned to BOS; it reads concat(value, BOS flag) (the flag alone
         for None) through `wo`. A key, query or value that is a `tw.linear` of another value
         is read through its matrix (folded into the head's projections), so a Map feeding a
-        selector costs nothing of its own."""
+        selector costs nothing of its own. `value_sop`: the RASP SOp the head averages (an
+        Aggregate's), None for a SelectorWidth."""
         selector, prefix = _without_prefix(selector)
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
@@ -619,10 +624,19 @@ class _Translator:
         pred = _selection(selector, k_tuples, q_tuples, k_slot, q_slot)
         # logits = q pred k^T = (q A)(k B)^T through the narrower side's distinct rows, or
         # through the key's number where every query selects one key value (_nearest_key);
-        # BOS's logit is bos_weight GAIN, plus `lift` (per query class) in the latter
-        keys_values = k_enc.space if len(keys) == 1 and not (k_enc.maybe_none or k_enc.noisy) \
-            else None
+        # BOS's logit is bos_weight GAIN, plus `lift` (per query class) in the latter.
+        # A noisy key's number moves its logit a little (`_key_tolerance`), so keys of one
+        # value no longer share the softmax evenly: that is exact only where they hold one
+        # value to average (`_determines`) and the key's number is read from a table
+        shared = len(keys) == 1 and value_sop is not None and not self.causal and \
+            self._key_table(k_enc) and self._determines(keys[0], value_sop)
+        keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none and \
+            (not k_enc.noisy or shared) else None
         a, b, lift = _nearest_key(pred, keys_values, bos_weight) or (*_factor(GAIN * pred), None)
+        if lift is not None and k_enc.noisy:
+            k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy), need_source=True)
+            if k_read is None:  # the table would be deeper: one-hot keys after all
+                a, b, lift = (*_factor(GAIN * pred), None)
         nk = a.shape[1]
         a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
         # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
@@ -631,7 +645,8 @@ class _Translator:
         wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
         # key [k, 1, bos] -> (k - bos ck) B | bos
-        k_in, k_w, k_bias, k_bos = self._read(k_enc, b)
+        k_in, k_w, k_bias, k_bos = k_read if lift is not None and k_enc.noisy else \
+            self._read(k_enc, b)
         wk = np.vstack([np.hstack([k_w, np.zeros((k_w.shape[0], 1))]),
                         np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
         query = tw.concat(q_in, self.one, self.bos_flag)
@@ -648,11 +663,13 @@ class _Translator:
         mask = "causal" if self.causal or prefix else "full"
         return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
 
-    def _read(self, enc: Encoded, mat: np.ndarray, tolerance=None) -> tuple:
+    def _read(self, enc: Encoded, mat: np.ndarray, tolerance=None,
+              need_source: bool = False) -> tuple | None:
         """(x, W, bias, at_bos) with (enc - [BOS] enc at BOS) @ mat = x W + bias - [BOS]
         at_bos: how a head reads `mat` of a one-hot (through any `tw.linear` that made it,
         folded in). Where mat is narrower than the one-hot, its rows are read from the
-        one-hot's own source (`_from_source`); else through the one-hot."""
+        one-hot's own source (`_from_source`); else through the one-hot (None instead where
+        `need_source`: the reader cannot take the one-hot's float32 error times mat)."""
         x, m, bias = _through_linear(enc.value)
         through, shift = m @ mat, bias @ mat
         if through.shape[1] < width_of(x):
@@ -660,7 +677,77 @@ class _Translator:
             if source is not None:
                 read, w, at_bos = source
                 return read, w, shift, at_bos + shift
+        if need_source:
+            return None
         return x, through, shift, enc.bos @ mat
+
+    def _key_table(self, enc: Encoded) -> bool:
+        """Whether the one-hot is a table of steps (through any `tw.linear`), which a head can
+        read again as other columns within a tolerance of its own (`_from_source`)."""
+        return _through_linear(enc.value)[0] in self.tables
+
+    def _determines(self, a, b) -> bool:
+        """Whether SOp a's value at a position fixes SOp b's there, in every input (so keys
+        of one a-value hold one b-value): b is a, a constant or a map of what a determines;
+        a holds distinct values at distinct positions (`_unique`), is an injective map of
+        what determines b, or counts the keys below (above) its own in a strict order of k
+        (a rank: a larger k has a larger rank), k determining b."""
+        if a.unique_id == b.unique_id or isinstance(b, rasp.Full) or self._unique(a):
+            return True
+        if isinstance(b, rasp.Map):
+            return self._determines(a, b.inner)
+        if isinstance(b, rasp.SequenceMap):
+            return self._determines(a, b.fst) and self._determines(a, b.snd)
+        if isinstance(a, rasp.Map) and self._injective(a):
+            return self._determines(a.inner, b)
+        k = _ranked(a)
+        return k is not None and self._determines(k, b)
+
+    def _unique(self, a) -> bool:
+        """Whether SOp a holds distinct values at distinct positions of any input: indices,
+        an injective map of such, a SequenceMap whose value fixes the argument that is such
+        (sort's key x + i / n), the rank of such (`_ranked`). Full attention only (a causal
+        model's rank counts only the keys before)."""
+        if isinstance(a, rasp.IndicesType):
+            return True
+        if isinstance(a, rasp.Map):
+            return self._injective(a) and self._unique(a.inner)
+        if isinstance(a, rasp.SequenceMap):
+            for slot, other in ((0, a.snd), (1, a.fst)):
+                arg = a.fst if slot == 0 else a.snd
+                if self._unique(arg) and self._fixes(a, slot):
+                    return True
+            return False
+        k = _ranked(a)
+        return k is not None and self._unique(k)
+
+    def _spaces(self, *sops) -> list | None:
+        """The value sets of SOps already translated (a question about the program never
+        translates more of it), None where one is not, is unknown, or has too many tuples."""
+        encs = [self.memo.get(s.unique_id) for s in sops]
+        spaces = [None if e is None else e.space for e in encs]
+        if any(sp is None for sp in spaces) or math.prod(len(sp) for sp in spaces) > MAX_MEANS:
+            return None
+        return spaces
+
+    def _injective(self, m) -> bool:
+        spaces = self._spaces(m.inner)
+        if spaces is None:
+            return False
+        outs = [_apply(m.f, v) for v in spaces[0]]
+        return _NONE not in outs and len(set(outs)) == len(outs)
+
+    def _fixes(self, m, slot: int) -> bool:
+        """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
+        spaces = self._spaces(m.fst, m.snd)
+        if spaces is None:
+            return False
+        seen: dict = {}
+        for pair in itertools.product(*spaces):
+            out = _apply(m.f, *pair)
+            if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
+                return False
+        return True
 
     def _token_columns(self, mat: np.ndarray) -> tuple[Value, np.ndarray] | None:
         """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns,
@@ -749,21 +836,85 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
-        return self.encoded(self.head(expr.selector, src, 0.5, fix), numerical, space,
+        return self.encoded(self.head(expr.selector, src, 0.5, fix, expr.sop), numerical, space,
                             not numerical and default is None, noisy=True)
 
     def _selector_width(self, expr, selector) -> Encoded:
-        # BOS weighs n selected keys: its share n / (n + width) keeps adjacent widths about
-        # 1 / (4 n) apart (1 / (width + 1) would leave 1 / n^2), so the table of steps that
-        # reads it is shallow enough for one MLP at tracr's lengths.
+        split = self._rank_split(selector)
+        if split is not None:
+            return self._rank(*split, rasp.is_numerical(expr))
+        return self._width(selector, rasp.is_numerical(expr))
+
+    def _width(self, selector, numerical: bool, tolerance: float | None = None) -> Encoded:
+        """How many keys the selector picks, per query, from BOS's share of one head.
+        BOS weighs n selected keys: its share n / (n + width) keeps adjacent widths about
+        1 / (4 n) apart (1 / (width + 1) would leave 1 / n^2), so the table of steps that
+        reads it is shallow enough for one MLP at tracr's lengths. `tolerance`: the float32
+        error its reader accepts (default CLEAN)."""
         n = self.max_seq_len
         share = self.head(selector, None, 1.0 + math.log(n) / GAIN, np.eye(1))
         widths = list(range(n, -1, -1))
         points = np.array([n / (n + k) for k in widths])
-        numerical = rasp.is_numerical(expr)
         rows = np.array([[float(k)] for k in widths]) if numerical else np.eye(n + 1)[widths]
-        return self.encoded(self._steps(share, points[::-1], rows[::-1]), numerical,
+        return self.encoded(self._steps(share, points[::-1], rows[::-1], tolerance), numerical,
                             list(range(n + 1)), noisy=True)
+
+    def _rank_split(self, selector) -> tuple | None:
+        """(x, predicate) where the selector is `Select(k, k, LT or LEQ)` and k = f(x,
+        indices) orders positions as (x, index) does (`_lexicographic`: tracr's make_sort
+        key x + min_key i / max_seq_len): then k_key < k_query is x_key < x_query, or the
+        same x at an earlier position, so the width is two heads over x's few values (the
+        second causal), not one over k's |x| n values (sort at length 50: d_head 150).
+        None otherwise."""
+        if not isinstance(selector, rasp.Select) or \
+                selector.keys.unique_id != selector.queries.unique_id or \
+                selector.predicate not in (rasp.Comparison.LT, rasp.Comparison.LEQ):
+            return None
+        x = self._lexicographic(selector.keys)
+        return None if x is None else (x, selector.predicate)
+
+    def _lexicographic(self, k) -> Any | None:
+        """x where k = SequenceMap(f, x, indices) (or f(indices, x)) and f is strictly
+        increasing in (x, index) order over every pair of values (numbers all); else None."""
+        if not isinstance(k, rasp.SequenceMap):
+            return None
+        args = [k.fst, k.snd]
+        at = [isinstance(a, rasp.IndicesType) for a in args]
+        if at.count(True) != 1:
+            return None
+        x = args[at.index(False)]
+        enc = self.sop(x)
+        if enc.space is None or enc.maybe_none or \
+                not all(_is_number(v) for v in enc.space):
+            return None
+        xs = sorted(enc.space, key=float)
+        if len(xs) * self.max_seq_len > MAX_MEANS:
+            return None
+        outs = []
+        for v in xs:
+            for i in range(self.max_seq_len):
+                o = _apply(k.f, *((v, i) if at[1] else (i, v)))
+                if o is _NONE or not _is_number(o):
+                    return None
+                outs.append(float(o))
+        return x if all(a < b for a, b in zip(outs, outs[1:])) else None
+
+    def _rank(self, x, predicate, numerical: bool) -> Encoded:
+        """`_rank_split`'s width: keys with a smaller x (one head) plus keys with the same
+        x up to the query's own position (a causal head), less the query itself for LT.
+        Where the width is categorical, its one-hot is a table of the sum, flat a quarter
+        unit around each whole number: the two widths may then stray RANK_NOISE each."""
+        n = self.max_seq_len
+        tolerance = None if numerical else RANK_NOISE
+        smaller = self._width(rasp.Select(x, x, rasp.Comparison.LT), True, tolerance)
+        ties = self._width(rasp.SelectorAnd(
+            rasp.Select(x, x, rasp.Comparison.EQ),
+            rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
+        strict = predicate is rasp.Comparison.LT
+        rank = tw.linear(tw.concat(smaller.value, ties.value), [[1.0], [1.0]],
+                         [-1.0 if strict else 0.0])
+        return self.encoded(rank, True, list(range(n)) if strict else list(range(1, n + 1)),
+                            noisy=True)
 
 
 def steps(x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
@@ -983,6 +1134,33 @@ def _query_tolerance(b: np.ndarray, lift: np.ndarray | None) -> np.ndarray | Non
         return None
     big = max(1.0, float(np.abs(b[:, 0]).max()))
     return GAIN / 12 * np.array([1 / big, 1 / big ** 2, 1.0])
+
+
+def _key_tolerance(b: np.ndarray, noisy_query: bool) -> np.ndarray:
+    """Per column of a noisy key's features (k, k^2) read from a table, the float32 error a
+    head through the key's number accepts: with g the least gap between key values and K the
+    largest |k|, each query's scale is at most GAIN / g^2 and its features (2 t s, -s) have
+    |t| <= K, so errors e1 <= g^2 / (4 K) budget, e2 <= g^2 / 2 budget move a logit by at
+    most GAIN budget: GAIN / 8 beside an exact query (selected keys stay 3 GAIN / 8 above
+    BOS), GAIN / 96 beside a noisy one (`_query_tolerance` leaves it GAIN / 4)."""
+    k = np.unique(b[:, 0])
+    big = max(1.0, float(np.abs(k).max()))
+    gap = float(np.diff(k).min()) if k.size > 1 else 1.0
+    budget = 1 / 96 if noisy_query else 1 / 8
+    return np.array([gap ** 2 / (4 * big) * budget, gap ** 2 / 2 * budget])
+
+
+def _ranked(a):
+    """k where SOp a is `SelectorWidth(Select(k, k, LT / LEQ / GT / GEQ))`: per input, a
+    strictly increasing (decreasing) function of k, so a's value fixes k's; else None."""
+    if not isinstance(a, rasp.SelectorWidth) or not isinstance(a.selector, rasp.Select):
+        return None
+    sel = a.selector
+    strict_orders = (rasp.Comparison.LT, rasp.Comparison.LEQ, rasp.Comparison.GT,
+                     rasp.Comparison.GEQ)
+    if sel.keys.unique_id != sel.queries.unique_id or sel.predicate not in strict_orders:
+        return None
+    return sel.keys
 
 
 # Largest logit (in GAIN units) a head through the key's number may reach: its float32
