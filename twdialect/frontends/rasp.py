@@ -860,22 +860,25 @@ class _Translator:
                             list(range(n + 1)), noisy=True)
 
     def _rank_split(self, selector) -> tuple | None:
-        """(x, predicate) where the selector is `Select(k, k, LT or LEQ)` and k = f(x,
-        indices) orders positions as (x, index) does (`_lexicographic`: tracr's make_sort
-        key x + min_key i / max_seq_len): then k_key < k_query is x_key < x_query, or the
-        same x at an earlier position, so the width is two heads over x's few values (the
-        second causal), not one over k's |x| n values (sort at length 50: d_head 150).
-        None otherwise."""
+        """(x, predicate, direction) where the selector is `Select(k, k, LT / LEQ / GT /
+        GEQ)` and k = f(x, indices) orders positions as (x, index) does (direction 1:
+        tracr's make_sort key x + min_key i / max_seq_len) or as (x, -index) (direction -1;
+        `_lexicographic`): then k_key < k_query is x_key < x_query, or the same x at an
+        earlier (later) position, so the width is a few heads over x's few values, not one
+        over k's |x| n values (sort at length 50: d_head 150). None otherwise."""
+        orders = (rasp.Comparison.LT, rasp.Comparison.LEQ, rasp.Comparison.GT,
+                  rasp.Comparison.GEQ)
         if not isinstance(selector, rasp.Select) or \
                 selector.keys.unique_id != selector.queries.unique_id or \
-                selector.predicate not in (rasp.Comparison.LT, rasp.Comparison.LEQ):
+                selector.predicate not in orders:
             return None
-        x = self._lexicographic(selector.keys)
-        return None if x is None else (x, selector.predicate)
+        split = self._lexicographic(selector.keys)
+        return None if split is None else (*split, selector.predicate)
 
-    def _lexicographic(self, k) -> Any | None:
-        """x where k = SequenceMap(f, x, indices) (or f(indices, x)) and f is strictly
-        increasing in (x, index) order over every pair of values (numbers all); else None."""
+    def _lexicographic(self, k) -> tuple | None:
+        """(x, direction) where k = SequenceMap(f, x, indices) (or f(indices, x)) and f is
+        strictly increasing in (x, direction * index) order over every pair of values
+        (numbers all); else None."""
         if not isinstance(k, rasp.SequenceMap):
             return None
         args = [k.fst, k.snd]
@@ -890,30 +893,47 @@ class _Translator:
         xs = sorted(enc.space, key=float)
         if len(xs) * self.max_seq_len > MAX_MEANS:
             return None
-        outs = []
-        for v in xs:
+        outs = np.zeros((len(xs), self.max_seq_len))
+        for r, v in enumerate(xs):
             for i in range(self.max_seq_len):
                 o = _apply(k.f, *((v, i) if at[1] else (i, v)))
                 if o is _NONE or not _is_number(o):
                     return None
-                outs.append(float(o))
-        return x if all(a < b for a, b in zip(outs, outs[1:])) else None
+                outs[r, i] = float(o)
+        for direction in (1, -1):
+            order = outs[:, ::direction].ravel()
+            if np.all(order[:-1] < order[1:]):
+                return x, direction
+        return None
 
-    def _rank(self, x, predicate, numerical: bool) -> Encoded:
-        """`_rank_split`'s width: keys with a smaller x (one head) plus keys with the same
-        x up to the query's own position (a causal head), less the query itself for LT.
-        Where the width is categorical, its one-hot is a table of the sum, flat a quarter
-        unit around each whole number: the two widths may then stray RANK_NOISE each."""
+    def _rank(self, x, direction: int, predicate, numerical: bool) -> Encoded:
+        """`_rank_split`'s width: keys on the strict side of x (one head), plus the keys of
+        the same x on the tie-break's side: up to the query's own position (a causal head
+        C, less the query itself where the comparison is strict), or after it (the full
+        count E of the same x less C, plus the query itself where not strict; nothing, or
+        the query alone, under a causal mask). Where the width is categorical, its one-hot
+        is a table of the sum, flat a quarter unit around each whole number: each width may
+        then stray RANK_NOISE."""
         n = self.max_seq_len
         tolerance = None if numerical else RANK_NOISE
-        smaller = self._width(rasp.Select(x, x, rasp.Comparison.LT), True, tolerance)
-        ties = self._width(rasp.SelectorAnd(
-            rasp.Select(x, x, rasp.Comparison.EQ),
-            rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
-        strict = predicate is rasp.Comparison.LT
-        rank = tw.linear(tw.concat(smaller.value, ties.value), [[1.0], [1.0]],
-                         [-1.0 if strict else 0.0])
-        return self.encoded(rank, True, list(range(n)) if strict else list(range(1, n + 1)),
+        below = predicate in (rasp.Comparison.LT, rasp.Comparison.LEQ)
+        inclusive = predicate in (rasp.Comparison.LEQ, rasp.Comparison.GEQ)
+        strict = self._width(rasp.Select(x, x, rasp.Comparison.LT if below else
+                                         rasp.Comparison.GT), True, tolerance)
+        same = rasp.Select(x, x, rasp.Comparison.EQ)
+        if below == (direction > 0):  # ties count at earlier positions
+            upto = self._width(rasp.SelectorAnd(same, rasp.Select(
+                rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
+            parts, weights, bias = [strict, upto], [1.0, 1.0], 0.0 if inclusive else -1.0
+        elif self.causal:  # no later position is seen
+            parts, weights, bias = [strict], [1.0], 1.0 if inclusive else 0.0
+        else:
+            upto = self._width(rasp.SelectorAnd(same, rasp.Select(
+                rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
+            parts = [strict, self._width(same, True, tolerance), upto]
+            weights, bias = [1.0, 1.0, -1.0], 1.0 if inclusive else 0.0
+        rank = tw.linear(tw.concat(*[p.value for p in parts]), [[w] for w in weights], [bias])
+        return self.encoded(rank, True, list(range(1, n + 1)) if inclusive else list(range(n)),
                             noisy=True)
 
 
