@@ -277,6 +277,14 @@ def test_a_key_not_ordered_as_x_then_index_is_one_head(body):
     assert len(_heads(model.module)) == 1
 
 
+def test_a_numerical_map_of_a_categorical_read_as_a_key_needs_no_table():
+    # its one-hot is a linear map of the tokens' own: the width is one layer, not two
+    neg = rasp.numerical(rasp.Map(lambda x: -2 * x, rasp.tokens))
+    program = rasp.SelectorWidth(rasp.Select(neg, neg, rasp.Comparison.LT))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert model.stats.n_layers == 1
+
+
 def test_sort_at_length_50_keeps_no_one_hot_of_its_keys():
     # make_sort's keys x + i / 50 take 150 values (tracr: d_model 261); split, each head reads
     # the three tokens, and the final head reads target_pos's number

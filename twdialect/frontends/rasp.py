@@ -132,6 +132,9 @@ class Encoded:
     bos: np.ndarray = field(repr=False)
     maybe_none: bool = False
     noisy: bool = False
+    # a number read off a categorical one-hot (a numerical Map of it): (that Encoded, the
+    # value each of its columns maps to), so a categorical use is a linear map of the one-hot
+    categories: tuple | None = field(default=None, repr=False)
 
     @property
     def space(self) -> list | None:
@@ -471,8 +474,11 @@ class _Translator:
                     rows[r, col[o]] = 1.0
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
-            return self.encoded(tw.linear(inner.value, rows), numerical, space, none,
-                                noisy=inner.noisy)
+            enc = self.encoded(tw.linear(inner.value, rows), numerical, space, none,
+                               noisy=inner.noisy)
+            if numerical:
+                enc.categories = (inner, outs)
+            return enc
         return self.encoded(self._numeric_table(expr, inner, rows, numerical), numerical, space,
                             none, noisy=inner.noisy)
 
@@ -497,7 +503,9 @@ class _Translator:
         return out
 
     def as_categorical(self, enc: Encoded, expr) -> Encoded:
-        """A numerical value as a one-hot over its value set (a table; exact at each value)."""
+        """A numerical value as a one-hot over its value set: a linear map of the one-hot it
+        was read from (a numerical Map of a categorical SOp: no MLP, and None stays None),
+        else a table (exact at each value)."""
         if not enc.numerical:
             return enc
         if enc.space is None:
@@ -505,6 +513,15 @@ class _Translator:
                             "set is unknown (too many means to enumerate)")
         space = _ordered(enc.space)
         self._check_size(expr, len(space), "values")
+        if enc.categories is not None:  # the one-hot it was read from, columns merged
+            inner, outs = enc.categories
+            col = {v: i for i, v in enumerate(space)}
+            rows = np.zeros((len(outs), len(space)))
+            for r, o in enumerate(outs):
+                if o is not _NONE:
+                    rows[r, col[o]] = 1.0
+            return self.encoded(tw.linear(inner.value, rows), False, space, enc.maybe_none,
+                                noisy=inner.noisy)
         rows = np.eye(len(space))
         inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy)
         return self.encoded(self._numeric_table(expr, inner, rows, False), False, space,
