@@ -285,6 +285,32 @@ def test_a_numerical_map_of_a_categorical_read_as_a_key_needs_no_table():
     assert model.stats.n_layers == 1
 
 
+def _sorted_positions(key_of_tokens, n: int):
+    """The index each sorted position came from: a head's value is a map of the indices."""
+    key = rasp.SequenceMap(lambda x, i: x + i / n, key_of_tokens, rasp.indices)
+    rank = rasp.SelectorWidth(rasp.Select(key, key, rasp.Comparison.LT))
+    return rasp.numerical(rasp.Aggregate(rasp.Select(rank, rasp.indices, rasp.Comparison.EQ),
+                                         rasp.numerical(rasp.Map(lambda i: i, rasp.indices)),
+                                         default=0))
+
+
+def test_a_value_of_the_indices_is_a_position_table_where_nothing_else_reads_them():
+    program = _sorted_positions(rasp.Map(lambda t: t % 2, rasp.tokens), 20)
+    model = compile_rasp_to_model(program, {1, 2, 3}, 20, compiler_bos=BOS)
+    check(model, program, sampled({1, 2, 3}, 20, 12, seed=4))
+    assert shape_of(_heads(model.module)[-1].wv)[0] <= 3 and model.compiled.machine.d <= 16
+
+
+def test_a_value_of_the_indices_reads_their_one_hot_where_a_query_needs_it_anyway():
+    # a width keyed by a noisy rank (not one value per key): the query reads the one-hot
+    width = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.GEQ))
+    program = rasp.numerical(rasp.Aggregate(
+        rasp.Select(width, rasp.indices, rasp.Comparison.EQ),
+        rasp.numerical(rasp.Map(lambda i: i, rasp.indices)), default=0))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert shape_of(_heads(model.module)[-1].wv)[0] > 5
+
+
 def test_sort_at_length_50_keeps_no_one_hot_of_its_keys():
     # make_sort's keys x + i / 50 take 150 values (tracr: d_model 261); split, each head reads
     # the three tokens, and the final head reads target_pos's number

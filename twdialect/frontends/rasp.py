@@ -234,7 +234,7 @@ class _Translator:
     """One program's translation: a memo of translated expressions and the graph it grows."""
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
-                 token_features: np.ndarray | None = None):
+                 token_features: np.ndarray | None = None, narrow_indices: bool = True):
         self.vocab = _ordered(vocab)
         if not self.vocab:
             raise RaspError("vocab must not be empty")
@@ -255,6 +255,10 @@ class _Translator:
         # earlier translation of the program (`translate`), and the reads this one asked for
         self.token_features = token_features
         self.token_reads: list[np.ndarray] = []
+        # whether a head's value reads the indices one-hot through a position table of
+        # fewer columns (`_narrow_read`), and whether one did
+        self.narrow_indices = narrow_indices
+        self.narrowed_indices = False
 
     # -- the graph and its BOS constants ---------------------------------------------
     def build(self, program) -> RaspGraph:
@@ -321,21 +325,33 @@ class _Translator:
         return None
 
     def _narrow_value(self, value: Value, wv: np.ndarray) -> tuple[Value, np.ndarray]:
-        """(value, wv) with the value concat's first part read narrower (`_narrow_tokens`)."""
+        """(value, wv) with the value concat's first part read narrower (`_narrow_read`)."""
         concat = value.owner
         parts = list(concat.operands) if isinstance(concat, ConcatOp) else [value]
         n = width_of(parts[0])
-        x, w = self._narrow_tokens(parts[0], wv[:n])
+        x, w = self._narrow_read(parts[0], wv[:n])
         if x is parts[0]:
             return value, wv
         return tw.concat(x, *parts[1:]), np.vstack([w, wv[n:]])
 
-    def _narrow_tokens(self, x: Value, mat: np.ndarray) -> tuple[Value, np.ndarray]:
-        """(x, mat), or the token embedding's feature columns and their matrix where x is
-        the token one-hot and mat reads fewer columns than it (`_token_columns`)."""
-        if x is self.tokens_onehot and mat.shape[1] < width_of(x):
+    def _narrow_read(self, x: Value, mat: np.ndarray) -> tuple[Value, np.ndarray]:
+        """(x, mat), or narrower columns and their matrix where x is the token or the indices
+        one-hot and mat reads fewer columns than it: the token embedding's feature columns
+        (`_token_columns`), a position table of mat's rows (free)."""
+        if mat.shape[1] >= width_of(x):
+            return x, mat
+        if x is self.tokens_onehot:
             return self._token_columns(mat) or (x, mat)
+        if x is self.indices_onehot and self.narrow_indices:
+            self.narrowed_indices = True
+            return self._position_columns(mat), np.eye(mat.shape[1])
         return x, mat
+
+    def _position_columns(self, mat: np.ndarray) -> Value:
+        """indices one-hot @ mat, as a position table (BOS's row zero, as the one-hot's)."""
+        table = np.zeros((self.max_seq_len + 1, mat.shape[1]))
+        table[1:] = mat  # position p holds index p - 1
+        return tw.pos_table(table)
 
     def _sources(self) -> None:
         v = len(self.vocab)
@@ -672,7 +688,7 @@ class _Translator:
             v, wv = self.bos_flag, np.eye(1)
         else:  # value [v, 1, bos] -> v | bos
             v_in, v_mat, v_bias = _through_linear(value.value)
-            v_in, v_mat = self._narrow_tokens(v_in, v_mat)
+            v_in, v_mat = self._narrow_read(v_in, v_mat)
             w = v_mat.shape[1]
             v = tw.concat(v_in, self.one, self.bos_flag)
             wv = np.zeros((v_mat.shape[0] + 2, w + 1))
@@ -796,9 +812,7 @@ class _Translator:
             picked = self._token_columns(mat)
             return None if picked is None else (*picked, np.zeros(cols))
         if onehot is self.indices_onehot:
-            table = np.zeros((self.max_seq_len + 1, cols))
-            table[1:] = mat  # position p holds index p - 1; BOS's row stays zero
-            return tw.pos_table(table), np.eye(cols), np.zeros(cols)
+            return self._position_columns(mat), np.eye(cols), np.zeros(cols)
         if onehot not in self.tables:
             return None
         # columns scaled to at most 1 in the table (its float32 error is then the one-hot's)
@@ -1472,21 +1486,37 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     """The tw graph of a RASP program (tracr's arguments: the input vocabulary, the longest
     input, causal or full attention, the BOS and pad tokens)."""
     _need_tracr()
-    first = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    first = _Translator(*args)
     rg = first.build(program)
-    if not first.token_reads:
+    # again where a narrow read cost columns rather than saving them: the token features
+    # every narrow read of the token one-hot asked for, in the embedding (better where
+    # nothing else reads the one-hot and they are fewer than its columns); position tables
+    # for heads' values only where nothing else reads the indices one-hot
+    features = _token_features(first)
+    wide = first.narrowed_indices and _is_read(first.indices_onehot)
+    if features is None and not wide:
         return _verified(rg)
-    # again with the columns every narrow read of the token one-hot asked for in the
-    # embedding: better where nothing else reads the one-hot and they are fewer than its
+    second = _Translator(*args, features, narrow_indices=not wide)
+    narrow = second.build(program)
+    if features is None or not _is_read(second.tokens_onehot):
+        return _verified(narrow)
+    if not wide:
+        return _verified(rg)
+    return _verified(_Translator(*args, narrow_indices=False).build(program))
+
+
+def _token_features(first: _Translator) -> np.ndarray | None:
+    """The embedding's feature columns for a translation's narrow reads of the token one-hot
+    (distinct up to scale); None where there are none or they are no fewer than its
+    columns."""
+    if not first.token_reads:
+        return None
     columns, scales = _unit_columns(np.hstack(first.token_reads))
     features = _distinct_rows(columns[:, scales != 0].T)[0].T
     if features.shape[1] == 0:  # every read is zero: one zero column for them to read
         features = np.zeros((len(first.vocab), 1))
-    if features.shape[1] >= len(first.vocab):
-        return _verified(rg)
-    second = _Translator(vocab, max_seq_len, causal, compiler_bos, compiler_pad, features)
-    narrow = second.build(program)
-    return _verified(rg if _is_read(second.tokens_onehot) else narrow)
+    return None if features.shape[1] >= len(first.vocab) else features
 
 
 def _verified(rg: RaspGraph) -> RaspGraph:
