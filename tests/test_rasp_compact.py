@@ -311,6 +311,19 @@ def test_a_value_of_the_indices_reads_their_one_hot_where_a_query_needs_it_anywa
     assert shape_of(_heads(model.module)[-1].wv)[0] > 5
 
 
+@pytest.mark.parametrize("predicate", ["lambda k, q: k == q - 1", "rasp.Comparison.EQ"])
+def test_a_mean_over_at_most_one_key_takes_the_values_not_their_means(predicate):
+    # each query selects at most one position (the keys are the indices): the shifted
+    # numbers' value set is the tokens' (and the default), so a table over it is small
+    tokens = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    shifted = rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, eval(predicate)), tokens, default=0))
+    program = rasp.numerical(rasp.Map(lambda x: x * x % 5, shifted))
+    model = compile_rasp_to_model(program, NUMS, 20, compiler_bos=BOS)
+    check(model, program, sampled(NUMS, 20, 12, seed=6))
+    assert max(_mlp_widths(model.module)) <= 8, _mlp_widths(model.module)
+
+
 def test_sort_at_length_50_keeps_no_one_hot_of_its_keys():
     # make_sort's keys x + i / 50 take 150 values (tracr: d_model 261); split, each head reads
     # the three tokens, and the final head reads target_pos's number

@@ -733,8 +733,32 @@ class _Translator:
             return self._determines(a, b.fst) and self._determines(a, b.snd)
         if isinstance(a, rasp.Map) and self._injective(a):
             return self._determines(a.inner, b)
-        k = _ranked(a)
+        k = None if self.causal else _ranked(a)
         return k is not None and self._determines(k, b)
+
+    def _picks_one(self, selector) -> bool:
+        """Whether every query selects at most one key position in any input (its mean is
+        then one of the values, not any mean of them): a Select whose keys hold distinct
+        values at distinct positions (`_unique`) and whose predicate picks at most one key
+        value per query value (EQ: shift_by's and reverse's `indices == f(indices)`), or
+        an And with such a side."""
+        selector, _ = _without_prefix(selector)
+        if isinstance(selector, rasp.SelectorAnd):
+            return self._picks_one(selector.fst) or self._picks_one(selector.snd)
+        if not isinstance(selector, rasp.Select):
+            return False
+        self.sop(selector.keys), self.sop(selector.queries)  # (the head reads both anyway)
+        if not self._unique(selector.keys):
+            return False
+        if selector.predicate is rasp.Comparison.EQ:
+            return True
+        spaces = self._spaces(selector.keys, selector.queries)
+        if spaces is None:
+            return False
+        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
+        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
+                          {k_id: 0}, {q_id: 0})
+        return bool(np.all(pred.sum(axis=1) <= 1))
 
     def _unique(self, a) -> bool:
         """Whether SOp a holds distinct values at distinct positions of any input: indices,
@@ -751,7 +775,7 @@ class _Translator:
                 if self._unique(arg) and self._fixes(a, slot):
                     return True
             return False
-        k = _ranked(a)
+        k = None if self.causal else _ranked(a)
         return k is not None and self._unique(k)
 
     def _spaces(self, *sops) -> list | None:
@@ -856,7 +880,10 @@ class _Translator:
         default = expr.default
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            space = _mean_space(src.space, self.max_seq_len, d[0])
+            if src.space is not None and self._picks_one(expr.selector):
+                space = _ordered({float(v) for v in src.space} | {float(d[0])})
+            else:
+                space = _mean_space(src.space, self.max_seq_len, d[0])
         else:  # a default outside the aggregated values gets a column of its own
             space = list(src.space)
             if default is not None and default not in space:
