@@ -1489,23 +1489,30 @@ def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
 
 
 def _mean_space(values: list | None, n: int, default: float) -> list | None:
-    """Every mean of 1..n of `values` (with repeats), and the default, computed exactly
-    (fractions: a mean reached two ways is one value); None where there are more than
-    MAX_MEANS."""
+    """Every mean of 1..n of `values` (with repeats), and the default, computed exactly (a
+    mean reached two ways is one value: the values as integers over their common
+    denominator D, a mean s / (m D) as the integer s L / m over L D, L = lcm(1..n); each
+    float rounded once from the exact quotient, as from a Fraction); None where there are
+    more than MAX_MEANS."""
     if values is None:
         return None
     vals = sorted({Fraction(float(v)) for v in values})
     if set(vals) <= {0, 1}:
         means = {Fraction(k, m) for m in range(1, n + 1) for k in range(m + 1)
                  if (k == 0 or 1 in vals) and (k == m or 0 in vals)}
-    else:
-        sums, means = {Fraction(0)}, set()
-        for m in range(1, n + 1):
-            sums = {s + v for s in sums for v in vals}
-            means |= {s / m for s in sums}
-            if len(sums) > MAX_MEANS or len(means) > MAX_MEANS:
-                return None
-    return _ordered({float(x) for x in means} | {float(default)})
+        return _ordered({float(x) for x in means} | {float(default)})
+    common = math.lcm(*[v.denominator for v in vals])
+    ints = [v.numerator * (common // v.denominator) for v in vals]
+    lcm = math.lcm(*range(1, n + 1))
+    sums, means = {0}, set()
+    for m in range(1, n + 1):
+        sums = {s + v for s in sums for v in ints}
+        scale = lcm // m
+        means |= {s * scale for s in sums}
+        if len(sums) > MAX_MEANS or len(means) > MAX_MEANS:
+            return None
+    whole = lcm * common
+    return _ordered({x / whole for x in means} | {float(default)})
 
 
 def translate(program, vocab, max_seq_len: int, causal: bool = False,
