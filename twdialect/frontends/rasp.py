@@ -107,7 +107,13 @@ def _ordered(values) -> list:
         if isinstance(v, (bool, int, float, np.integer, np.floating)):
             return (0, float(v), "")
         return (1, 0.0, repr(v))
-    return sorted(set(values), key=key)
+    distinct = set(values)
+    if all(type(v) in _PLAIN_NUMBERS for v in distinct):
+        return sorted(distinct)  # the same order, without a key per value (a million means)
+    return sorted(distinct, key=key)
+
+
+_PLAIN_NUMBERS = {bool, int, float}
 
 
 def _is_number(v) -> bool:
