@@ -776,11 +776,8 @@ class _Translator:
         if isinstance(a, rasp.Map):
             return self._injective(a) and self._unique(a.inner)
         if isinstance(a, rasp.SequenceMap):
-            for slot, other in ((0, a.snd), (1, a.fst)):
-                arg = a.fst if slot == 0 else a.snd
-                if self._unique(arg) and self._fixes(a, slot):
-                    return True
-            return False
+            return any(self._unique(arg) and self._fixes(a, slot)
+                       for slot, arg in enumerate((a.fst, a.snd)))
         k = None if self.causal else _ranked(a)
         return k is not None and self._unique(k)
 
@@ -924,7 +921,7 @@ class _Translator:
                             list(range(n + 1)), noisy=True)
 
     def _rank_split(self, selector) -> tuple | None:
-        """(x, predicate, direction) where the selector is `Select(k, k, LT / LEQ / GT /
+        """(x, direction, predicate) where the selector is `Select(k, k, LT / LEQ / GT /
         GEQ)` and k = f(x, indices) orders positions as (x, index) does (direction 1:
         tracr's make_sort key x + min_key i / max_seq_len) or as (x, -index) (direction -1;
         `_lexicographic`): then k_key < k_query is x_key < x_query, or the same x at an
