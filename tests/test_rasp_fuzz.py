@@ -198,7 +198,11 @@ class Generator:
     def obj(self, node: Node):
         return self.ns[node.name]
 
-    def _values(self, fn, args_list) -> tuple[frozenset, bool]:
+    def _values(self, fn, args_list) -> tuple[frozenset, bool, bool]:
+        """fn's results over args_list: the value set, whether one is None, and whether numbers
+        of several types (bool, int, float) are among them: equal ones (True and 1, 1 and 1.0)
+        are one value to a value set, tracr's and tw's alike, so a function that tells them
+        apart (str) must not read it."""
         outs, none, kinds = set(), False, set()
         for args in args_list:
             try:
@@ -216,10 +220,7 @@ class Generator:
             kinds.add(type(o))
         if not outs:
             raise _Reject()
-        # equal numbers of different types (True and 1, 1 and 1.0) are one value to a value
-        # set, tracr's and tw's alike: a function that tells them apart (str) must not read it
-        self.typed_mix = len(kinds & {bool, int, float}) > 1
-        return frozenset(outs), none
+        return frozenset(outs), none, len(kinds & {bool, int, float}) > 1
 
     @staticmethod
     def _sample(node: Node):
@@ -311,7 +312,7 @@ class Generator:
             raise _Reject()
         body = rng.choice(pool)
         f = eval(f"lambda x: {body}")  # noqa: S307 - the generator's own source
-        vals, none = self._values(f, [(v,) for v in self._sample(inner)])
+        vals, none, typed = self._values(f, [(v,) for v in self._sample(inner)])
         if out_num and not all(_is_num(v) for v in vals):
             raise _Reject()
         if len(vals) > MAX_VALS and not out_num:
@@ -325,7 +326,7 @@ class Generator:
         if inner.vals is None and out_num:
             vals = None  # a function of unknown numbers
         return self.emit(src, numerical=out_num, vals=vals, none=none or inner.none,
-                         depth=inner.depth + 1, mixed=inner.mixed or self.typed_mix)
+                         depth=inner.depth + 1, mixed=inner.mixed or typed)
 
     def seqmap(self, depth, numerical, top) -> Node:
         rng = self.rng
@@ -343,7 +344,7 @@ class Generator:
         f = eval(f"lambda x, y: {body}")  # noqa: S307
         pairs = [(x, x) for x in a.vals] if a is b else \
             [(x, y) for x in a.vals for y in b.vals]
-        vals, none = self._values(f, pairs)
+        vals, none, typed = self._values(f, pairs)
         if out_num and not all(_is_num(v) for v in vals):
             raise _Reject()
         if len(vals) > MAX_VALS and not out_num:
@@ -353,7 +354,7 @@ class Generator:
             src = f"rasp.numerical({src})"
         return self.emit(src, numerical=out_num, vals=vals, none=none or a.none or b.none,
                          depth=max(a.depth, b.depth) + 1,
-                         mixed=a.mixed or b.mixed or self.typed_mix)
+                         mixed=a.mixed or b.mixed or typed)
 
     def linear(self, depth, numerical, top) -> Node:
         rng = self.rng
@@ -496,12 +497,12 @@ class Generator:
                 if key.mixed and _TYPED.search(body):
                     raise _Reject()
                 f = eval(f"lambda x: {body}")  # noqa: S307
-                vals, none = self._values(f, [(v,) for v in key.vals])
+                vals, none, typed = self._values(f, [(v,) for v in key.vals])
                 if len(vals) > MAX_VALS:
                     raise _Reject()
                 val = self.emit(f"rasp.Map(lambda x: {body}, {key.name})", vals=vals,
                                 none=none, depth=key.depth + 1,
-                                mixed=key.mixed or self.typed_mix)
+                                mixed=key.mixed or typed)
         else:  # the output: a categorical mean of numbers over any selector
             sel = self.selector(depth)
             val = self.sop(depth - 1, numerical=False, numbers=True)
@@ -544,13 +545,13 @@ class Generator:
             pair = (x.name, "rasp.indices") if args == "xi" else ("rasp.indices", x.name)
             f = eval(f"lambda a, b: {body}")  # noqa: S307
             product = [(v, i) if args == "xi" else (i, v) for v in x.vals for i in range(n)]
-            vals, none = self._values(f, product)
+            vals, none, typed = self._values(f, product)
             if none:
                 raise _Reject()
             wrap = "rasp.numerical({})" if rng.random() < 0.3 else "{}"
             key = self.emit(wrap.format(f"rasp.SequenceMap(lambda a, b: {body}, {pair[0]}, "
                                         f"{pair[1]})"), numerical=wrap != "{}", vals=vals,
-                            depth=x.depth + 1, mixed=x.mixed or self.typed_mix)
+                            depth=x.depth + 1, mixed=x.mixed or typed)
         pred = rng.choice(["LT", "LT", "LEQ", "GT", "GEQ"])
         rank = self.emit(f"rasp.SelectorWidth(rasp.Select({key.name}, {key.name}, "
                          f"rasp.Comparison.{pred}))", vals=frozenset(range(n + 1)),

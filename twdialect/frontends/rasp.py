@@ -489,11 +489,7 @@ class _Translator:
             rows = np.array([[self._number(expr, o)] if o is not _NONE else [0.0] for o in outs])
         else:
             self._check_size(expr, len(space), "output values")
-            col = {v: i for i, v in enumerate(space)}
-            rows = np.zeros((len(outs), max(1, len(space))))
-            for r, o in enumerate(outs):
-                if o is not _NONE:
-                    rows[r, col[o]] = 1.0
+            rows = _one_hot_rows(outs, space, max(1, len(space)))
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
             enc = self.encoded(tw.linear(inner.value, rows), numerical, space, none,
@@ -537,13 +533,8 @@ class _Translator:
         self._check_size(expr, len(space), "values")
         if enc.categories is not None:  # the one-hot it was read from, columns merged
             inner, outs = enc.categories
-            col = {v: i for i, v in enumerate(space)}
-            rows = np.zeros((len(outs), len(space)))
-            for r, o in enumerate(outs):
-                if o is not _NONE:
-                    rows[r, col[o]] = 1.0
-            return self.encoded(tw.linear(inner.value, rows), False, space, enc.maybe_none,
-                                noisy=inner.noisy)
+            return self.encoded(tw.linear(inner.value, _one_hot_rows(outs, space, len(space))),
+                                False, space, enc.maybe_none, noisy=inner.noisy)
         rows = np.eye(len(space))
         inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy)
         return self.encoded(self._numeric_table(expr, inner, rows, False), False, space,
@@ -672,6 +663,7 @@ class _Translator:
         keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none and \
             (not k_enc.noisy or shared) else None
         a, b, lift = _nearest_key(pred, keys_values, bos_weight) or (*_factor(GAIN * pred), None)
+        k_read = None  # a noisy key's number, read within its tolerance
         if lift is not None and k_enc.noisy:
             k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy), need_source=True)
             if k_read is None:  # the table would be deeper: one-hot keys after all
@@ -684,8 +676,7 @@ class _Translator:
         wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
         # key [k, 1, bos] -> (k - bos ck) B | bos
-        k_in, k_w, k_bias, k_bos = k_read if lift is not None and k_enc.noisy else \
-            self._read(k_enc, b)
+        k_in, k_w, k_bias, k_bos = k_read or self._read(k_enc, b)
         wk = np.vstack([np.hstack([k_w, np.zeros((k_w.shape[0], 1))]),
                         np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
         query = tw.concat(q_in, self.one, self.bos_flag)
@@ -927,13 +918,8 @@ class _Translator:
         `_lexicographic`): then k_key < k_query is x_key < x_query, or the same x at an
         earlier (later) position, so the width is a few heads over x's few values, not one
         over k's |x| n values (sort at length 50: d_head 150). None otherwise."""
-        orders = (rasp.Comparison.LT, rasp.Comparison.LEQ, rasp.Comparison.GT,
-                  rasp.Comparison.GEQ)
-        if not isinstance(selector, rasp.Select) or \
-                selector.keys.unique_id != selector.queries.unique_id or \
-                selector.predicate not in orders:
-            return None
-        split = self._lexicographic(selector.keys)
+        k = _ordered_by(selector)
+        split = None if k is None else self._lexicographic(k)
         return None if split is None else (*split, selector.predicate)
 
     def _lexicographic(self, k) -> tuple | None:
@@ -982,16 +968,16 @@ class _Translator:
         strict = self._width(rasp.Select(x, x, rasp.Comparison.LT if below else
                                          rasp.Comparison.GT), True, tolerance)
         same = rasp.Select(x, x, rasp.Comparison.EQ)
+        same_upto = rasp.SelectorAnd(same, rasp.Select(rasp.indices, rasp.indices,
+                                                       rasp.Comparison.LEQ))
         if below == (direction > 0):  # ties count at earlier positions
-            upto = self._width(rasp.SelectorAnd(same, rasp.Select(
-                rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
-            parts, weights, bias = [strict, upto], [1.0, 1.0], 0.0 if inclusive else -1.0
+            parts = [strict, self._width(same_upto, True, tolerance)]
+            weights, bias = [1.0, 1.0], 0.0 if inclusive else -1.0
         elif self.causal:  # no later position is seen
             parts, weights, bias = [strict], [1.0], 1.0 if inclusive else 0.0
         else:
-            upto = self._width(rasp.SelectorAnd(same, rasp.Select(
-                rasp.indices, rasp.indices, rasp.Comparison.LEQ)), True, tolerance)
-            parts = [strict, self._width(same, True, tolerance), upto]
+            parts = [strict, self._width(same, True, tolerance),
+                     self._width(same_upto, True, tolerance)]
             weights, bias = [1.0, 1.0, -1.0], 1.0 if inclusive else 0.0
         rank = tw.linear(tw.concat(*[p.value for p in parts]), [[w] for w in weights], [bias])
         return self.encoded(rank, True, list(range(1, n + 1)) if inclusive else list(range(n)),
@@ -1217,6 +1203,16 @@ def _query_tolerance(b: np.ndarray, lift: np.ndarray | None) -> np.ndarray | Non
     return GAIN / 12 * np.array([1 / big, 1 / big ** 2, 1.0])
 
 
+def _one_hot_rows(outs: list, space: list, width: int) -> np.ndarray:
+    """A table's rows: each result's column in `space` hot (none for _NONE), `width` wide."""
+    col = {v: i for i, v in enumerate(space)}
+    rows = np.zeros((len(outs), width))
+    for r, o in enumerate(outs):
+        if o is not _NONE:
+            rows[r, col[o]] = 1.0
+    return rows
+
+
 def _key_tolerance(b: np.ndarray, noisy_query: bool) -> np.ndarray:
     """Per column of a noisy key's features (k, k^2) read from a table, the float32 error a
     head through the key's number accepts: with g the least gap between key values and K the
@@ -1234,14 +1230,19 @@ def _key_tolerance(b: np.ndarray, noisy_query: bool) -> np.ndarray:
 def _ranked(a):
     """k where SOp a is `SelectorWidth(Select(k, k, LT / LEQ / GT / GEQ))`: per input, a
     strictly increasing (decreasing) function of k, so a's value fixes k's; else None."""
-    if not isinstance(a, rasp.SelectorWidth) or not isinstance(a.selector, rasp.Select):
+    return _ordered_by(a.selector) if isinstance(a, rasp.SelectorWidth) else None
+
+
+def _ordered_by(selector):
+    """k where the selector is `Select(k, k, LT / LEQ / GT / GEQ)`: k compared with itself
+    in an order; else None."""
+    orders = (rasp.Comparison.LT, rasp.Comparison.LEQ, rasp.Comparison.GT,
+              rasp.Comparison.GEQ)
+    if not isinstance(selector, rasp.Select) or \
+            selector.keys.unique_id != selector.queries.unique_id or \
+            selector.predicate not in orders:
         return None
-    sel = a.selector
-    strict_orders = (rasp.Comparison.LT, rasp.Comparison.LEQ, rasp.Comparison.GT,
-                     rasp.Comparison.GEQ)
-    if sel.keys.unique_id != sel.queries.unique_id or sel.predicate not in strict_orders:
-        return None
-    return sel.keys
+    return selector.keys
 
 
 # Largest logit (in GAIN units) a head through the key's number may reach: its float32
