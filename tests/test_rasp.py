@@ -297,3 +297,48 @@ def test_linear_sequence_map_of_integers_stays_integers():
     program = rasp.SequenceMap(lambda x, y: x * y, total, pairs)
     model = compile_rasp_to_model(program, {0, 1, 2}, 3, causal=True, compiler_bos=BOS)
     assert model.apply([BOS, 0]).decoded == [BOS, ()]
+
+
+def _none_everywhere(numerical: bool):
+    inner = rasp.Map(lambda x: None, rasp.tokens)
+    return rasp.numerical(inner) if numerical else rasp.categorical(inner)
+
+
+def _maybe_none():  # None at token 2, the token elsewhere
+    return rasp.numerical(rasp.Map(lambda x: None if x == 2 else x, rasp.tokens))
+
+
+@pytest.mark.parametrize("make", [
+    # an SOp that is None at every position, read where RASP gives None (or a default)
+    lambda: rasp.categorical(rasp.SequenceMap(lambda x, y: (x, y), _none_everywhere(True),
+                                              rasp.tokens)),
+    lambda: rasp.numerical(rasp.SequenceMap(lambda x, y: 1, _none_everywhere(False),
+                                            rasp.tokens)),
+    lambda: rasp.categorical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
+                                                        rasp.Comparison.EQ),
+                                            _none_everywhere(False))),
+    lambda: rasp.numerical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
+                                                      rasp.Comparison.EQ),
+                                          _none_everywhere(False))),
+    lambda: rasp.categorical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
+                                                        rasp.Comparison.LT),
+                                            _none_everywhere(False), default=2)),
+    # a numerical sum of values that may be None is None there, not the other value
+    lambda: rasp.numerical(rasp.LinearSequenceMap(_maybe_none(), rasp.numerical(
+        rasp.Map(lambda x: x, rasp.tokens)), 1, 2)),
+    lambda: rasp.numerical(rasp.LinearSequenceMap(_maybe_none(), _maybe_none(), 1, 2)),
+])
+def test_values_that_are_none_stay_none(make):
+    program = make()
+    model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
+    check(model, program, all_inputs({1, 2, 3}, 4))
+
+
+@pytest.mark.parametrize("side", ["keys", "queries"])
+def test_a_selector_reading_none_everywhere_is_named(side):
+    # RASP's Select raises on a None key or query: no input has a meaning
+    sides = {"keys": rasp.tokens, "queries": rasp.tokens, side: _none_everywhere(True)}
+    program = rasp.SelectorWidth(rasp.Select(sides["keys"], sides["queries"],
+                                             rasp.Comparison.EQ))
+    with pytest.raises(RaspError, match="None at every position, read by a selector"):
+        translate(program, {1, 2, 3}, 4, compiler_bos=BOS)

@@ -531,6 +531,8 @@ class _Translator:
                             "set is unknown (too many means to enumerate)")
         space = _ordered(enc.space)
         self._check_size(expr, len(space), "values")
+        if not space:
+            return self.nowhere(False)
         if enc.categories is not None:  # the one-hot it was read from, columns merged
             inner, outs = enc.categories
             return self.encoded(tw.linear(inner.value, _one_hot_rows(outs, space, len(space))),
@@ -540,10 +542,17 @@ class _Translator:
         return self.encoded(self._numeric_table(expr, inner, rows, False), False, space,
                             noisy=enc.noisy)
 
+    def nowhere(self, numerical: bool) -> Encoded:
+        """An SOp that is None at every position (its value set is empty): one zero column,
+        as a table of no values has."""
+        return self.encoded(tw.literal(np.zeros(1)), numerical, [], True, noisy=False)
+
     def as_numerical(self, enc: Encoded, expr) -> Encoded:
         """A categorical value as its number (one-hot @ values)."""
         if enc.numerical:
             return enc
+        if not enc.space:
+            return self.nowhere(True)
         rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
         x, w, bias, _ = self._read(enc, rows)
         return self.encoded(tw.linear(x, w, bias), True, list(enc.space), enc.maybe_none,
@@ -552,7 +561,7 @@ class _Translator:
     def _sequence_map(self, expr) -> Encoded:
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
         if isinstance(expr, rasp.LinearSequenceMap) and fst.numerical and snd.numerical \
-                and rasp.is_numerical(expr):
+                and rasp.is_numerical(expr) and not (fst.maybe_none or snd.maybe_none):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
             space = lambda: _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
@@ -568,6 +577,8 @@ class _Translator:
         if through_sum is not None:
             return through_sum
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
+        if not a.space or not b.space:  # RASP's SequenceMap of a None is None
+            return self.nowhere(rasp.is_numerical(expr))
         joint, pairs = self.joint([a, b], expr)
         return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
 
@@ -646,9 +657,14 @@ class _Translator:
         selector, prefix = _without_prefix(selector)
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
-        k_enc, k_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in keys], selector)
-        q_enc, q_tuples = self.joint([self.as_categorical(self.sop(s), s) for s in queries],
-                                     selector)
+        k_parts = [self.as_categorical(self.sop(s), s) for s in keys]
+        q_parts = [self.as_categorical(self.sop(s), s) for s in queries]
+        for s, part in zip(keys + queries, k_parts + q_parts):
+            if not part.space:
+                raise RaspError(f"{_label(s)}: None at every position, read by a selector "
+                                "(RASP's Select raises on a None key or query)")
+        k_enc, k_tuples = self.joint(k_parts, selector)
+        q_enc, q_tuples = self.joint(q_parts, selector)
         k_slot = {s.unique_id: i for i, s in enumerate(keys)}
         q_slot = {s.unique_id: i for i, s in enumerate(queries)}
         pred = _selection(selector, k_tuples, q_tuples, k_slot, q_slot)
@@ -872,6 +888,8 @@ class _Translator:
         of its one-hot), the default where none is selected."""
         src = self.as_numerical(src, expr.sop) if numerical else self.as_categorical(src, expr.sop)
         default = expr.default
+        if not src.space and default is None:  # a mean of Nones, or no key: None
+            return self.nowhere(numerical)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
             if src.space is not None and self._picks_one(expr.selector):
