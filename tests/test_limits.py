@@ -65,6 +65,17 @@ def test_max_width_itself_parses_and_evaluates():
     assert out["y"].shape == (2, MAX_WIDTH) and np.all(out["y"] == 1.0)
 
 
+def test_an_mlp_may_be_wider_inside_than_max_width():
+    # MAX_WIDTH bounds values; an mlp's hidden lanes are not one (a pair table of 5,000
+    # neurons): its b1 is as long as w1 is wide, in the builder as in the verifier
+    with tw.Graph("main") as g:
+        x = tw.input("x", 2, value_range=(-1.0, 1.0))
+        tw.output("y", tw.mlp(x, np.ones((2, MAX_WIDTH + 8)), np.full(MAX_WIDTH + 8, -0.5),
+                              np.ones((MAX_WIDTH + 8, 1))))
+    out = evaluate(g.module, {"x": np.array([[1.0, 0.0]])})["y"]
+    assert out[0, 0] == pytest.approx(0.5 * (MAX_WIDTH + 8))
+
+
 @pytest.mark.parametrize("width", [0, -1, MAX_WIDTH + 1])
 def test_vec_type_outside_the_limits_is_a_tw_error(width):
     with pytest.raises(TwError, match=r"!tw.vec width must be in \[1, 4096\]"):

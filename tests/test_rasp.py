@@ -23,6 +23,8 @@ from tracr.rasp import rasp  # noqa: E402
 from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
 from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
+from twdialect.dense import shape_of  # noqa: E402
+from twdialect.dialect import MlpOp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BOS = "BOS"
@@ -342,3 +344,34 @@ def test_a_selector_reading_none_everywhere_is_named(side):
                                              rasp.Comparison.EQ))
     with pytest.raises(RaspError, match="None at every position, read by a selector"):
         translate(program, {1, 2, 3}, 4, compiler_bos=BOS)
+
+
+@pytest.mark.parametrize("numerical", [False, True])
+def test_a_sequence_map_over_more_pairs_than_a_one_hot_holds_is_one_mlp(monkeypatch, numerical):
+    # above MAX_TABLE pairs the pairs' one-hot is never a value: a neuron a pair, straight
+    # to the rows (checked here with the limit lowered to 8, on every input)
+    import twdialect.frontends.rasp as frontend
+
+    monkeypatch.setattr(frontend, "MAX_TABLE", 8)
+    f = rasp.SequenceMap(lambda x, y: (x * y) % 4 if x > y else x, rasp.tokens, rasp.indices)
+    program = rasp.numerical(f) if numerical else rasp.categorical(f)
+    model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
+    hidden = [shape_of(op.w1)[1] for op in model.module.walk() if isinstance(op, MlpOp)]
+    assert 3 * 4 in hidden
+    check(model, program, all_inputs({1, 2, 3}, 4))
+
+
+def test_a_sequence_map_of_5000_pairs_compiles():
+    # tracr compiles this (a 5,000-neuron MLP, in minutes); tw refused it above 4,096 pairs
+    vocab = set(range(100))
+    program = rasp.categorical(rasp.SequenceMap(lambda x, y: (x + y) % 7 if x > y else x % 3,
+                                                rasp.tokens, rasp.indices))
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert model.stats.n_layers == 1
+    check(model, program, sampled(vocab, 50, 30), oracle=False)
+
+
+def test_a_sequence_map_over_too_many_pairs_is_named():
+    program = rasp.SequenceMap(lambda x, y: (x * y) % 5, rasp.tokens, rasp.indices)
+    with pytest.raises(RaspError, match="value pairs, more than the 65536"):
+        translate(program, set(range(1400)), 50, compiler_bos=BOS)

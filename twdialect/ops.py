@@ -377,13 +377,14 @@ def _matrix(fn: str, m, rows: int | None = None, name: str = "matrix",
 
 
 def _row(fn: str, v, n: int | None = None, name: str = "vector") -> np.ndarray:
-    """A vector of n entries (a scalar broadcasts), or of any length 1..MAX_WIDTH."""
+    """A vector of n entries (a scalar broadcasts; n is a checked matrix's, such as an mlp's
+    hidden width, which MAX_WIDTH does not bound), or of any length 1..MAX_WIDTH."""
     a = check_array(fn, v, name).reshape(-1)
     if n is not None and a.size == 1 and n > 1:
         a = np.full(n, a[0])
     if n is not None and a.size != n:
         fail(fn, f"{name} has {a.size} entries, expected {n}")
-    if not 1 <= a.size <= MAX_WIDTH:
+    if n is None and not 1 <= a.size <= MAX_WIDTH:
         fail(fn, f"{name} must have 1 to {MAX_WIDTH} entries, got {a.size}")
     return a
 

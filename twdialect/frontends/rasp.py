@@ -35,7 +35,7 @@ Beyond tracr: numerical Select keys and queries, SequenceMap over numerical inpu
 numerical to categorical, Aggregate defaults other than None/0, numerical tokens and
 indices, `length` (full attention only), ConstantSOp and ConstantSelector are compiled (each
 through an exact table). Refused, with the expression named: value sets too large to table
-(MAX_TABLE entries), `length` under a causal mask (a causal model cannot see the sequence's
+(MAX_TABLE entries; a SequenceMap's pairs MAX_PAIRS, one neuron each), `length` under a causal mask (a causal model cannot see the sequence's
 end), values that are neither numbers nor hashable, a numerical SOp holding a non-number.
 """
 
@@ -68,8 +68,12 @@ Value = SSAValue
 # Logit gap between a selected key and an unselected one: unselected keys weigh exp(-GAIN)
 # (1e-26) of a selected one, BOS exp(-GAIN / 2) where anything is selected.
 GAIN = 60.0
-# Largest table (one-hot width, neurons of a pair map, joint value set) the frontend builds.
+# Largest table (one-hot width, joint value set) the frontend builds.
 MAX_TABLE = 4096
+# Largest SequenceMap over value pairs (one neuron a pair, straight to the output's rows, as
+# tracr's), and the most weights its MLP may hold (64 MiB of float32).
+MAX_PAIRS = 1 << 16
+MAX_PAIR_WEIGHTS = 1 << 24
 # A table in one MLP may stray this far (relative to its largest row) in float32; a steeper one
 # takes two MLPs, exact on its plateaus.
 CLEAN = 2e-6
@@ -480,16 +484,21 @@ class _Translator:
         outs = [_apply(expr.f, x) for x in inner.space]
         return self._table(expr, inner, outs)
 
+    def _rows(self, expr, outs: list) -> tuple[list, np.ndarray]:
+        """(value set, a row per result) of a table giving `outs` (_NONE: None): its number,
+        or its one-hot."""
+        space = _ordered(o for o in outs if o is not _NONE)
+        if rasp.is_numerical(expr):
+            return space, np.array([[self._number(expr, o)] if o is not _NONE else [0.0]
+                                    for o in outs]).reshape(-1, 1)
+        self._check_size(expr, len(space), "output values")
+        return space, _one_hot_rows(outs, space, max(1, len(space)))
+
     def _table(self, expr, inner: Encoded, outs: list) -> Encoded:
         """Map the input's value set through `outs` (one result per value; _NONE where the
         function fails or gives None)."""
         numerical = rasp.is_numerical(expr)
-        space = _ordered(o for o in outs if o is not _NONE)
-        if numerical:
-            rows = np.array([[self._number(expr, o)] if o is not _NONE else [0.0] for o in outs])
-        else:
-            self._check_size(expr, len(space), "output values")
-            rows = _one_hot_rows(outs, space, max(1, len(space)))
+        space, rows = self._rows(expr, outs)
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
             enc = self.encoded(tw.linear(inner.value, rows), numerical, space, none,
@@ -579,6 +588,8 @@ class _Translator:
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
         if not a.space or not b.space:  # RASP's SequenceMap of a None is None
             return self.nowhere(rasp.is_numerical(expr))
+        if len(a.space) * len(b.space) > MAX_TABLE:
+            return self._pair_table(expr, a, b)
         joint, pairs = self.joint([a, b], expr)
         return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
 
@@ -613,6 +624,27 @@ class _Translator:
         s_space = list(table)
         s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy)
         return self._table(expr, s_enc, [table[v] for v in s_space])
+
+    def _pair_table(self, expr, a: Encoded, b: Encoded) -> Encoded:
+        """f over more value pairs than a one-hot may hold: one MLP, a neuron per pair
+        (relu(x's column + y's column - 1)) straight to the rows, as tracr's; the pairs'
+        one-hot is never a value."""
+        na, nb = len(a.space), len(b.space)
+        n = na * nb
+        if n > MAX_PAIRS:
+            raise RaspError(f"{_label(expr)}: {n} value pairs, more than the {MAX_PAIRS} a "
+                            "SequenceMap's table may hold")
+        outs = [_apply(expr.f, x, y) for x in a.space for y in b.space]
+        space, rows = self._rows(expr, outs)
+        if n * (na + nb + rows.shape[1]) > MAX_PAIR_WEIGHTS:
+            raise RaspError(f"{_label(expr)}: a table of {n} value pairs to {rows.shape[1]} "
+                            f"columns, more than the {MAX_PAIR_WEIGHTS} weights it may hold")
+        w1 = np.zeros((na + nb, n))
+        w1[np.repeat(np.arange(na), nb), np.arange(n)] = 1.0
+        w1[na + np.tile(np.arange(nb), na), np.arange(n)] = 1.0
+        h = tw.mlp(tw.concat(a.value, b.value), w1, np.full(n, -1.0), rows)
+        none = a.maybe_none or b.maybe_none or any(o is _NONE for o in outs)
+        return self.encoded(h, rasp.is_numerical(expr), space, none, noisy=a.noisy or b.noisy)
 
     def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
         """One-hot over the tuples of several categorical values: one neuron per tuple,
