@@ -244,7 +244,8 @@ class _Translator:
     """One program's translation: a memo of translated expressions and the graph it grows."""
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
-                 token_features: np.ndarray | None = None, narrow_indices: bool = True):
+                 token_features: np.ndarray | None = None, narrow_indices: bool = True,
+                 analyses: dict | None = None):
         self.vocab = _ordered(vocab)
         if not self.vocab:
             raise RaspError("vocab must not be empty")
@@ -269,6 +270,18 @@ class _Translator:
         # fewer columns (`_narrow_read`), and whether one did
         self.narrow_indices = narrow_indices
         self.narrowed_indices = False
+        # answers about the program's functions over its value sets (`_analysis`), which a
+        # later translation of the same program (`translate`) asks again
+        self.analyses: dict = {} if analyses is None else analyses
+
+    def _analysis(self, kind: str, expr, compute: Callable[[], Any]):
+        """compute(), once per (kind, expr) across the translations of one program: the
+        program's functions over value sets that do not depend on how a translation reads
+        its inputs."""
+        key = (kind, expr.unique_id)
+        if key not in self.analyses:
+            self.analyses[key] = compute()
+        return self.analyses[key]
 
     # -- the graph and its BOS constants ---------------------------------------------
     def build(self, program) -> RaspGraph:
@@ -603,19 +616,23 @@ class _Translator:
             return None
         if not all(_is_number(v) for v in [*fst.space, *snd.space]):
             return None
-        pairs = list(itertools.product(fst.space, snd.space))
-        outs = [_apply(expr.f, x, y) for x, y in pairs]
-        if any(o is _NONE for o in outs):
-            return None
-        best = None
-        sums = _Sums(pairs, outs)
-        for a, b in _sum_weights(pairs, outs):
-            table = sums.table(a, b)
-            if table is None:
-                continue
-            cost = _steps_cost(table, rasp.is_numerical(expr))
-            if cost < len(pairs) and (best is None or cost < best[0]):
-                best = (cost, a, b, table)
+
+        def cheapest() -> tuple | None:  # (neurons, a, b, {s: f})
+            pairs = list(itertools.product(fst.space, snd.space))
+            outs = [_apply(expr.f, x, y) for x, y in pairs]
+            if any(o is _NONE for o in outs):
+                return None
+            best = None
+            sums = _Sums(pairs, outs)
+            for a, b in _sum_weights(pairs, outs):
+                table = sums.table(a, b)
+                if table is None:
+                    continue
+                cost = _steps_cost(table, rasp.is_numerical(expr))
+                if cost < len(pairs) and (best is None or cost < best[0]):
+                    best = (cost, a, b, table)
+            return best
+        best = self._analysis("through a sum", expr, cheapest)
         if best is None:
             return None
         _, a, b, table = best
@@ -833,20 +850,26 @@ class _Translator:
         spaces = self._spaces(m.inner)
         if spaces is None:
             return False
-        outs = [_apply(m.f, v) for v in spaces[0]]
-        return _NONE not in outs and len(set(outs)) == len(outs)
+
+        def injective() -> bool:
+            outs = [_apply(m.f, v) for v in spaces[0]]
+            return _NONE not in outs and len(set(outs)) == len(outs)
+        return self._analysis("injective", m, injective)
 
     def _fixes(self, m, slot: int) -> bool:
         """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
         spaces = self._spaces(m.fst, m.snd)
         if spaces is None:
             return False
-        seen: dict = {}
-        for pair in itertools.product(*spaces):
-            out = _apply(m.f, *pair)
-            if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
-                return False
-        return True
+
+        def fixes() -> bool:
+            seen: dict = {}
+            for pair in itertools.product(*spaces):
+                out = _apply(m.f, *pair)
+                if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
+                    return False
+            return True
+        return self._analysis(f"fixes {slot}", m, fixes)
 
     def _token_columns(self, mat: np.ndarray) -> tuple[Value, np.ndarray] | None:
         """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns,
@@ -990,18 +1013,22 @@ class _Translator:
         xs = sorted(enc.space, key=float)
         if len(xs) * self.max_seq_len > MAX_MEANS:
             return None
-        outs = np.zeros((len(xs), self.max_seq_len))
-        for r, v in enumerate(xs):
-            for i in range(self.max_seq_len):
-                o = _apply(k.f, *((v, i) if at[1] else (i, v)))
-                if o is _NONE or not _is_number(o):
-                    return None
-                outs[r, i] = float(o)
-        for direction in (1, -1):
-            order = outs[:, ::direction].ravel()
-            if np.all(order[:-1] < order[1:]):
-                return x, direction
-        return None
+
+        def direction() -> int | None:
+            outs = np.zeros((len(xs), self.max_seq_len))
+            for r, v in enumerate(xs):
+                for i in range(self.max_seq_len):
+                    o = _apply(k.f, *((v, i) if at[1] else (i, v)))
+                    if o is _NONE or not _is_number(o):
+                        return None
+                    outs[r, i] = float(o)
+            for sign in (1, -1):
+                order = outs[:, ::sign].ravel()
+                if np.all(order[:-1] < order[1:]):
+                    return sign
+            return None
+        sign = self._analysis("lexicographic", k, direction)
+        return None if sign is None else (x, sign)
 
     def _rank(self, x, direction: int, predicate, numerical: bool) -> Encoded:
         """`_rank_split`'s width: keys on the strict side of x (one head), plus the keys of
@@ -1585,13 +1612,14 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     wide = first.narrowed_indices and _is_read(first.indices_onehot)
     if features is None and not wide:
         return _verified(rg)
-    second = _Translator(*args, features, narrow_indices=not wide)
+    second = _Translator(*args, features, narrow_indices=not wide, analyses=first.analyses)
     narrow = second.build(program)
     if features is None or not _is_read(second.tokens_onehot):
         return _verified(narrow)
     if not wide:
         return _verified(rg)
-    return _verified(_Translator(*args, narrow_indices=False).build(program))
+    return _verified(_Translator(*args, narrow_indices=False,
+                                 analyses=first.analyses).build(program))
 
 
 def _token_features(first: _Translator) -> np.ndarray | None:
