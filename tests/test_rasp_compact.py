@@ -154,6 +154,32 @@ def test_selector_width_through_the_keys_number():
     _compiled_exactly(program, NUMS, 5)
 
 
+@pytest.mark.parametrize("letters", [6, 26])
+def test_selector_width_through_the_keys_number_keeps_bos_exact(letters):
+    # hist over many tokens at length 50: BOS's logit s t^2 + log n sat near 10^5, where
+    # float32's rounding (0.004) moved BOS's share past the width table's plateaus (61 of
+    # 300 inputs wrong for 26 letters); centred logits keep it exact in a head as narrow
+    from tracr.compiler import lib
+
+    vocab = set("abcdefghijklmnopqrstuvwxyz"[:letters])
+    program = lib.make_hist()
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert model.stats.d_head <= 4 and model.stats.n_layers == 1
+    check(model, program, sampled(vocab, 50, 60, seed=50))
+
+
+def test_a_width_of_table_made_queries_keeps_the_one_hot():
+    # a noisy (softmax-made) query through the key's number would move BOS's logit by its
+    # error times the key's magnitude: a SelectorWidth's head reads such a query one-hot
+    mean = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
+                                                     rasp.Comparison.EQ),
+                                         rasp.numerical(rasp.Map(lambda t: t, rasp.tokens))))
+    program = rasp.SelectorWidth(rasp.Select(rasp.tokens, mean, rasp.Comparison.EQ))
+    model = _compiled_exactly(program, NUMS, 5)
+    assert all(shape_of(op.wq)[1] > 3 for op in _heads(model.module)
+               if shape_of(op.wv)[1] == 1)
+
+
 def test_keys_that_may_be_none_keep_the_one_hot():
     # None at index 2 (a Comparison raises on a None key; a plain predicate does not)
     keys = rasp.Map(lambda i: None if i == 2 else i, rasp.indices)

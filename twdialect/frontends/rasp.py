@@ -54,7 +54,7 @@ from xdsl.ir import Operation, SSAValue
 from twdialect import ops as tw
 from twdialect.dense import to_numpy
 from twdialect.dialect import (AttnOp, ConcatOp, EmbeddingOp, LinearOp, MlpOp, OutputOp,
-                                width_of)
+                                PosTableOp, SliceOp, width_of)
 from twdialect.errors import TwError
 from twdialect.interp import evaluate_op
 
@@ -723,11 +723,18 @@ class _Translator:
         # A noisy key's number moves its logit a little (`_key_tolerance`), so keys of one
         # value no longer share the softmax evenly: that is exact only where they hold one
         # value to average (`_determines`) and the key's number is read from a table
+        # A SelectorWidth reads BOS's share, so its head goes through the key's number only
+        # from exact one-hots, where BOS's logit keeps the share's precision
+        # (`_nearest_key`'s `bos_error`: 1 / (64 n), a sixteenth of the width table's plateau)
+        width = value is None
         shared = len(keys) == 1 and value_sop is not None and not self.causal and \
             self._key_table(k_enc) and self._determines(keys[0], value_sop)
         keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none and \
-            (not k_enc.noisy or shared) else None
-        a, b, lift = _nearest_key(pred, keys_values, bos_weight) or (*_factor(GAIN * pred), None)
+            (not k_enc.noisy or shared) and \
+            (not width or (_exact(k_enc) and _exact(q_enc))) else None
+        bos_error = 1 / (64 * self.max_seq_len) if width else None
+        a, b, lift = _nearest_key(pred, keys_values, bos_weight, bos_error) or \
+            (*_factor(GAIN * pred), None)
         k_read = None  # a noisy key's number, read within its tolerance
         if lift is not None and k_enc.noisy:
             k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy), need_source=True)
@@ -736,7 +743,8 @@ class _Translator:
         nk = a.shape[1]
         a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
         # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
-        q_in, q_w, q_bias, q_bos = self._read(q_enc, a, _query_tolerance(b, lift))
+        q_in, q_w, q_bias, q_bos = self._read(q_enc, a, None if width else
+                                              _query_tolerance(b, lift))
         wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
         wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
@@ -1327,7 +1335,17 @@ def _ordered_by(selector):
 MAX_NEAREST_LOGIT = 1e5
 
 
-def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
+def _exact(enc: Encoded) -> bool:
+    """Whether a one-hot is exactly 0/1 at every position: a linear map of the embedding's
+    or a position table's columns (not a table's steps, nor a softmax's mean)."""
+    op = _through_linear(enc.value)[0].owner
+    if isinstance(op, SliceOp):
+        op = op.x.owner
+    return not enc.noisy and isinstance(op, (EmbeddingOp, PosTableOp))
+
+
+def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
+                 bos_error: float | None = None):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
     and the keys (numbers, or the ranks of other values) are never None and not noisy (one
     value must give the same logit at every position: its keys share the softmax evenly):
@@ -1338,25 +1356,44 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float):
     s = GAIN / (gap to the nearest other key value)^2, per query class, keeps every
     unselected key GAIN below; BOS's logit is lifted to s t^2 - GAIN (1 - bos_weight), its
     place beside a selected key in the one-hot form. None where this does not apply or is
-    not narrower."""
+    not narrower.
+
+    `bos_error` (a SelectorWidth's head, which reads BOS's share of the softmax, not only
+    which keys win): how far float32 may move BOS's logit from the selected keys'. Where
+    BOS's logit s t^2 - GAIN + bos_weight GAIN is too large for that (4 roundings), the
+    logits are centred, -s (k - t)^2 through a third dimension (the key's 1, the query's
+    -s t^2), so a selected key's logit is 0 and BOS's lift -GAIN is small; only where every
+    weight is a whole number and every logit below 2^24, so float32 computes them exactly
+    (26 tokens at length 50: BOS's logit near 10^5, its rounding 0.004, moved the share past
+    the width table's plateaus)."""
     if key_values is None or pred.shape[1] < 3:
         return None
     if np.any(pred.sum(axis=1) > 1) or not np.all((pred == 0) | (pred == 1)):
         return None
     numbers = all(_is_number(v) for v in key_values)  # other values: their ranks
     k = np.array([float(v) for v in key_values] if numbers else range(len(key_values)), float)
-    a = np.zeros((pred.shape[0], 2))
+    rows = np.flatnonzero(pred.sum(axis=1))  # queries that select a value, and which
+    t = np.array([k[int(np.flatnonzero(pred[row])[0])] for row in rows])
+    gaps = np.abs(k[None, :] - t[:, None])
+    gaps[gaps == 0] = np.inf  # (the selected value itself)
+    if np.any(np.sum(k[None, :] == t[:, None], axis=1) > 1):
+        return None  # two keys of one number
+    scale = GAIN / gaps.min(axis=1, initial=np.inf) ** 2
     lift = np.zeros(pred.shape[0])
-    for row in np.flatnonzero(pred.sum(axis=1)):
-        j = int(np.flatnonzero(pred[row])[0])
-        others = np.abs(np.delete(k, j) - k[j])
-        if others.min() == 0:
-            return None
-        scale = GAIN / float(others.min()) ** 2
-        a[row] = scale * np.array([2 * k[j], -1.0])
-        lift[row] = scale * k[j] ** 2 - GAIN
-    b = np.stack([k, k * k], axis=1)
-    if (np.abs(a) @ np.abs(b).T).max() > MAX_NEAREST_LOGIT * GAIN:
+    lift[rows] = scale * t ** 2 - GAIN
+    centred = bos_error is not None and \
+        float(np.abs(lift[rows] + bos_weight * GAIN).max(initial=0.0)) * 2.0 ** -22 > bos_error
+    a = np.zeros((pred.shape[0], 3))
+    a[rows] = scale[:, None] * np.stack([2 * t, -np.ones_like(t), -t ** 2], axis=1)
+    b = np.stack([k, k * k, np.ones_like(k)], axis=1)
+    if centred:
+        lift[rows] = -GAIN
+    else:
+        a, b = a[:, :2], b[:, :2]
+    largest = (np.abs(a) @ np.abs(b).T).max()
+    if largest > MAX_NEAREST_LOGIT * GAIN:
+        return None
+    if centred and (largest >= 2 ** 24 or np.any(a != np.round(a)) or np.any(b != np.round(b))):
         return None
     if min(len(_distinct_rows(pred)[0]), len(_distinct_rows(pred.T)[0])) <= 2:
         return None  # the one-hot form is as narrow
