@@ -325,6 +325,8 @@ def _maybe_none():  # None at token 2, the token elsewhere
     lambda: rasp.categorical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens,
                                                         rasp.Comparison.LT),
                                             _none_everywhere(False), default=2)),
+    lambda: rasp.categorical(rasp.Map(lambda x: 3, _none_everywhere(False), simplify=False)),
+    lambda: rasp.numerical(rasp.Map(lambda x: 3, _none_everywhere(True), simplify=False)),
     # a numerical sum of values that may be None is None there, not the other value
     lambda: rasp.numerical(rasp.LinearSequenceMap(_maybe_none(), rasp.numerical(
         rasp.Map(lambda x: x, rasp.tokens)), 1, 2)),
@@ -373,5 +375,48 @@ def test_a_sequence_map_of_5000_pairs_compiles():
 
 def test_a_sequence_map_over_too_many_pairs_is_named():
     program = rasp.SequenceMap(lambda x, y: (x * y) % 5, rasp.tokens, rasp.indices)
-    with pytest.raises(RaspError, match="value pairs, more than the 65536"):
+    with pytest.raises(RaspError, match="value pairs, more than the 65536 a table"):
         translate(program, set(range(1400)), 50, compiler_bos=BOS)
+
+
+def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkeypatch):
+    # make_nary_sequencemap's tuples of three (|X| |Y| |Z| values, 5,000 for 10 tokens at
+    # length 50) are read by one Map: f's pair table goes straight to f's values (checked
+    # with the limit lowered to 16, on every input)
+    import twdialect.frontends.rasp as frontend
+    from tracr.compiler import lib
+
+    monkeypatch.setattr(frontend, "MAX_TABLE", 16)
+    program = lib.make_nary_sequencemap(lambda x, i, y: (x * i + y) % 4, rasp.tokens,
+                                        rasp.indices, rasp.tokens)
+    model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
+    assert max(shape_of(op.w2)[1] for op in model.module.walk() if isinstance(op, MlpOp)) <= 16
+    check(model, program, all_inputs({1, 2, 3}, 4))
+
+
+def test_a_pair_map_read_twice_is_not_fused(monkeypatch):
+    # the SequenceMap's values are read by two maps: each would redo its pair table, so its
+    # one-hot stays (and above the limit, is refused by name)
+    import twdialect.frontends.rasp as frontend
+
+    monkeypatch.setattr(frontend, "MAX_TABLE", 8)
+    pairs = rasp.SequenceMap(lambda x, i: (x, i), rasp.tokens, rasp.indices)
+    program = rasp.SequenceMap(lambda a, b: a[0] == b[1], rasp.Map(lambda p: p, pairs),
+                               rasp.Map(lambda p: (p[1], p[0]), pairs))
+    with pytest.raises(RaspError, match="12 output values, more than the 8"):
+        translate(program, {1, 2, 3}, 4, compiler_bos=BOS)
+
+
+@pytest.mark.parametrize("numerical", [False, True])
+def test_an_nary_sequencemap_is_one_table_over_its_arguments(numerical):
+    # make_nary_sequencemap's tuples are read through: one MLP over (x, i, y), not a pair
+    # table a level with a one-hot of tuples between (2 layers before)
+    from tracr.compiler import lib
+
+    program = lib.make_nary_sequencemap(lambda x, i, y: (x * i + y) % 4, rasp.tokens,
+                                        rasp.indices, rasp.tokens)
+    if numerical:
+        program = rasp.numerical(program)
+    model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
+    assert model.stats.n_layers == 1
+    check(model, program, all_inputs({1, 2, 3}, 4))

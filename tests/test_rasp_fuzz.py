@@ -49,7 +49,7 @@ MAX_MEANS = 400
 
 # RaspError messages that name a real limitation (tw refusing with a reason).
 LIMITATIONS = {
-    "table too large": r"more than the \d+ (a table|a SequenceMap's table|weights it) may hold",
+    "table too large": r"more than the \d+ (a table|a table of them|weights it) may hold",
     "value set unknown (too many means)": r"too many means to enumerate",
     "length under causal": r"causal model cannot see its end",
     # documented: values float32 cannot tell apart (two float paths to one mean, a - b sums)

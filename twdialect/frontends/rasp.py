@@ -42,6 +42,7 @@ end), values that are neither numbers nor hashable, a numerical SOp holding a no
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -291,6 +292,7 @@ class _Translator:
         with tw.Graph("main", verify=False) as g:  # `translate` verifies the one it keeps
             self.graph = g
             self._sources()
+            self.readers = _readers(program)
             out = self.sop(program)
             code = None if out.numerical else output_codes(out.space, self.max_seq_len)
             coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
@@ -490,12 +492,87 @@ class _Translator:
         return float(v)
 
     def _map(self, expr) -> Encoded:
+        fused = self._fused(expr)
+        if fused is not None:
+            return fused
         inner = self.sop(expr.inner)
         if inner.space is None:
             raise RaspError(f"{_label(expr)}: its input's value set is unknown (too many means "
                             "to enumerate), so the map cannot be tabled")
+        if not inner.space:  # RASP's Map of a None is None
+            return self.nowhere(rasp.is_numerical(expr))
         outs = [_apply(expr.f, x) for x in inner.space]
         return self._table(expr, inner, outs)
+
+    def _fused(self, expr) -> Encoded | None:
+        """Map(f, S), S a SequenceMap that nothing else reads, as one table of f over the
+        value tuples of what S reads (None where that does not apply: S is translated, then
+        f's table of its one-hot):
+        * where S reads such SequenceMaps that give a value per pair (tuples:
+          make_nary_sequencemap's) or more values than a one-hot may hold: they are read
+          through, one MLP rather than one a level, and no one-hot of tuples between;
+        * where S reads none but gives more values than a one-hot may hold: its pair table
+          goes straight to f's values."""
+        inner = expr.inner
+        if not self._fusable(inner):
+            return None
+        leaves, compute, space, _ = self._chain(inner)
+        if space is None:
+            return None
+        if len(leaves) == 2 and leaves[0] is inner.fst and leaves[1] is inner.snd:
+            if len(space) <= MAX_TABLE:  # nothing read through: S's one-hot is fine
+                return None
+            return self.sop(self._analysis("fused", expr, lambda: _composed(expr, inner)))
+        parts = [self.as_categorical(self.sop(leaf), leaf) for leaf in leaves]
+        if not all(p.space for p in parts):
+            return self.nowhere(rasp.is_numerical(expr))
+
+        def f(*values):
+            v = compute(values)
+            return None if v is None else expr.f(v)
+        outs = [_apply(f, *c) for c in itertools.product(*[p.space for p in parts])]
+        if len(outs) > MAX_TABLE:
+            return self._combo_table(expr, parts, outs)
+        return self._table(expr, self.joint(parts, expr)[0], outs)
+
+    def _fusable(self, s) -> bool:
+        """Whether s is a SequenceMap of two different SOps that only one expression reads."""
+        return type(s) is rasp.SequenceMap and self.readers[id(s)] == 1 and s.fst is not s.snd
+
+    def _chain(self, s) -> tuple[list, Callable, set | None, int]:
+        """(leaves, compute, values, pairs) of SequenceMap s: the distinct SOps it reads,
+        through every input that `_fusable` allows and that gives a value per pair or more
+        values than a one-hot may hold (the others translated, as leaves);
+        compute(leaf values) -> s's value (None where an input is None, as RASP gives); s's
+        value set (None where it is too large to enumerate); the value pairs it reads."""
+        leaves: list = []
+        with tw.annotate(str(s.label)):  # (what translating s would do first)
+            reads = [self._read_through(c, leaves) for c in (s.fst, s.snd)]
+        if any(space is None for _, space in reads):
+            return leaves, None, None, 0
+        pairs = len(reads[0][1]) * len(reads[1][1])
+        if pairs > MAX_PAIRS:
+            return leaves, None, None, pairs
+        (first, xs), (second, ys) = reads
+        values = self._analysis(
+            "values", s, lambda: {_apply(s.f, x, y) for x in xs for y in ys} - {_NONE})
+
+        def compute(vals):
+            a, b = first(vals), second(vals)
+            return None if a is None or b is None else s.f(a, b)
+        return leaves, compute, values, pairs
+
+    def _read_through(self, c, leaves: list) -> tuple[Callable, list | None]:
+        """(compute, values) of input c of a fused SequenceMap: read through (its leaves
+        added to `leaves`) where `_chain` allows, else a leaf (translated)."""
+        if self._fusable(c):
+            inner_leaves, compute, values, pairs = self._chain(c)
+            if values is not None and (len(values) == pairs or len(values) > MAX_TABLE):
+                at = [_leaf_slot(leaves, leaf) for leaf in inner_leaves]
+                return (lambda vals: compute([vals[i] for i in at])), values
+        enc = self.sop(c)
+        i = _leaf_slot(leaves, c)
+        return (lambda vals: vals[i]), enc.space
 
     def _rows(self, expr, outs: list) -> tuple[list, np.ndarray]:
         """(value set, a row per result) of a table giving `outs` (_NONE: None): its number,
@@ -602,7 +679,8 @@ class _Translator:
         if not a.space or not b.space:  # RASP's SequenceMap of a None is None
             return self.nowhere(rasp.is_numerical(expr))
         if len(a.space) * len(b.space) > MAX_TABLE:
-            return self._pair_table(expr, a, b)
+            return self._combo_table(expr, [a, b], [_apply(expr.f, x, y) for x in a.space
+                                                     for y in b.space])
         joint, pairs = self.joint([a, b], expr)
         return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
 
@@ -642,26 +720,31 @@ class _Translator:
         s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy)
         return self._table(expr, s_enc, [table[v] for v in s_space])
 
-    def _pair_table(self, expr, a: Encoded, b: Encoded) -> Encoded:
-        """f over more value pairs than a one-hot may hold: one MLP, a neuron per pair
-        (relu(x's column + y's column - 1)) straight to the rows, as tracr's; the pairs'
-        one-hot is never a value."""
-        na, nb = len(a.space), len(b.space)
-        n = na * nb
+    def _combo_table(self, expr, parts: list[Encoded], outs: list) -> Encoded:
+        """`outs` (one result per tuple of the parts' values, in product order) over more
+        tuples than a one-hot may hold: one MLP, a neuron per tuple (relu(the sum of its
+        columns - (k - 1))) straight to the rows, as tracr's; the tuples' one-hot is never a
+        value."""
+        sizes = [len(p.space) for p in parts]
+        n = math.prod(sizes)
+        what = "value pairs" if len(parts) == 2 else "value tuples"
         if n > MAX_PAIRS:
-            raise RaspError(f"{_label(expr)}: {n} value pairs, more than the {MAX_PAIRS} a "
-                            "SequenceMap's table may hold")
-        outs = [_apply(expr.f, x, y) for x in a.space for y in b.space]
+            raise RaspError(f"{_label(expr)}: {n} {what}, more than the {MAX_PAIRS} a table "
+                            "of them may hold")
         space, rows = self._rows(expr, outs)
-        if n * (na + nb + rows.shape[1]) > MAX_PAIR_WEIGHTS:
-            raise RaspError(f"{_label(expr)}: a table of {n} value pairs to {rows.shape[1]} "
+        if n * (sum(sizes) + rows.shape[1]) > MAX_PAIR_WEIGHTS:
+            raise RaspError(f"{_label(expr)}: a table of {n} {what} to {rows.shape[1]} "
                             f"columns, more than the {MAX_PAIR_WEIGHTS} weights it may hold")
-        w1 = np.zeros((na + nb, n))
-        w1[np.repeat(np.arange(na), nb), np.arange(n)] = 1.0
-        w1[na + np.tile(np.arange(nb), na), np.arange(n)] = 1.0
-        h = tw.mlp(tw.concat(a.value, b.value), w1, np.full(n, -1.0), rows)
-        none = a.maybe_none or b.maybe_none or any(o is _NONE for o in outs)
-        return self.encoded(h, rasp.is_numerical(expr), space, none, noisy=a.noisy or b.noisy)
+        w1 = np.zeros((sum(sizes), n))
+        offset = 0
+        for i, size in enumerate(sizes):  # part i's value index in each tuple (product order)
+            inner = math.prod(sizes[i + 1:])
+            w1[offset + (np.arange(n) // inner) % size, np.arange(n)] = 1.0
+            offset += size
+        h = tw.mlp(tw.concat(*[p.value for p in parts]), w1, np.full(n, 1.0 - len(parts)), rows)
+        none = any(p.maybe_none for p in parts) or any(o is _NONE for o in outs)
+        return self.encoded(h, rasp.is_numerical(expr), space, none,
+                            noisy=any(p.noisy for p in parts))
 
     def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
         """One-hot over the tuples of several categorical values: one neuron per tuple,
@@ -1449,6 +1532,43 @@ def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     as_bytes = m.view(np.dtype((np.void, m.dtype.itemsize * m.shape[1]))).reshape(-1)
     _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
     return m[first], inverse.reshape(-1)
+
+
+def _readers(program) -> Counter:
+    """How many expressions read each expression of the program, by id() (a RASP
+    expression's unique_id is drawn when first asked, and names it: a walk here must not
+    renumber the program's labels)."""
+    readers: Counter = Counter()
+    seen, stack = {id(program)}, [program]
+    while stack:
+        expr = stack.pop()
+        for child in expr.children:
+            readers[id(child)] += 1
+            if id(child) not in seen:
+                seen.add(id(child))
+                stack.append(child)
+    return readers
+
+
+def _leaf_slot(leaves: list, sop) -> int:
+    """sop's index in `leaves`, appended where it is not there yet (by identity)."""
+    for i, other in enumerate(leaves):
+        if other is sop:
+            return i
+    leaves.append(sop)
+    return len(leaves) - 1
+
+
+def _composed(m, s):
+    """Map m of SequenceMap s as one SequenceMap (m's label and encoding): None where s
+    gives None, as RASP's Map passes None on."""
+    f, g = m.f, s.f
+
+    def h(x, y):
+        v = g(x, y)
+        return None if v is None else f(v)
+    fused = rasp.SequenceMap(h, s.fst, s.snd).named(m.label)
+    return rasp.numerical(fused) if rasp.is_numerical(m) else rasp.categorical(fused)
 
 
 def _through_linear(v: Value) -> tuple[Value, np.ndarray, np.ndarray]:
