@@ -420,3 +420,30 @@ def test_an_nary_sequencemap_is_one_table_over_its_arguments(numerical):
     model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
     assert model.stats.n_layers == 1
     check(model, program, all_inputs({1, 2, 3}, 4))
+
+
+# Functions for random chains Map(f, SequenceMap(g2, SequenceMap(g1, a, b), c)): tuples and
+# other one-value-a-pair g1 (read through: one table over a, b, c), sums (not), partial
+# functions and failures (None).
+_CHAIN_ONE_A_PAIR = ["lambda x, y: (x, y)", "lambda x, y: x * 10 + y",
+                     "lambda x, y: (*x, y) if isinstance(x, tuple) else (x, y)"]
+_CHAIN_G = _CHAIN_ONE_A_PAIR + ["lambda x, y: x + y", "lambda x, y: (x, y) if x != y else None",
+                                "lambda x, y: 1 / (x - y)", "lambda x, y: max(x, y)"]
+_CHAIN_F = ["lambda t: str(t)", "lambda t: hash(t) % 5", "lambda t: None if t == 3 else 1",
+            "lambda t: t if not isinstance(t, tuple) else sum(t)"]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_sequence_map_chains_under_a_map(seed):
+    rng = random.Random(seed)
+    leaves = [rasp.tokens, rasp.indices, rasp.Map(lambda x: x % 2, rasp.tokens)]
+    a, b, c = (rng.choice(leaves) for _ in range(3))
+    g1 = rng.choice(_CHAIN_ONE_A_PAIR if rng.random() < 0.6 else _CHAIN_G)
+    inner = rasp.SequenceMap(eval(g1), a, b)  # noqa: S307 - the test's own
+    outer = rasp.SequenceMap(eval(rng.choice(_CHAIN_G)), inner, c)  # noqa: S307
+    program = rasp.Map(eval(rng.choice(_CHAIN_F)), outer)  # noqa: S307
+    if rng.random() < 0.3:
+        program = rasp.numerical(rasp.Map(lambda t: 1 if t is not None and len(str(t)) > 3
+                                          else 0, outer))
+    model = compile_rasp_to_model(program, {1, 2, 3}, 3, compiler_bos=BOS)
+    check(model, program, all_inputs({1, 2, 3}, 3))
