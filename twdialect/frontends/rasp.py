@@ -735,13 +735,8 @@ class _Translator:
         if n * (sum(sizes) + rows.shape[1]) > MAX_PAIR_WEIGHTS:
             raise RaspError(f"{_label(expr)}: a table of {n} {what} to {rows.shape[1]} "
                             f"columns, more than the {MAX_PAIR_WEIGHTS} weights it may hold")
-        w1 = np.zeros((sum(sizes), n))
-        offset = 0
-        for i, size in enumerate(sizes):  # part i's value index in each tuple (product order)
-            inner = math.prod(sizes[i + 1:])
-            w1[offset + (np.arange(n) // inner) % size, np.arange(n)] = 1.0
-            offset += size
-        h = tw.mlp(tw.concat(*[p.value for p in parts]), w1, np.full(n, 1.0 - len(parts)), rows)
+        w1, b1 = _tuple_neurons(sizes)
+        h = tw.mlp(tw.concat(*[p.value for p in parts]), w1, b1, rows)
         none = any(p.maybe_none for p in parts) or any(o is _NONE for o in outs)
         return self.encoded(h, rasp.is_numerical(expr), space, none,
                             noisy=any(p.noisy for p in parts))
@@ -753,14 +748,9 @@ class _Translator:
             return parts[0], [(v,) for v in parts[0].space]
         sizes = [len(p.space) for p in parts]
         self._check_size(expr, math.prod(sizes), "value combinations")
-        combos = list(itertools.product(*[range(s) for s in sizes]))
-        offsets = np.cumsum([0] + sizes[:-1])
-        w1 = np.zeros((sum(sizes), len(combos)))
-        for c, combo in enumerate(combos):
-            w1[offsets + np.array(combo), c] = 1.0
-        x = tw.concat(*[p.value for p in parts])
-        h = tw.mlp(x, w1, np.full(len(combos), -(len(parts) - 1.0)), np.eye(len(combos)))
-        tuples = [tuple(p.space[i] for p, i in zip(parts, combo)) for combo in combos]
+        w1, b1 = _tuple_neurons(sizes)
+        h = tw.mlp(tw.concat(*[p.value for p in parts]), w1, b1, np.eye(w1.shape[1]))
+        tuples = list(itertools.product(*[p.space for p in parts]))
         return self.encoded(h, False, tuples, any(p.maybe_none for p in parts),
                             noisy=any(p.noisy for p in parts)), tuples
 
@@ -1548,6 +1538,18 @@ def _readers(program) -> Counter:
                 seen.add(id(child))
                 stack.append(child)
     return readers
+
+
+def _tuple_neurons(sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(W1, b1) of a neuron per tuple of k one-hots' values (product order): relu(the sum
+    of its k columns - (k - 1)), 1 exactly where every part is hot."""
+    n = math.prod(sizes)
+    w1 = np.zeros((sum(sizes), n))
+    offset = 0
+    for i, size in enumerate(sizes):  # part i's value index in each tuple
+        w1[offset + (np.arange(n) // math.prod(sizes[i + 1:])) % size, np.arange(n)] = 1.0
+        offset += size
+    return w1, np.full(n, 1.0 - len(sizes))
 
 
 def _leaf_slot(leaves: list, sop) -> int:
