@@ -447,3 +447,14 @@ def test_random_sequence_map_chains_under_a_map(seed):
                                           else 0, outer))
     model = compile_rasp_to_model(program, {1, 2, 3}, 3, compiler_bos=BOS)
     check(model, program, all_inputs({1, 2, 3}, 3))
+
+
+def test_numbers_that_differ_by_float64_round_off_are_one_value():
+    # a mean minus a token: 1.2 - 2 and 0.2 - 1 give -0.8 and -0.7999999999999998, one
+    # float32 point with two outputs 2e-16 apart: one value (refused before)
+    tokens = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    mean = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices,
+                                                     rasp.Comparison.TRUE), tokens, default=0))
+    program = rasp.numerical(rasp.SequenceMap(lambda m, t: m - t, mean, tokens))
+    model = compile_rasp_to_model(program, {1, 2, 3}, 5, compiler_bos=BOS)
+    check(model, program, all_inputs({1, 2, 3}, 5))
