@@ -1188,6 +1188,12 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
     bias2 = rows[0] + delta[left].sum(axis=0)
     if tolerance is None:
         tolerance = CLEAN * max(1.0, float(np.abs(rows).max()))
+    # a line through the points: fewer neurons, but no plateau snaps an input's error back,
+    # so only where it stays within tolerance for inputs LINE_MARGIN times further off
+    line = interpolation_mlp(points, rows)
+    if line[0].shape[1] < w1.shape[1] and np.all(
+            _plateau_error(points, rows, line, LINE_MARGIN * PERTURB) <= tolerance):
+        return [line]
     if np.all(_plateau_error(points, rows, (w1, bias1, w2, bias2)) <= tolerance):
         return [(w1, bias1, w2, bias2)]
     return [(slope[None, :], -slope * b1, np.eye(len(change)), None),
@@ -1208,17 +1214,22 @@ def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
     return np.ones((1, hinge.size)), -points[hinge], change[hinge], rows[0]
 
 
-def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple) -> np.ndarray:
+def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple,
+                   perturb: float = PERTURB) -> np.ndarray:
     """The largest float32 error of a one-MLP table, per column, at its points and at the
-    points moved by PERTURB (relative): what its plateaus give the ops that read them."""
+    points moved by `perturb` (relative): what its plateaus give the ops that read them."""
     w1, b1, w2, b2 = (np.asarray(a, np.float32) for a in mlp)
     worst = np.zeros(rows.shape[1])
-    for moved in (points, points * (1 + PERTURB), points * (1 - PERTURB)):
+    for moved in (points, points * (1 + perturb), points * (1 - perturb)):
         x = np.asarray(moved, np.float32)[:, None]
         out = np.maximum(x @ w1 + b1, np.float32(0)) @ w2 + b2
         worst = np.maximum(worst, np.abs(out.astype(np.float64) - rows).max(axis=0))
     return worst
 
+
+# How many times further off its value (than PERTURB) an input of a table through its points
+# (`interpolation_mlp`, no plateaus) may sit and the table stay within its tolerance.
+LINE_MARGIN = 16
 
 # Points of a table closer than this (relative to the largest magnitude, or 1) are one value:
 # float32 keeps ~6e-8 of it, and such gaps come from float64 round-off in a value set (means
