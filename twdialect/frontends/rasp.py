@@ -516,11 +516,11 @@ class _Translator:
         inner = expr.inner
         if not self._fusable(inner):
             return None
-        leaves, compute, space, _ = self._chain(inner)
-        if space is None:
+        leaves, compute, values, pairs = self._chain(inner)
+        if values is None:
             return None
         if len(leaves) == 2 and leaves[0] is inner.fst and leaves[1] is inner.snd:
-            if len(space) <= MAX_TABLE:  # nothing read through: S's one-hot is fine
+            if pairs <= MAX_TABLE or len(values()) <= MAX_TABLE:  # S's one-hot is fine
                 return None
             return self.sop(self._analysis("fused", expr, lambda: _composed(expr, inner)))
         parts = [self.as_categorical(self.sop(leaf), leaf) for leaf in leaves]
@@ -539,12 +539,13 @@ class _Translator:
         """Whether s is a SequenceMap of two different SOps that only one expression reads."""
         return type(s) is rasp.SequenceMap and self.readers[id(s)] == 1 and s.fst is not s.snd
 
-    def _chain(self, s) -> tuple[list, Callable, set | None, int]:
+    def _chain(self, s) -> tuple[list, Callable, Callable | None, int]:
         """(leaves, compute, values, pairs) of SequenceMap s: the distinct SOps it reads,
         through every input that `_fusable` allows and that gives a value per pair or more
         values than a one-hot may hold (the others translated, as leaves);
-        compute(leaf values) -> s's value (None where an input is None, as RASP gives); s's
-        value set (None where it is too large to enumerate); the value pairs it reads."""
+        compute(leaf values) -> s's value (None where an input is None, as RASP gives);
+        values() -> s's value set, computed when first asked (None where it is too large to
+        enumerate); the value pairs it reads."""
         leaves: list = []
         with tw.annotate(str(s.label)):  # (what translating s would do first)
             reads = [self._read_through(c, leaves) for c in (s.fst, s.snd)]
@@ -554,8 +555,10 @@ class _Translator:
         if pairs > MAX_PAIRS:
             return leaves, None, None, pairs
         (first, xs), (second, ys) = reads
-        values = self._analysis(
-            "values", s, lambda: {_apply(s.f, x, y) for x in xs for y in ys} - {_NONE})
+
+        def values() -> set:
+            return self._analysis(
+                "values", s, lambda: {_apply(s.f, x, y) for x in xs for y in ys} - {_NONE})
 
         def compute(vals):
             a, b = first(vals), second(vals)
@@ -567,9 +570,9 @@ class _Translator:
         added to `leaves`) where `_chain` allows, else a leaf (translated)."""
         if self._fusable(c):
             inner_leaves, compute, values, pairs = self._chain(c)
-            if values is not None and (len(values) == pairs or len(values) > MAX_TABLE):
+            if values is not None and (len(values()) == pairs or len(values()) > MAX_TABLE):
                 at = [_leaf_slot(leaves, leaf) for leaf in inner_leaves]
-                return (lambda vals: compute([vals[i] for i in at])), values
+                return (lambda vals: compute([vals[i] for i in at])), values()
         enc = self.sop(c)
         i = _leaf_slot(leaves, c)
         return (lambda vals: vals[i]), enc.space
@@ -678,11 +681,10 @@ class _Translator:
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
         if not a.space or not b.space:  # RASP's SequenceMap of a None is None
             return self.nowhere(rasp.is_numerical(expr))
-        if len(a.space) * len(b.space) > MAX_TABLE:
-            return self._combo_table(expr, [a, b], [_apply(expr.f, x, y) for x in a.space
-                                                     for y in b.space])
-        joint, pairs = self.joint([a, b], expr)
-        return self._table(expr, joint, [_apply(expr.f, *p) for p in pairs])
+        outs = [_apply(expr.f, x, y) for x, y in itertools.product(a.space, b.space)]
+        if len(outs) > MAX_TABLE:
+            return self._combo_table(expr, [a, b], outs)
+        return self._table(expr, self.joint([a, b], expr)[0], outs)
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
