@@ -41,6 +41,7 @@ end), values that are neither numbers nor hashable, a numerical SOp holding a no
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 import math
@@ -1033,7 +1034,9 @@ class _Translator:
             if src.space is not None and self._picks_one(expr.selector):
                 space = _ordered({float(v) for v in src.space} | {float(d[0])})
             else:
-                space = _mean_space(src.space, self.max_seq_len, d[0])
+                # enumerated where a later table asks (a million means, which only it needs)
+                values, n, dflt = src.space, self.max_seq_len, float(d[0])
+                space = lambda: _mean_space(values, n, dflt)  # noqa: E731
         else:  # a default outside the aggregated values gets a column of its own
             space = list(src.space)
             if default is not None and default not in space:
@@ -1745,13 +1748,18 @@ def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
 
 
 def _mean_space(values: list | None, n: int, default: float) -> list | None:
+    """`_means` of the values, a sequence of them (translate's builds ask for the same)."""
+    means = None if values is None else _means(tuple(values), n, default)
+    return None if means is None else list(means)  # the caller's own list
+
+
+@functools.lru_cache(maxsize=64)
+def _means(values: tuple, n: int, default: float) -> list | None:
     """Every mean of 1..n of `values` (with repeats), and the default, computed exactly (a
     mean reached two ways is one value: the values as integers over their common
     denominator D, a mean s / (m D) as the integer s L / m over L D, L = lcm(1..n); each
     float rounded once from the exact quotient, as from a Fraction); None where there are
     more than MAX_MEANS."""
-    if values is None:
-        return None
     vals = sorted({Fraction(float(v)) for v in values})
     if set(vals) <= {0, 1}:
         means = {Fraction(k, m) for m in range(1, n + 1) for k in range(m + 1)
