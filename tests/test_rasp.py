@@ -220,6 +220,28 @@ def test_tw_rasp_emits_tw_ir():
     assert r.returncode == 0 and "tw.attn" in r.stdout and "mask full" in r.stdout
 
 
+UNNAMED = """
+from tracr.rasp.rasp import tokens, Select, SelectorWidth, Map, Comparison
+VOCAB = {"a", "b"}
+MAX_SEQ_LEN = 4
+hist = SelectorWidth(Select(tokens, tokens, Comparison.EQ))
+repeated = Map(lambda x: x > 1, hist)
+"""
+
+
+def test_tw_rasp_takes_the_one_unread_sop(tmp_path):
+    """Without `program` or --program: the one top-level SOp no other one reads, and VOCAB
+    and MAX_SEQ_LEN in capitals; two such SOps are an error naming both."""
+    f = tmp_path / "unnamed.py"
+    f.write_text(UNNAMED)
+    r = _cli(str(f), "a", "b", "a")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "['BOS', True, False, True]"
+    f.write_text(UNNAMED + "other = Map(lambda x: x, tokens)\n")
+    r = _cli(str(f), "a")
+    assert r.returncode == 1 and "defines the RASP SOps other, repeated" in r.stderr
+
+
 @pytest.mark.parametrize("args, match", [
     (["missing.py"], "no such file"),
     (["{reverse}", "7"], "not in the vocabulary"),

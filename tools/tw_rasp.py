@@ -6,7 +6,8 @@
     tw-rasp hist.py a b a --json
 
 The file defines the program as a module-level RASP SOp named `program` (another name with
-`--program NAME`, or a function of no arguments returning it), and may define `vocab`,
+`--program NAME`, or a function of no arguments returning it; without either, the one
+module-level SOp that no other one there reads), and may define `vocab` (or `VOCAB`, and so on),
 `max_seq_len`, `causal` and `compiler_bos`, which the options `--vocab 1,2,3`,
 `--max-seq-len N`, `--causal` and `--bos` override. Input tokens are words matched against the
 vocabulary by their text (`1` is the number 1 when the vocabulary holds numbers).
@@ -34,7 +35,7 @@ def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description="Compile a RASP program and run it.")
     p.add_argument("file", help="a Python file defining the RASP program")
     p.add_argument("tokens", nargs="*", help="the input tokens (after BOS), one word each")
-    p.add_argument("--program", default="program",
+    p.add_argument("--program", default=None,
                    help="the name of the program (an SOp, or a function returning one)")
     p.add_argument("--vocab", help="the vocabulary, comma-separated (default: the file's)")
     p.add_argument("--max-seq-len", type=bounded_int("--max-seq-len", 1, 4096),
@@ -64,16 +65,18 @@ def _load(args) -> dict:
         raise ToolError(f"{args.file}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:  # noqa: BLE001 - the user's code: one line, never a traceback
         raise ToolError(f"{args.file} raised {type(e).__name__}: {one_line(e)}") from None
-    if args.program not in scope:
-        raise ToolError(f"{args.file} defines no `{args.program}` (name the program with "
+    name = args.program or ("program" if "program" in scope else _only_program(args.file, scope))
+    if name not in scope:
+        raise ToolError(f"{args.file} defines no `{name}` (name the program with "
                         "--program NAME)")
-    program = scope[args.program]
+    program = scope[name]
     if callable(program) and not hasattr(program, "unique_id"):
         try:
             program = program()
         except Exception as e:  # noqa: BLE001
-            raise ToolError(f"{args.file}: {args.program}() raised {type(e).__name__}: "
+            raise ToolError(f"{args.file}: {name}() raised {type(e).__name__}: "
                             f"{one_line(e)}") from None
+    scope = {k.lower(): v for k, v in scope.items() if k.isupper()} | scope  # VOCAB too
     vocab = scope.get("vocab")
     if args.vocab is not None:
         vocab = {_word(w, scope.get("vocab")) for w in args.vocab.split(",") if w != ""}
@@ -86,6 +89,29 @@ def _load(args) -> dict:
     bos = args.bos or scope.get("compiler_bos", "BOS")
     return dict(program=program, vocab=set(vocab), max_seq_len=int(max_seq_len),
                 causal=causal, bos=bos)
+
+
+def _only_program(file: str, scope: dict) -> str:
+    """The name of the one RASP SOp of the file's top level that no other one there reads
+    (the program, where the file names its steps too); an error naming the candidates where
+    there are several or none."""
+    from tracr.rasp import rasp
+
+    sops = {k: v for k, v in scope.items() if isinstance(v, rasp.SOp) and not k.startswith("_")
+            and not isinstance(v, (rasp.TokensType, rasp.IndicesType))}
+    read: set[int] = set()
+    for sop in sops.values():
+        stack = list(sop.children)
+        while stack:
+            c = stack.pop()
+            if id(c) not in read:
+                read.add(id(c))
+                stack.extend(c.children)
+    last = sorted(k for k, v in sops.items() if id(v) not in read)
+    if len(last) == 1:
+        return last[0]
+    found = f"defines the RASP SOps {', '.join(last)}" if last else "defines no `program`"
+    raise ToolError(f"{file} {found} (name the program with --program NAME)")
 
 
 def _word(text: str, vocab) -> object:
