@@ -270,6 +270,20 @@ class Attention(nn.Module):
         parts.append(attend(qf, kvf[..., :e], kvf[..., e:], keys, exact))
         return torch.cat(parts, 1).index_select(1, self.head_order)
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """q k^T (heads, t, t) of one whole sequence x (t, d), unscaled as the heads use them,
+        at -inf where a head cannot see the key (a causal head's later positions)."""
+        t, h, e = x.shape[0], self.n_heads, self.head_dim
+        if not self.active:
+            return x.new_zeros(h, t, t)
+        q, kv = self.project(x, torch.arange(t, device=x.device) if self.n_rope else None)
+        q = q.view(t, h, e).transpose(0, 1)
+        k = kv.view(t, h, 2 * e)[..., :e].transpose(0, 1)
+        visible = torch.ones(h, t, t, dtype=torch.bool, device=x.device).tril()
+        if self.n_full:
+            visible[self.full_heads] = True
+        return (q @ k.transpose(-1, -2)).masked_fill(~visible, float("-inf"))
+
     def update(self, x: torch.Tensor, heads_out: torch.Tensor | None) -> torch.Tensor:
         """x (n, d) with this sublayer's output added into its columns."""
         c = self.n_write
@@ -640,6 +654,22 @@ class CompiledTransformer(nn.Module):
         for layer in self.layers:
             layer(rows, b, t, exact, None, valid)
         return rows.view(b, t, d)
+
+    @torch.no_grad()
+    def trace(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """One whole sequence x (t, d) through the model a sublayer at a time: the residual
+        after every sublayer (attention, then MLP, per layer; copies) and every attention
+        sublayer's logits (`Attention.logits`, taken from the residual it reads)."""
+        x = x.clone()
+        t = x.shape[0]
+        residuals, logits = [], []
+        for layer in self.layers:
+            logits.append(layer.attn.logits(x))
+            layer.attn(x, 1, t)
+            residuals.append(x.clone())
+            layer.mlp(x)
+            residuals.append(x.clone())
+        return residuals, logits
 
     @torch.inference_mode()
     def graphed_forward(self, x: torch.Tensor, valid: torch.Tensor | None = None

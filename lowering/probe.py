@@ -45,15 +45,8 @@ def _positions_kwargs(n_positions: int | None) -> dict:
 @torch.no_grad()
 def _sublayer_snapshots(ct: CompiledTransformer, inputs, n_positions: int | None = None
                         ) -> list[np.ndarray]:
-    x = ct.embed(dict(inputs), **_positions_kwargs(n_positions))[0].clone()
-    n = x.shape[0]
-    snaps = []
-    for layer in ct.layers:  # (each sublayer adds into x in place: snapshots are copies)
-        layer.attn(x, 1, n)
-        snaps.append(x.cpu().numpy().astype(np.float64))
-        layer.mlp(x)
-        snaps.append(x.cpu().numpy().astype(np.float64))
-    return snaps
+    x = ct.embed(dict(inputs), **_positions_kwargs(n_positions))[0]
+    return [r.cpu().numpy().astype(np.float64) for r in ct.trace(x)[0]]
 
 
 @dataclass

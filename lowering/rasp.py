@@ -14,9 +14,10 @@ accepted and ignored).
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,10 +30,38 @@ COMPILER_PAD = "compiler_pad"
 
 @dataclass
 class RaspOutput:
-    """What `apply` gives: `decoded` as tracr's, and the output rows before decoding."""
+    """What `apply` gives: `decoded` as tracr's, and the output rows before decoding; and
+    tracr's other fields (`AssembledTransformerModelOutput`), over tw's residual stream
+    (d columns: `model.compiled.machine.d`), from one run of the model a sublayer at a time
+    when one of them is first read: `input_embeddings` and `transformer_output` (1, T, d),
+    `residuals` and `layer_outputs` (after every sublayer, attention then MLP per layer,
+    and the change it made; (1, T, d) each), `attn_logits` (one (1, heads, T, T) per layer,
+    unscaled as tw's heads use them, -1e30 where a head cannot see a key, as tracr masks),
+    `unembedded` (the output rows, (1, T, output width)). The oracle's (`evaluate`) has no
+    model to trace."""
 
     decoded: list
     outputs: np.ndarray  # (positions, output width) float64
+    _trace: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
+    _traced: dict | None = field(default=None, repr=False, compare=False)
+
+    def _field(self, name: str):
+        if self._trace is None:
+            raise AttributeError(f"{name}: the oracle's output has no model to trace (use "
+                                 "model.apply)")
+        if self._traced is None:
+            self._traced = self._trace()
+        return self._traced[name]
+
+    @property
+    def unembedded(self) -> np.ndarray:
+        return self.outputs[None]
+
+    input_embeddings = property(lambda self: self._field("input_embeddings"))
+    residuals = property(lambda self: self._field("residuals"))
+    layer_outputs = property(lambda self: self._field("layer_outputs"))
+    attn_logits = property(lambda self: self._field("attn_logits"))
+    transformer_output = property(lambda self: self._field("transformer_output"))
 
 
 class RaspModel:
@@ -59,8 +88,22 @@ class RaspModel:
         rg = self.rasp_graph
         feeds = [{rg.token_input: rg.token_ids(t)} for t in batch]
         outs = self.compiled.run_batch(feeds)
-        return [RaspOutput(rg.decode(o[rg.output], t), np.asarray(o[rg.output]))
-                for o, t in zip(outs, batch)]
+        return [RaspOutput(rg.decode(o[rg.output], t), np.asarray(o[rg.output]),
+                           functools.partial(self._trace, f)) for o, t, f in zip(outs, batch, feeds)]
+
+    def _trace(self, feed: dict) -> dict:
+        """RaspOutput's tracr fields for one input (numpy, float32, a batch of one)."""
+        ct = self.compiled
+        x0 = ct.embed(feed)[0]
+        residuals, logits = ct.trace(x0)
+        before = [x0, *residuals[:-1]]
+        arrays = lambda ts: [t[None].cpu().numpy() for t in ts]  # noqa: E731
+        return dict(
+            input_embeddings=x0[None].cpu().numpy(),
+            residuals=arrays(residuals),
+            layer_outputs=[a - b for a, b in zip(arrays(residuals), arrays(before))],
+            attn_logits=[np.nan_to_num(a, neginf=-1e30) for a in arrays(logits)],
+            transformer_output=(residuals[-1] if residuals else x0)[None].cpu().numpy())
 
     def evaluate(self, tokens: Sequence) -> RaspOutput:
         """The oracle (tw's reference interpreter) on the translated graph, decoded alike."""

@@ -263,6 +263,34 @@ def test_numbers_decode_as_numbers():
     assert isinstance(out.outputs, np.ndarray)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_apply_gives_tracrs_other_fields(causal):
+    """residuals, layer_outputs, attn_logits, input_embeddings, transformer_output and
+    unembedded, shaped as tracr's (a batch of one) over tw's d columns: the sublayers' changes
+    add up to the final residual, whose output columns are `outputs`; a causal model's logits
+    are all masked above the diagonal."""
+    import torch
+
+    program, vocab = LIB_PROGRAMS["sort"](5)
+    model = compile_rasp_to_model(program, vocab, 5, causal=causal, compiler_bos=BOS)
+    ct, out = model.compiled, model.apply([BOS, 3, 1, 2])
+    t, d = 4, ct.machine.d
+    assert out.input_embeddings.shape == out.transformer_output.shape == (1, t, d)
+    assert len(out.residuals) == len(out.layer_outputs) == 2 * ct.n_layers
+    assert all(r.shape == (1, t, d) for r in out.residuals + out.layer_outputs)
+    assert [a.shape for a in out.attn_logits] == [(1, layer.attn.n_heads, t, t)
+                                                  for layer in ct.layers]
+    np.testing.assert_allclose(out.input_embeddings + sum(out.layer_outputs),
+                               out.transformer_output, atol=1e-4)
+    cols = ct.read_outputs(ct.output_columns(torch.from_numpy(out.transformer_output[0])).numpy())
+    np.testing.assert_allclose(cols[model.rasp_graph.output], out.outputs, atol=1e-6)
+    assert out.unembedded.shape == (1, t, out.outputs.shape[1])
+    hidden = np.triu(np.ones((t, t), bool), 1)  # (a full model's heads may be causal too)
+    assert all((a[0][:, hidden] == -1e30).all() for a in out.attn_logits) or not causal
+    with pytest.raises(AttributeError, match="no model to trace"):
+        model.evaluate([BOS, 3, 1, 2]).residuals
+
+
 BEYOND_TRACR = {
     "constant_sop": lambda: rasp.SequenceMap(lambda x, c: x + c, rasp.tokens,
                                              rasp.ConstantSOp([10, 20, 30], check_length=False)),
