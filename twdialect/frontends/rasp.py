@@ -329,7 +329,7 @@ class _Translator:
             x, points, rows, depth = self.tables[v]
             rows, tolerance = rows @ m, np.full(m.shape[1], tolerance / 4)
             line = interpolation_mlp(points, rows)
-            if np.all(_plateau_error(points, rows, line) <= tolerance):
+            if _within(points, rows, line, tolerance):
                 return tw.mlp(x, *line)
             plan = step_mlps(points, rows, tolerance)
             return emit_steps(x, rows, plan) if len(plan) <= depth else None
@@ -1187,19 +1187,22 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
     # a step's pair: relu(sign s (x - opens)) - relu(sign s (x - closes)), times sign delta
     sign = np.where(left, -1.0, 1.0)
     opens, closes = np.where(left, b2, b1), np.where(left, b1, b2)
-    w1 = np.tile(sign * slope, 2)[None, :]
-    bias1 = np.concatenate([-sign * slope * opens, -sign * slope * closes])
-    w2 = np.concatenate([sign[:, None] * delta, -sign[:, None] * delta])
+    # a step's two neurons side by side: a sum in neuron order (as a runtime may take it for
+    # one row) cancels each pair's two large terms before the next, not after all of them
+    w1 = np.repeat(sign * slope, 2)[None, :]
+    bias1 = np.stack([-sign * slope * opens, -sign * slope * closes], axis=1).reshape(-1)
+    w2 = np.stack([sign[:, None] * delta, -sign[:, None] * delta], axis=1).reshape(
+        -1, delta.shape[1])
     bias2 = rows[0] + delta[left].sum(axis=0)
     if tolerance is None:
         tolerance = CLEAN * max(1.0, float(np.abs(rows).max()))
     # a line through the points: fewer neurons, but no plateau snaps an input's error back,
     # so only where it stays within tolerance for inputs LINE_MARGIN times further off
     line = interpolation_mlp(points, rows)
-    if line[0].shape[1] < w1.shape[1] and np.all(
-            _plateau_error(points, rows, line, LINE_MARGIN * PERTURB) <= tolerance):
+    if line[0].shape[1] < w1.shape[1] and \
+            _within(points, rows, line, tolerance, LINE_MARGIN * PERTURB):
         return [line]
-    if np.all(_plateau_error(points, rows, (w1, bias1, w2, bias2)) <= tolerance):
+    if _within(points, rows, (w1, bias1, w2, bias2), tolerance):
         return [(w1, bias1, w2, bias2)]
     return [(slope[None, :], -slope * b1, np.eye(len(change)), None),
             (-np.eye(len(change)), np.ones(len(change)), -delta, rows[0] + delta.sum(axis=0))]
@@ -1219,17 +1222,49 @@ def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
     return np.ones((1, hinge.size)), -points[hinge], change[hinge], rows[0]
 
 
+def _within(points: np.ndarray, rows: np.ndarray, mlp: tuple, tolerance,
+            perturb: float = PERTURB) -> bool:
+    """Whether a one-MLP table's float32 error (`_plateau_error`) stays within `tolerance`
+    (per column), its neurons summed as a blocked matrix product does and, where that comes
+    within a quarter of the tolerance, one neuron after another too (`_summed_in_order`)."""
+    error = _plateau_error(points, rows, mlp, perturb)
+    if np.any(error > tolerance):
+        return False
+    return bool(np.all(error <= np.asarray(tolerance) / 4)) or \
+        bool(np.all(_plateau_error(points, rows, mlp, perturb, in_order=True) <= tolerance))
+
+
 def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple,
-                   perturb: float = PERTURB) -> np.ndarray:
+                   perturb: float = PERTURB, in_order: bool = False) -> np.ndarray:
     """The largest float32 error of a one-MLP table, per column, at its points and at the
-    points moved by `perturb` (relative): what its plateaus give the ops that read them."""
+    points moved by `perturb` (relative): what its plateaus give the ops that read them;
+    `in_order`: its neurons summed one after another (`_summed_in_order`)."""
     w1, b1, w2, b2 = (np.asarray(a, np.float32) for a in mlp)
     worst = np.zeros(rows.shape[1])
     for moved in (points, points * (1 + perturb), points * (1 - perturb)):
         x = np.asarray(moved, np.float32)[:, None]
-        out = np.maximum(x @ w1 + b1, np.float32(0)) @ w2 + b2
+        hidden = np.maximum(x @ w1 + b1, np.float32(0))
+        out = (_summed_in_order(hidden, w2) if in_order else hidden @ w2) + b2
         worst = np.maximum(worst, np.abs(out.astype(np.float64) - rows).max(axis=0))
     return worst
+
+
+# Largest hidden x output entries a table's check sums one neuron at a time (above: only as a
+# blocked product)
+SEQUENTIAL_CHECK = 1 << 24
+
+
+def _summed_in_order(hidden: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    """hidden @ w2 in float32, each product rounded and summed one neuron after another: the
+    order a runtime may use for one row (a blocked matrix product sums in a friendlier
+    order, so its error alone can be many times smaller); the blocked product itself above
+    SEQUENTIAL_CHECK entries."""
+    if hidden.size * w2.shape[1] > SEQUENTIAL_CHECK:
+        return hidden @ w2
+    total = np.zeros((hidden.shape[0], w2.shape[1]), np.float32)
+    for i in range(w2.shape[0]):
+        total += hidden[:, i: i + 1] * w2[i]
+    return total
 
 
 # How many times further off its value (than PERTURB) an input of a table through its points
