@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 rasp_mod = pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
-from tracr.compiler import test_cases  # noqa: E402
+from tracr.compiler import lib, test_cases  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 
 from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
 from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
-from twdialect.dialect import MlpOp  # noqa: E402
+from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BOS = "BOS"
@@ -91,7 +91,8 @@ def test_lib_program_at_longer_lengths(name, n):
     check(model, program, sampled(vocab, n, 12, seed=n), oracle=n <= 20)
 
 
-@pytest.mark.parametrize("name", ["reverse", "sort", "count_less_freq", "nary_sequencemap"])
+@pytest.mark.parametrize("name", ["reverse", "sort", "count_less_freq", "nary_sequencemap",
+                                  "shuffle_dyck"])
 def test_lib_program_at_length_100(name):
     """Long inputs at max_seq_len 100: reverse's query table (opp_idx's features, 200 values)
     summed its step pairs' large terms all before cancelling them, 2e-5 off in float32 where
@@ -104,6 +105,24 @@ def test_lib_program_at_length_100(name):
     values = sorted(vocab, key=str)
     check(model, program, [[rng.choice(values) for _ in range(rng.randint(80, 100))]
                            for _ in range(48)], oracle=False)
+
+
+def test_a_sum_of_means_over_one_selector_is_one_mean():
+    """make_pair_balance's opens - closes (two means over Select(indices, indices, LEQ),
+    built twice): one head averaging the difference, whose value set is the means of
+    {-1, 0, 1} (some n^2), not the differences of two sets of means (some n^4: 236,681 at
+    length 50, a million past it, where shuffle_dyck was refused)."""
+    program, vocab = LIB_PROGRAMS["pair_balance"](50)
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert sum(isinstance(op, AttnOp) for op in model.module.walk()) == 1
+    assert model.stats.n_layers == 1
+    check(model, program, sampled(vocab, 50, 12, seed=5))
+    x = lib.make_frac_prevs(rasp.tokens == "a")
+    y = lib.make_frac_prevs(rasp.tokens == "b")
+    twice = rasp.numerical(rasp.LinearSequenceMap(x, y, 2, -1))
+    program = rasp.Map(lambda v: v > 0, twice)  # its table reads the value set
+    model = compile_rasp_to_model(program, {"a", "b", "c"}, 8, compiler_bos=BOS)
+    check(model, program, all_inputs({"a", "b", "c"}, 5))
 
 
 def _cases(group: str) -> list:

@@ -662,11 +662,16 @@ class _Translator:
                             noisy=enc.noisy)
 
     def _sequence_map(self, expr) -> Encoded:
+        if isinstance(expr, rasp.LinearSequenceMap) and rasp.is_numerical(expr):
+            combined = self._mean_of_sum(expr)
+            if combined is not None:
+                return combined
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
         if isinstance(expr, rasp.LinearSequenceMap) and fst.numerical and snd.numerical \
                 and rasp.is_numerical(expr) and not (fst.maybe_none or snd.maybe_none):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
-            space = lambda: _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
+            space = lambda: self._means_of_sum(expr) or \
+                _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
             if expr.fst.unique_id == expr.snd.unique_id:
                 return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
@@ -686,6 +691,55 @@ class _Translator:
         if len(outs) > MAX_TABLE:
             return self._combo_table(expr, [a, b], outs)
         return self._table(expr, self.joint([a, b], expr)[0], outs)
+
+    def _mean_of_sum(self, expr) -> Encoded | None:
+        """A LinearSequenceMap a x + b y of two numerical means over one selector that
+        nothing else reads (make_pair_balance's opens - closes) as one mean, of a u + b v
+        (u, v what x and y average): one head, not two and a sum of them; None where it
+        does not apply."""
+        summed = self._summed_values(expr)
+        x, y = expr.fst, expr.snd
+        if summed is None or self.readers[id(x)] != 1 or self.readers[id(y)] != 1:
+            return None
+        us, vs, values, default = summed
+        if us.maybe_none or vs.maybe_none:  # (None is no number to sum)
+            return None
+        a, b = float(expr.fst_fac), float(expr.snd_fac)
+        (x1, m1, c1), (x2, m2, c2) = _through_linear(us.value), _through_linear(vs.value)
+        if x1 is x2:  # (one linear of their common input: the head reads through it)
+            value = tw.linear(x1, a * m1 + b * m2, a * c1 + b * c2)
+        else:
+            value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]), a * c1 + b * c2)
+        src = self.encoded(value, True, values, noisy=us.noisy or vs.noisy)
+        return self._mean(expr, x.selector, src, default, True, None)
+
+    def _means_of_sum(self, expr) -> list | None:
+        """The value set of a LinearSequenceMap a x + b y of two numerical means over one
+        selector: the means of a u + b v over the value pairs of what they average, some
+        n^2 values where x's and y's pairs are some n^4 (a million at length 50); None where
+        it does not apply."""
+        summed = self._summed_values(expr)
+        if summed is None:
+            return None
+        _, _, values, default = summed
+        return _mean_space(values, self.max_seq_len, default)
+
+    def _summed_values(self, expr) -> tuple | None:
+        """(u, v, {a u + b v}, a x's default + b y's) of a LinearSequenceMap a x + b y of two
+        numerical means over one selector (`_same_selector`), u and v the numbers they
+        average; None where it is not one, or the pairs are too many."""
+        x, y = expr.fst, expr.snd
+        if not all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
+                or not _same_selector(x.selector, y.selector):
+            return None
+        us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
+        if not us.space or not vs.space or len(us.space) * len(vs.space) > MAX_MEANS:
+            return None
+        a, b = float(expr.fst_fac), float(expr.snd_fac)
+        values = _ordered({a * self._number(x, u) + b * self._number(y, v)
+                           for u in us.space for v in vs.space})
+        default = a * self._number(x, x.default or 0) + b * self._number(y, y.default or 0)
+        return us, vs, values, default
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
@@ -1026,12 +1080,18 @@ class _Translator:
         """The mean of `src` over the selected keys (numerical: of its number; categorical:
         of its one-hot), the default where none is selected."""
         src = self.as_numerical(src, expr.sop) if numerical else self.as_categorical(src, expr.sop)
-        default = expr.default
+        return self._mean(expr, expr.selector, src, expr.default, numerical, expr.sop)
+
+    def _mean(self, expr, selector, src: Encoded, default, numerical: bool,
+              value_sop) -> Encoded:
+        """`_aggregate_as`'s head: the mean of `src` over the selector's keys, `default`
+        where none is selected (`expr` names the expression in errors; `value_sop`: the SOp
+        src stands for, None where it is no one SOp)."""
         if not src.space and default is None:  # a mean of Nones, or no key: None
             return self.nowhere(numerical)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            if src.space is not None and self._picks_one(expr.selector):
+            if src.space is not None and self._picks_one(selector):
                 space = _ordered({float(v) for v in src.space} | {float(d[0])})
             else:
                 # enumerated where a later table asks (a million means, which only it needs)
@@ -1047,7 +1107,7 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
-        return self.encoded(self.head(expr.selector, src, 0.5, fix, expr.sop), numerical, space,
+        return self.encoded(self.head(selector, src, 0.5, fix, value_sop), numerical, space,
                             not numerical and default is None, noisy=True)
 
     def _selector_width(self, expr, selector) -> Encoded:
@@ -1772,6 +1832,23 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
         return _selected(selector.fst, kt, qt, k_slot, q_slot) or \
             _selected(selector.snd, kt, qt, k_slot, q_slot)
     return not _selected(selector.inner, kt, qt, k_slot, q_slot)
+
+
+def _same_selector(s, t) -> bool:
+    """Whether two selectors select alike in every input: one object, or the same
+    comparison of the same keys and queries (make_frac_prevs builds its Select anew each
+    call), combined alike."""
+    if s is t:
+        return True
+    if type(s) is not type(t):
+        return False
+    if isinstance(s, rasp.Select):
+        return s.keys is t.keys and s.queries is t.queries and s.predicate is t.predicate
+    if isinstance(s, rasp.SelectorNot):
+        return _same_selector(s.inner, t.inner)
+    if isinstance(s, (rasp.SelectorAnd, rasp.SelectorOr)):
+        return _same_selector(s.fst, t.fst) and _same_selector(s.snd, t.snd)
+    return False
 
 
 def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
