@@ -109,9 +109,9 @@ def test_lib_program_at_length_100(name):
 
 def test_a_sum_of_means_over_one_selector_is_one_mean():
     """make_pair_balance's opens - closes (two means over Select(indices, indices, LEQ),
-    built twice): one head averaging the difference, whose value set is the means of
-    {-1, 0, 1} (some n^2), not the differences of two sets of means (some n^4: 236,681 at
-    length 50, a million past it, where shuffle_dyck was refused)."""
+    built twice): one head averaging the difference, whose value set pairs only means of the
+    same number of keys (some n^3), not every mean of one with every mean of the other (some
+    n^4: 600,000 at length 50, a million past 60, where shuffle_dyck was refused)."""
     program, vocab = LIB_PROGRAMS["pair_balance"](50)
     model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
     assert sum(isinstance(op, AttnOp) for op in model.module.walk()) == 1
@@ -123,6 +123,21 @@ def test_a_sum_of_means_over_one_selector_is_one_mean():
     program = rasp.Map(lambda v: v > 0, twice)  # its table reads the value set
     model = compile_rasp_to_model(program, {"a", "b", "c"}, 8, compiler_bos=BOS)
     check(model, program, all_inputs({"a", "b", "c"}, 5))
+
+
+def test_a_sum_of_means_holds_what_rasp_computes():
+    """The value set of frac(a) - frac(b) is what RASP's float64 gives (3/10 - 1/10 =
+    0.19999999999999998, not 0.2): a map that tells those apart is refused, as float32
+    cannot; one that does not compiles."""
+    fa = lib.make_frac_prevs(rasp.tokens == "a")
+    fb = lib.make_frac_prevs(rasp.tokens == "b")
+    diff = rasp.numerical(rasp.LinearSequenceMap(fa, fb, 1, -1))
+    with pytest.raises(RaspError, match="0.19999999999999998 and 0.2 are one float32 number"):
+        compile_rasp_to_model(rasp.Map(lambda v: v >= 0.2, diff), {"a", "b", "c"}, 10,
+                              compiler_bos=BOS)
+    program = rasp.Map(lambda v: v > 0.15, diff)
+    model = compile_rasp_to_model(program, {"a", "b", "c"}, 10, compiler_bos=BOS)
+    check(model, program, [list("aaabcccccc"), list("abab"), list("bbbaaaaaac")])
 
 
 def _cases(group: str) -> list:

@@ -697,49 +697,60 @@ class _Translator:
         nothing else reads (make_pair_balance's opens - closes) as one mean, of a u + b v
         (u, v what x and y average): one head, not two and a sum of them; None where it
         does not apply."""
-        summed = self._summed_values(expr)
         x, y = expr.fst, expr.snd
-        if summed is None or self.readers[id(x)] != 1 or self.readers[id(y)] != 1:
+        if not self._same_means(expr) or self.readers[id(x)] != 1 or self.readers[id(y)] != 1:
             return None
-        us, vs, values, default = summed
-        if us.maybe_none or vs.maybe_none:  # (None is no number to sum)
-            return None
+        us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
+        if us.maybe_none or vs.maybe_none or not us.space or not vs.space:
+            return None  # (None is no number to sum)
         a, b = float(expr.fst_fac), float(expr.snd_fac)
         (x1, m1, c1), (x2, m2, c2) = _through_linear(us.value), _through_linear(vs.value)
         if x1 is x2:  # (one linear of their common input: the head reads through it)
             value = tw.linear(x1, a * m1 + b * m2, a * c1 + b * c2)
         else:
             value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]), a * c1 + b * c2)
-        src = self.encoded(value, True, values, noisy=us.noisy or vs.noisy)
-        return self._mean(expr, x.selector, src, default, True, None)
+        src = self.encoded(value, True, _ordered({a * u + b * v for u in us.space
+                                                  for v in vs.space}),
+                           noisy=us.noisy or vs.noisy)
+        mean = self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
+                          True, None)
+        mean._space = lambda: self._means_of_sum(expr)  # (as RASP computes a x + b y)
+        return mean
+
+    def _same_means(self, expr) -> bool:
+        """Whether a LinearSequenceMap reads two numerical means over one selector
+        (`_same_selector`): at every position both average the same keys."""
+        x, y = expr.fst, expr.snd
+        return all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
+            and _same_selector(x.selector, y.selector)
+
+    def _default(self, aggregate) -> float:
+        return self._number(aggregate, 0 if aggregate.default is None else aggregate.default)
 
     def _means_of_sum(self, expr) -> list | None:
-        """The value set of a LinearSequenceMap a x + b y of two numerical means over one
-        selector: the means of a u + b v over the value pairs of what they average, some
-        n^2 values where x's and y's pairs are some n^4 (a million at length 50); None where
-        it does not apply."""
-        summed = self._summed_values(expr)
-        if summed is None:
+        """The value set of a LinearSequenceMap f(x, y) = a x + b y of two numerical means
+        over one selector: f of the means of the same number m of keys, each mean as RASP
+        gives it (the sum's exact quotient, rounded once; f in float64 as RASP computes it),
+        some n^3 pairs where x's and y's value sets make some n^4 (a million at length 50);
+        None where it does not apply or there are more than MAX_MEANS pairs."""
+        if not self._same_means(expr):
             return None
-        _, _, values, default = summed
-        return _mean_space(values, self.max_seq_len, default)
-
-    def _summed_values(self, expr) -> tuple | None:
-        """(u, v, {a u + b v}, a x's default + b y's) of a LinearSequenceMap a x + b y of two
-        numerical means over one selector (`_same_selector`), u and v the numbers they
-        average; None where it is not one, or the pairs are too many."""
         x, y = expr.fst, expr.snd
-        if not all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
-                or not _same_selector(x.selector, y.selector):
-            return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
-        if not us.space or not vs.space or len(us.space) * len(vs.space) > MAX_MEANS:
+        if not us.space or not vs.space:
             return None
-        a, b = float(expr.fst_fac), float(expr.snd_fac)
-        values = _ordered({a * self._number(x, u) + b * self._number(y, v)
-                           for u in us.space for v in vs.space})
-        default = a * self._number(x, x.default or 0) + b * self._number(y, y.default or 0)
-        return us, vs, values, default
+        a, b = float(expr.fst_fac), float(expr.snd_fac)  # (f is a x + b y: as numpy's)
+        out = [np.array([a * self._default(x) + b * self._default(y)])]
+        pairs = 0
+        for m, (xs, ys) in enumerate(zip(_sums(us.space, self.max_seq_len),
+                                         _sums(vs.space, self.max_seq_len)), start=1):
+            pairs += len(xs) * len(ys)
+            if pairs > MAX_MEANS:
+                return None
+            mx = np.array([sx / (m * dx) for sx, dx in xs])
+            my = np.array([sy / (m * dy) for sy, dy in ys])
+            out.append((a * mx[:, None] + b * my[None, :]).ravel())
+        return np.unique(np.concatenate(out)).tolist()
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
@@ -1832,6 +1843,18 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
         return _selected(selector.fst, kt, qt, k_slot, q_slot) or \
             _selected(selector.snd, kt, qt, k_slot, q_slot)
     return not _selected(selector.inner, kt, qt, k_slot, q_slot)
+
+
+def _sums(values: list, n: int):
+    """Per m = 1..n, the sums of m of `values` (with repeats), exactly: (integer s, common
+    denominator D), the sum being s / D."""
+    vals = sorted({Fraction(float(v)) for v in values})
+    common = math.lcm(*[v.denominator for v in vals])
+    ints = [int(v * common) for v in vals]
+    sums = {0}
+    for _ in range(n):
+        sums = {t + v for t in sums for v in ints}
+        yield [(t, common) for t in sorted(sums)]
 
 
 def _same_selector(s, t) -> bool:
