@@ -528,6 +528,9 @@ class CompiledTransformer(nn.Module):
         self.contract = contract or _contract_of(schedule, sources)
         # (plain Python for traced code: torch.compile guards on numpy arrays it touches)
         self._source_plan = [(s.kind, s.name, len(s.cols)) for s in sources]
+        # the most positions a graph's own position tables hold (None: no such table)
+        self.position_rows = min((len(s.table) for s in sources if s.kind == "pos_table"),
+                                 default=None)
         for i, s in enumerate(sources):  # (device copies: the residual is built on the device)
             self.register_buffer(f"source_cols_{i}", _index(s.cols), persistent=False)
             if s.kind in ("embedding", "pos_table"):
@@ -718,6 +721,8 @@ class CompiledTransformer(nn.Module):
         n = max(lengths)
         if self.device.type == "cuda":  # (shapes repeat, so the forward's CUDA graphs do)
             n = max(16, 1 << (n - 1).bit_length())
+            if self.position_rows is not None:  # (no padding past a position table's rows)
+                n = min(n, self.position_rows)
         pos = torch.arange(n, device=self.device).expand(len(checked), n)
         x0 = self.residual(self.feeds(checked, n), pos, self.position_table(n))
         valid = None  # (full-mask heads must not see a shorter sequence's padding)

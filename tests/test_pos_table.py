@@ -207,3 +207,20 @@ def test_transformers_export_carries_the_table(tmp_path):
         logits = model(torch.as_tensor(ids)[None]).logits[0].numpy()
     want = twdialect.evaluate(module, {"tokens": ids})["logits"]
     np.testing.assert_allclose(logits, want, atol=1e-4)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_cuda_batches_stop_padding_at_the_tables_last_row():
+    """On a GPU a batch is padded to a power of two of positions (at least 16, so CUDA graphs
+    repeat); a position table of L = 12 rows has no row there: the padding stops at L (the
+    gather read past the table and hit a device-side assert)."""
+    module = _graph()
+    ct = lowering.compile(module, d=64, d_head=16)
+    feeds = [{"tokens": np.array([0, 3, 1, 4, 2][:n])} for n in (5, 3)] + \
+        [{"tokens": np.arange(L) % 5}]
+    cpu = ct.run_batch(feeds)
+    ct.to("cuda")
+    for got, want, feed in zip(ct.run_batch(feeds), cpu, feeds):
+        assert_close(got, twdialect.evaluate(module, feed))
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], atol=1e-5)
