@@ -701,7 +701,8 @@ class _Translator:
         if not self._same_means(expr) or self.readers[id(x)] != 1 or self.readers[id(y)] != 1:
             return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
-        if us.maybe_none or vs.maybe_none or not us.space or not vs.space:
+        if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
+                len(us.space) * len(vs.space) > MAX_MEANS:
             return None  # (None is no number to sum)
         a, b = float(expr.fst_fac), float(expr.snd_fac)
         (x1, m1, c1), (x2, m2, c2) = _through_linear(us.value), _through_linear(vs.value)
@@ -744,6 +745,8 @@ class _Translator:
         pairs = 0
         for m, (xs, ys) in enumerate(zip(_sums(us.space, self.max_seq_len),
                                          _sums(vs.space, self.max_seq_len)), start=1):
+            if xs is None or ys is None:
+                return None
             pairs += len(xs) * len(ys)
             if pairs > MAX_MEANS:
                 return None
@@ -1847,13 +1850,17 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
 
 def _sums(values: list, n: int):
     """Per m = 1..n, the sums of m of `values` (with repeats), exactly: (integer s, common
-    denominator D), the sum being s / D."""
+    denominator D), the sum being s / D; None (and no more) once there are more than
+    MAX_MEANS of them."""
     vals = sorted({Fraction(float(v)) for v in values})
     common = math.lcm(*[v.denominator for v in vals])
     ints = [int(v * common) for v in vals]
     sums = {0}
     for _ in range(n):
         sums = {t + v for t in sums for v in ints}
+        if len(sums) > MAX_MEANS:
+            yield None
+            return
         yield [(t, common) for t in sorted(sums)]
 
 
