@@ -1,0 +1,72 @@
+"""Sums of two numerical means (`LinearSequenceMap(Aggregate(s1, u), Aggregate(s2, v), a, b)`),
+the shape of make_pair_balance's opens - closes, compiled and checked against tracr's
+evaluator: over one selector (the same object, or rebuilt as make_frac_prevs does) they are
+one head and a value set of the means of the same number of keys. The sum is the output, a map's input, or read as a category beside one of the
+means (which then has two readers). A program whose answer depends on float64 rounding that
+float32 cannot follow is refused (a RaspError), never answered wrongly.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+from tracr.rasp import rasp  # noqa: E402
+
+from test_rasp import agrees  # noqa: E402
+from test_rasp_fuzz import causal_evaluate  # noqa: E402
+from tw_lowering import compile_rasp_to_model  # noqa: E402
+from twdialect.frontends.rasp import RaspError  # noqa: E402
+
+C = rasp.Comparison
+SOURCES = [lambda x: x, lambda x: x * 0.5, lambda x: 1 if x > 1 else 0, lambda x: x - 2]
+
+
+def sum_program(seed: int):
+    """(program, vocab, max_seq_len, causal) of one seed."""
+    rng = random.Random(seed)
+    vocab = {1, 2, 3} if rng.random() < 0.5 else {0, 1, 2, 3, 4}
+    n = rng.choice([3, 5, 8, 12])
+    causal = rng.random() < 0.3
+    side = [rasp.tokens, rasp.indices]
+    first = rasp.Select(rng.choice(side), rng.choice(side),
+                        rng.choice([C.LEQ, C.LT, C.EQ, C.GEQ, C.TRUE, C.NEQ]))
+    # the same object, or rebuilt alike (another selector takes the general path, whose value
+    # pairs of non-binary means run to 10^5 at length 20: tens of seconds, then refused)
+    second = first if seed % 2 else rasp.Select(first.keys, first.queries, first.predicate)
+    x = rasp.numerical(rasp.Aggregate(first, rasp.numerical(rasp.Map(rng.choice(SOURCES),
+                                                                     rasp.tokens)), default=0))
+    y = rasp.numerical(rasp.Aggregate(second, rasp.numerical(rasp.Map(
+        rng.choice(SOURCES), rng.choice(side))), default=0))
+    total = rasp.numerical(rasp.LinearSequenceMap(x, y, rng.choice([1, -1, 2]),
+                                                  rng.choice([1, -1, -0.5])))
+    use = rng.random()
+    if use < 0.4:
+        program = total
+    elif use < 0.7:
+        program = rasp.Map(lambda v: v > 0, total)
+    else:
+        program = rasp.SequenceMap(lambda s, m: (s > 0, m > 0.5), total, x)
+    return program, vocab, n, causal
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sum_of_means(seed):
+    program, vocab, n, causal = sum_program(seed)
+    try:
+        model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos="BOS")
+    except RaspError:
+        return  # (refused with its reason: float32 cannot follow the program's float64)
+    rng = random.Random(seed)
+    values = sorted(vocab)
+    xs = [[rng.choice(values) for _ in range(rng.randint(1, n))] for _ in range(20)]
+    for x, out in zip(xs, model.apply_batch([["BOS", *x] for x in xs])):
+        try:
+            want = ([causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))] if causal
+                    else rasp.evaluate(program, x))
+        except Exception:  # noqa: BLE001 - an input the program has no meaning for
+            continue
+        assert all(agrees(g, w) for g, w in zip(out.decoded[1:], want)), \
+            (seed, x, out.decoded[1:], want)
