@@ -15,8 +15,7 @@ import pytest
 pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
 from tracr.rasp import rasp  # noqa: E402
 
-from test_rasp import agrees  # noqa: E402
-from test_rasp_fuzz import causal_evaluate  # noqa: E402
+from test_rasp_user_programs import check_against_rasp  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
 from twdialect.frontends.rasp import RaspError  # noqa: E402
 
@@ -61,12 +60,5 @@ def test_sum_of_means(seed):
         return  # (refused with its reason: float32 cannot follow the program's float64)
     rng = random.Random(seed)
     values = sorted(vocab)
-    xs = [[rng.choice(values) for _ in range(rng.randint(1, n))] for _ in range(20)]
-    for x, out in zip(xs, model.apply_batch([["BOS", *x] for x in xs])):
-        try:
-            want = ([causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))] if causal
-                    else rasp.evaluate(program, x))
-        except Exception:  # noqa: BLE001 - an input the program has no meaning for
-            continue
-        assert all(agrees(g, w) for g, w in zip(out.decoded[1:], want)), \
-            (seed, x, out.decoded[1:], want)
+    check_against_rasp(model, program, [[rng.choice(values) for _ in range(rng.randint(1, n))]
+                                        for _ in range(20)], causal, seed)

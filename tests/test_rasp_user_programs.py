@@ -149,7 +149,12 @@ def sample(vocab, n: int, count: int, seed: int) -> list[list]:
 def check_program(name: str, n: int, causal: bool) -> None:
     program, vocab = programs(n)[name]
     model = compile_rasp_to_model(program, vocab, n, causal=causal, compiler_bos="BOS")
-    xs = sample(vocab, n, 24, n)
+    check_against_rasp(model, program, sample(vocab, n, 24, n), causal, name)
+
+
+def check_against_rasp(model, program, xs: list[list], causal: bool, label) -> None:
+    """Every input's decoded outputs against tracr's evaluator (causal: each position over
+    its prefix); an input the program has no meaning for is skipped."""
     for x, out in zip(xs, model.apply_batch([["BOS", *x] for x in xs])):
         try:
             want = ([causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))] if causal
@@ -157,7 +162,7 @@ def check_program(name: str, n: int, causal: bool) -> None:
         except Exception:  # noqa: BLE001 - an input the program has no meaning for
             continue
         got = out.decoded[1:]
-        assert all(agrees(g, w) for g, w in zip(got, want)), (name, n, x, got, want)
+        assert all(agrees(g, w) for g, w in zip(got, want)), (label, x, got, want)
 
 
 @pytest.mark.parametrize("n", [5, 20])
