@@ -96,14 +96,12 @@ class RaspModel:
         ct = self.compiled
         x0 = ct.embed(feed)[0]
         residuals, logits = ct.trace(x0)
-        before = [x0, *residuals[:-1]]
-        arrays = lambda ts: [t[None].cpu().numpy() for t in ts]  # noqa: E731
+        states = [t[None].cpu().numpy() for t in [x0, *residuals]]  # before, then after each
         return dict(
-            input_embeddings=x0[None].cpu().numpy(),
-            residuals=arrays(residuals),
-            layer_outputs=[a - b for a, b in zip(arrays(residuals), arrays(before))],
-            attn_logits=[np.nan_to_num(a, neginf=-1e30) for a in arrays(logits)],
-            transformer_output=(residuals[-1] if residuals else x0)[None].cpu().numpy())
+            input_embeddings=states[0], residuals=states[1:],
+            layer_outputs=[b - a for a, b in zip(states, states[1:])],
+            attn_logits=[np.nan_to_num(a[None].cpu().numpy(), neginf=-1e30) for a in logits],
+            transformer_output=states[-1])
 
     def evaluate(self, tokens: Sequence) -> RaspOutput:
         """The oracle (tw's reference interpreter) on the translated graph, decoded alike."""

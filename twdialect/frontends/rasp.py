@@ -47,7 +47,7 @@ from collections import Counter
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -710,13 +710,11 @@ class _Translator:
             value = tw.linear(x1, a * m1 + b * m2, a * c1 + b * c2)
         else:
             value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]), a * c1 + b * c2)
-        src = self.encoded(value, True, _ordered({a * u + b * v for u in us.space
-                                                  for v in vs.space}),
+        src = self.encoded(value, True, lambda: _ordered({a * u + b * v for u in us.space
+                                                          for v in vs.space}),
                            noisy=us.noisy or vs.noisy)
-        mean = self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
-                          True, None)
-        mean._space = lambda: self._means_of_sum(expr)  # (as RASP computes a x + b y)
-        return mean
+        return self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
+                          True, None, space=lambda: self._means_of_sum(expr))
 
     def _same_means(self, expr) -> bool:
         """Whether a LinearSequenceMap reads two numerical means over one selector
@@ -737,21 +735,21 @@ class _Translator:
         if not self._same_means(expr):
             return None
         x, y = expr.fst, expr.snd
-        us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
-        if not us.space or not vs.space:
+        us, vs = (self.sop(s.sop).space for s in (x, y))  # (numbers: checked when translated)
+        if not us or not vs:
             return None
         a, b = float(expr.fst_fac), float(expr.snd_fac)  # (f is a x + b y: as numpy's)
         out = [np.array([a * self._default(x) + b * self._default(y)])]
+        (dx, x_sums), (dy, y_sums) = _sums(us, self.max_seq_len), _sums(vs, self.max_seq_len)
         pairs = 0
-        for m, (xs, ys) in enumerate(zip(_sums(us.space, self.max_seq_len),
-                                         _sums(vs.space, self.max_seq_len)), start=1):
+        for m, (xs, ys) in enumerate(zip(x_sums, y_sums), start=1):
             if xs is None or ys is None:
                 return None
             pairs += len(xs) * len(ys)
             if pairs > MAX_MEANS:
                 return None
-            mx = np.array([sx / (m * dx) for sx, dx in xs])
-            my = np.array([sy / (m * dy) for sy, dy in ys])
+            mx = np.array([sx / (m * dx) for sx in xs])
+            my = np.array([sy / (m * dy) for sy in ys])
             out.append((a * mx[:, None] + b * my[None, :]).ravel())
         return np.unique(np.concatenate(out)).tolist()
 
@@ -1097,17 +1095,18 @@ class _Translator:
         return self._mean(expr, expr.selector, src, expr.default, numerical, expr.sop)
 
     def _mean(self, expr, selector, src: Encoded, default, numerical: bool,
-              value_sop) -> Encoded:
+              value_sop, space=None) -> Encoded:
         """`_aggregate_as`'s head: the mean of `src` over the selector's keys, `default`
         where none is selected (`expr` names the expression in errors; `value_sop`: the SOp
-        src stands for, None where it is no one SOp)."""
-        if not src.space and default is None:  # a mean of Nones, or no key: None
+        src stands for, None where it is no one SOp; `space`: a numerical mean's value set
+        where the caller knows it, else from src's)."""
+        if default is None and not src.space:  # a mean of Nones, or no key: None
             return self.nowhere(numerical)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            if src.space is not None and self._picks_one(selector):
+            if space is None and src.space is not None and self._picks_one(selector):
                 space = _ordered({float(v) for v in src.space} | {float(d[0])})
-            else:
+            elif space is None:
                 # enumerated where a later table asks (a million means, which only it needs)
                 values, n, dflt = src.space, self.max_seq_len, float(d[0])
                 space = lambda: _mean_space(values, n, dflt)  # noqa: E731
@@ -1848,20 +1847,23 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
     return not _selected(selector.inner, kt, qt, k_slot, q_slot)
 
 
-def _sums(values: list, n: int):
-    """Per m = 1..n, the sums of m of `values` (with repeats), exactly: (integer s, common
-    denominator D), the sum being s / D; None (and no more) once there are more than
-    MAX_MEANS of them."""
+def _sums(values, n: int) -> tuple[int, Iterator]:
+    """(D, per m = 1..n the set of sums of m of `values` with repeats), exactly: the values as
+    integers over their common denominator D, a sum s standing for s / D; None (and no more)
+    once there are more than MAX_MEANS of them."""
     vals = sorted({Fraction(float(v)) for v in values})
     common = math.lcm(*[v.denominator for v in vals])
-    ints = [int(v * common) for v in vals]
-    sums = {0}
-    for _ in range(n):
-        sums = {t + v for t in sums for v in ints}
-        if len(sums) > MAX_MEANS:
-            yield None
-            return
-        yield [(t, common) for t in sorted(sums)]
+    ints = [v.numerator * (common // v.denominator) for v in vals]
+
+    def per_count():
+        sums = {0}
+        for _ in range(n):
+            sums = {t + v for t in sums for v in ints}
+            if len(sums) > MAX_MEANS:
+                yield None
+                return
+            yield sums
+    return common, per_count()
 
 
 def _same_selector(s, t) -> bool:
@@ -1907,15 +1909,15 @@ def _means(values: tuple, n: int, default: float) -> list | None:
         means = {Fraction(k, m) for m in range(1, n + 1) for k in range(m + 1)
                  if (k == 0 or 1 in vals) and (k == m or 0 in vals)}
         return _ordered({float(x) for x in means} | {float(default)})
-    common = math.lcm(*[v.denominator for v in vals])
-    ints = [v.numerator * (common // v.denominator) for v in vals]
+    common, per_count = _sums(values, n)
     lcm = math.lcm(*range(1, n + 1))
-    sums, means = {0}, set()
-    for m in range(1, n + 1):
-        sums = {s + v for s in sums for v in ints}
+    means = set()
+    for m, sums in enumerate(per_count, start=1):
+        if sums is None:
+            return None
         scale = lcm // m
         means |= {s * scale for s in sums}
-        if len(sums) > MAX_MEANS or len(means) > MAX_MEANS:
+        if len(means) > MAX_MEANS:
             return None
     whole = lcm * common
     return _ordered({x / whole for x in means} | {float(default)})
