@@ -299,7 +299,13 @@ RULES: dict[type, Rule] = {
 
 
 def task_cost(tg: TaskGraph, t: Task, machine: Machine) -> Cost:
-    return RULES[type(t.op)].cost(tg, t, machine)
+    """What task t takes from its sublayer: found once per task graph and head width (a cost
+    reads the op, its references and d_head alone, none of which a width search changes)."""
+    key = (t.tid, machine.d_head)
+    cost = tg.costs.get(key)
+    if cost is None:
+        cost = tg.costs[key] = RULES[type(t.op)].cost(tg, t, machine)
+    return cost
 
 
 def write_task(layer: LayerBuilder, machine: Machine, cols, tg: TaskGraph, t: Task, extra_bias,

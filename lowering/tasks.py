@@ -124,6 +124,7 @@ class TaskGraph:
         self.sources: list[int] = []
         self._in_refs: dict[int, Refs] = {}
         self._critical_path: CriticalPath | None = None
+        self.costs: dict[tuple[int, int], object] = {}  # (tid, d_head) -> Cost (rules.task_cost)
         self._build()
         self.writer_ops = {t.op for t in self.tasks}
 
