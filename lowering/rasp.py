@@ -129,7 +129,7 @@ def table_rows(rg) -> int:
 
 def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False,
                           compiler_bos: Any = COMPILER_BOS, compiler_pad: Any = COMPILER_PAD,
-                          mlp_exactness: int = 100, *, d: int | None = None,
+                          mlp_exactness: int = 100, *, atol: float | None = None, d: int | None = None,
                           d_head: int | None = None, d_hidden: int | None = None,
                           pipeline: str | None = "default") -> RaspModel:
     """tracr's `compile_rasp_to_model`, compiled by tw: exact, and as narrow as fits.
@@ -138,7 +138,9 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     width that stores the fewest parameters among those whose schedule reaches the fewest
     layers, with `d_hidden` 4 d or twice the widest MLP (`hidden_width`), whichever stores
     fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
-    is a RaspError naming the expression."""
+    is a RaspError naming the expression. `atol`: how far a numerical output may be from
+    RASP's value (None: the frontend's ATOL, 1e-4); one that float32 cannot keep that close
+    (values of many thousands, a softmax's mean of hundreds) is a RaspError saying so."""
     import tw_lowering.model  # noqa: F401 - torch's first import is not the compile's time
     from tw_lowering import check_pipeline, compile
     from twdialect.frontends.rasp import translate
@@ -147,7 +149,8 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     # the passes resolved (and their modules imported) before the clock starts, as torch is
     pipeline = check_pipeline("compile_rasp_to_model", pipeline)
     t0 = time.perf_counter()
-    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad,
+                   **({} if atol is None else {"atol": atol}))
     t1 = time.perf_counter()
     if d is None:
         from tw_lowering.sweep import Sweep

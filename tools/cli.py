@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import math
 import re
 import sys
 import warnings
@@ -88,6 +89,22 @@ class ArgumentParser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments") and self.unrecognized_hint:
             message += f" ({self.unrecognized_hint})"
         raise ToolError(f"{message} (see {self.prog} --help)")
+
+
+def positive_float(option: str) -> Callable[[str], float]:
+    """An argparse `type` for a finite number above 0, naming `option`."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a number above 0, got {text.strip()}")
+        return value
+
+    convert.__name__ = option
+    return convert
 
 
 def bounded_int(option: str, minimum: int, maximum: int) -> Callable[[str], int]:

@@ -24,7 +24,7 @@ import runpy
 from collections.abc import Sequence
 
 from tw_tools.cli import (ArgumentParser, ToolError, bounded_int, compiled_info, one_line,
-                          run_tool, size_line)
+                          positive_float, run_tool, size_line)
 
 PROG = "tw-rasp"
 
@@ -51,6 +51,9 @@ def _parser() -> ArgumentParser:
                    help="residual width (default: the narrowest that reaches the floor)")
     p.add_argument("--d-head", type=bounded_int("--d-head", 1, MAX_DIM),
                    help="head width (default: the narrowest that holds every selector)")
+    p.add_argument("--atol", type=positive_float("--atol"), default=None,
+                   help="how far a numerical output may be from RASP's value (default 1e-4); "
+                        "values float32 cannot keep within it are refused")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     return p
 
@@ -134,8 +137,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     spec = _load(args)
     tokens = [_word(w, spec["vocab"]) for w in args.tokens]
+    atol = {} if args.atol is None else {"atol": args.atol}
     rg = translate(spec["program"], spec["vocab"], spec["max_seq_len"], spec["causal"],
-                   spec["bos"])
+                   spec["bos"], **atol)
     if args.emit_mlir:
         print(print_module(rg.module), end="")
         return 0
@@ -153,7 +157,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         try:
             model = compile_rasp_to_model(spec["program"], spec["vocab"], spec["max_seq_len"],
                                           spec["causal"], spec["bos"], d=args.d,
-                                          d_head=args.d_head)
+                                          d_head=args.d_head, **atol)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"the program does not compile: {one_line(e)}") from None
         out = model.apply([spec["bos"], *tokens])

@@ -86,6 +86,9 @@ MIX_TOLERANCE = 1e-3
 # How far (absolute) each of a rank's two widths may stray where a table of their sum reads
 # them (`_Translator._rank`): far inside the quarter unit that table's plateaus allow.
 RANK_NOISE = 1e-3
+# A numerical output's default tolerance (tracr's tests and tw's contract: 1e-4 absolute); a
+# value float32 cannot keep within it is refused (`_Translator.check_output`).
+ATOL = 1e-4
 # Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
 # is enumerated for a table.
 MAX_MEANS = 1_000_000
@@ -147,12 +150,25 @@ class Encoded:
     # a number read off a categorical one-hot (a numerical Map of it): (that Encoded, the
     # value each of its columns maps to), so a categorical use is a linear map of the one-hot
     categories: tuple | None = field(default=None, repr=False)
+    # a number: the largest magnitude a softmax averaged on the way to it (0: none), which
+    # sets its float32 error however small the number itself (`mean_noise`); and a bound
+    # on its own magnitude where the caller knows one without enumerating its values
+    softmax: float = 0.0
+    _magnitude: float | None = field(default=None, repr=False)
 
     @property
     def space(self) -> list | None:
         if callable(self._space):
             self._space = self._space()
         return self._space
+
+    @property
+    def magnitude(self) -> float:
+        """The largest |value| of a number (0 where it has none or they are unknown)."""
+        if self._magnitude is None:
+            numbers = [float(v) for v in self.space or () if _is_number(v)]
+            self._magnitude = float(np.max(np.abs(numbers), initial=0.0))
+        return self._magnitude
 
     @property
     def width(self) -> int:
@@ -247,8 +263,11 @@ class _Translator:
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
                  token_features: np.ndarray | None = None, narrow_indices: bool = True,
-                 analyses: dict | None = None):
+                 analyses: dict | None = None, atol: float = ATOL):
         self.vocab = _ordered(vocab)
+        if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
+            raise RaspError(f"atol must be a positive number, got {atol!r}")
+        self.atol = float(atol)
         if not self.vocab:
             raise RaspError("vocab must not be empty")
         for v in (bos, pad):
@@ -294,17 +313,39 @@ class _Translator:
             self.graph = g
             self._sources()
             self.readers = _readers(program)
+            self.program = program
             out = self.sop(program)
+            if out.numerical:
+                self.check_output(program, out)
             code = None if out.numerical else output_codes(out.space, self.max_seq_len)
             coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
             if coded is not None:
                 self._erase(out.value.owner)
             tw.output("out", out.value if coded is None else coded)
         rg = RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos, self.pad,
-                       out.numerical, None if out.numerical else out.space)
+                       out.numerical, None if out.numerical else [_plain(v) for v in out.space])
         if coded is not None:
             rg.codes, rg.code_shift, rg.code_tolerance = code
         return rg
+
+    def check_output(self, expr, out: Encoded) -> None:
+        """A numerical output within `atol` of RASP's value, else refused: float32 holds each
+        of its values to half an ulp, and a softmax's mean to `mean_noise` of the magnitudes
+        it averaged (however small the result: opens - closes of large counts)."""
+        noise = mean_noise(out.softmax, self.max_seq_len)
+        if out.magnitude * 2.0 ** -24 + noise <= self.atol:
+            return  # (half an ulp of the largest value: no need to list the values)
+        values = np.array([float(v) for v in out.space or () if _is_number(v)])
+        with np.errstate(over="ignore"):
+            held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
+        bound = held + noise
+        if bound > self.atol:
+            what = f"averages values up to {out.softmax:.3g}" if out.softmax else \
+                f"holds values up to {out.magnitude:.3g}"
+            raise RaspError(f"{_label(expr)}: a numerical output that {what}, which float32 "
+                            f"keeps only to about {bound:.2g}, beyond atol={self.atol:g}: "
+                            "compile with a larger atol (compile_rasp_to_model(..., atol=...), "
+                            "tw-rasp --atol) or scale the values down")
 
     def _erase(self, op) -> None:
         """Drop `op`, which nothing reads, and whatever only it read, from the graph (the
@@ -421,16 +462,20 @@ class _Translator:
         self.seen = len(self.graph.ops)
 
     def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
-                noisy: bool) -> Encoded:
+                noisy: bool, softmax: float = 0.0, magnitude: float | None = None) -> Encoded:
         self._sync()
-        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy)
+        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy,
+                       softmax=softmax, _magnitude=magnitude)
 
     # -- SOps ------------------------------------------------------------------------
     def sop(self, expr) -> Encoded:
         key = expr.unique_id
         if key not in self.memo:
             with tw.annotate(str(expr.label)):
-                enc = self._translate(expr)
+                try:
+                    enc = self._translate(expr)
+                except _Unsteady as e:  # (the innermost expression whose function jumped)
+                    raise RaspError(f"{_label(expr)}: {e.why}") from None
             numerical = rasp.is_numerical(expr)
             if enc.numerical != numerical:
                 enc = self.as_numerical(enc, expr) if numerical else self.as_categorical(enc, expr)
@@ -600,21 +645,31 @@ class _Translator:
             if numerical:
                 enc.categories = (inner, outs)
             return enc
-        return self.encoded(self._numeric_table(expr, inner, rows, numerical), numerical, space,
-                            none, noisy=inner.noisy)
+        value, gain = self._numeric_table(expr, inner, rows, numerical)
+        # (an affine map of a softmax's mean carries its error on, times its slope)
+        return self.encoded(value, numerical, space, none, noisy=inner.noisy,
+                            softmax=gain * inner.softmax)
 
-    def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray, numerical: bool) -> Value:
-        """rows[k] at the input's k-th possible value: a literal for one value, else a
-        table of steps (`steps`) through them, exact at each and a quarter gap around it."""
+    def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray,
+                       numerical: bool) -> tuple[Value, float]:
+        """(value, gain): rows[k] at the input's k-th possible value: a literal for one value,
+        else a table of steps (`steps`) through them, exact at each and a quarter gap around
+        it (gain 0: an input's error stays behind), or a line (gain: its slope). The
+        program's own numerical output is held to `atol`."""
         points, rows = _merge_float32(expr, [float(x) for x in inner.space], rows)
         if points.size == 1 or not np.any(rows != rows[0]):  # the map is a constant
-            return tw.literal(rows[0])
+            return tw.literal(rows[0]), 0.0
         line = _affine(points, rows) if numerical else None
         if line is not None:  # a number out, on a line through every point
-            return tw.linear(inner.value, [[line[0]]], [line[1]])
+            return tw.linear(inner.value, [[line[0]]], [line[1]]), abs(float(line[0]))
         self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
                          "steps")
-        return self._steps(inner.value, points, rows)
+        if inner.softmax:
+            _check_gaps(expr, points, rows, PERTURB * inner.softmax)
+        tolerance = None
+        if numerical and expr is self.program:
+            tolerance = min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
+        return self._steps(inner.value, points, rows, tolerance), 0.0
 
     def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
@@ -641,8 +696,9 @@ class _Translator:
             return self.encoded(tw.linear(inner.value, _one_hot_rows(outs, space, len(space))),
                                 False, space, enc.maybe_none, noisy=inner.noisy)
         rows = np.eye(len(space))
-        inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy)
-        return self.encoded(self._numeric_table(expr, inner, rows, False), False, space,
+        inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy, softmax=enc.softmax,
+                        _magnitude=enc._magnitude)
+        return self.encoded(self._numeric_table(expr, inner, rows, False)[0], False, space,
                             noisy=enc.noisy)
 
     def nowhere(self, numerical: bool) -> Encoded:
@@ -673,11 +729,13 @@ class _Translator:
             space = lambda: self._means_of_sum(expr) or \
                 _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
+            bounds = dict(softmax=abs(a) * fst.softmax + abs(b) * snd.softmax,
+                          magnitude=abs(a) * fst.magnitude + abs(b) * snd.magnitude)
             if expr.fst.unique_id == expr.snd.unique_id:
                 return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
-                                    noisy=noisy)
+                                    noisy=noisy, **bounds)
             return self.encoded(tw.linear(tw.concat(fst.value, snd.value), [[a], [b]]), True,
-                                space, none, noisy=noisy)
+                                space, none, noisy=noisy, **bounds)
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
@@ -712,7 +770,9 @@ class _Translator:
             value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]), a * c1 + b * c2)
         src = self.encoded(value, True, lambda: _ordered({a * u + b * v for u in us.space
                                                           for v in vs.space}),
-                           noisy=us.noisy or vs.noisy)
+                           noisy=us.noisy or vs.noisy,
+                           softmax=abs(a) * us.softmax + abs(b) * vs.softmax,
+                           magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude)
         return self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
                           True, None, space=lambda: self._means_of_sum(expr))
 
@@ -751,7 +811,14 @@ class _Translator:
             mx = np.array([sx / (m * dx) for sx in xs])
             my = np.array([sy / (m * dy) for sy in ys])
             out.append((a * mx[:, None] + b * my[None, :]).ravel())
-        return np.unique(np.concatenate(out)).tolist()
+        sums = np.unique(np.concatenate(out)).tolist()
+        # (RASP's means may sit a little off the quotients where their sums round)
+        rx, ry = (_mean_radius(values, self.max_seq_len) for values in (us, vs))
+        if rx is None and ry is None:
+            return sums
+        off = abs(a) * max((rx(q) for q in us), default=0.0) if rx else 0.0
+        off += abs(b) * max((ry(q) for q in vs), default=0.0) if ry else 0.0
+        return [_near(v, off + ULP64 * abs(v)) for v in sums]
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
@@ -786,7 +853,9 @@ class _Translator:
         x, y = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
         s = tw.linear(tw.concat(x.value, y.value), [[a], [b]])
         s_space = list(table)
-        s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy)
+        s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy,
+                             softmax=abs(a) * x.softmax + abs(b) * y.softmax,
+                             magnitude=abs(a) * x.magnitude + abs(b) * y.magnitude)
         return self._table(expr, s_enc, [table[v] for v in s_space])
 
     def _combo_table(self, expr, parts: list[Encoded], outs: list) -> Encoded:
@@ -1105,7 +1174,8 @@ class _Translator:
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
             if space is None and src.space is not None and self._picks_one(selector):
-                space = _ordered({float(v) for v in src.space} | {float(d[0])})
+                space = _ordered({v if type(v) is _Near else float(v) for v in src.space}
+                                 | {float(d[0])})
             elif space is None:
                 # enumerated where a later table asks (a million means, which only it needs)
                 values, n, dflt = src.space, self.max_seq_len, float(d[0])
@@ -1120,8 +1190,11 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
+        # (a softmax's mean: its float32 error follows the magnitudes it averages)
         return self.encoded(self.head(selector, src, 0.5, fix, value_sop), numerical, space,
-                            not numerical and default is None, noisy=True)
+                            not numerical and default is None, noisy=True,
+                            softmax=src.magnitude + src.softmax if numerical else 0.0,
+                            magnitude=max(src.magnitude, abs(float(d[0]))) if numerical else None)
 
     def _selector_width(self, expr, selector) -> Encoded:
         split = self._rank_split(selector)
@@ -1348,6 +1421,29 @@ LINE_MARGIN = 16
 # float32 keeps ~6e-8 of it, and such gaps come from float64 round-off in a value set (means
 # of 1/3 and 2/3 that give both 0.0 and 1.4e-17), never from values a model could tell apart.
 SAME_POINT = 1e-9
+
+
+def mean_noise(magnitude: float, n: int) -> float:
+    """How far float32 may move a softmax's mean of values up to `magnitude` over at most n
+    keys (the weights' and sums' roundings): measured, the worst of 200 inputs, 1.1e-7 of it at
+    length 10 and 2.4e-7 at 100; this bound is 2-3 times that."""
+    return 2.0 ** -24 * (2 + math.log2(n + 1)) * magnitude
+
+
+def _check_gaps(expr, points: np.ndarray, rows: np.ndarray, noise: float) -> None:
+    """A table's plateaus hold an input within a quarter gap of each value: one that float32
+    computes only to `noise` (a softmax's mean of large values, PERTURB of their magnitude)
+    needs values whose rows differ over 4 noise apart, else it could be read as the other."""
+    change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
+    if change.size == 0:
+        return
+    gaps = points[change + 1] - points[change]
+    k = int(np.argmin(gaps))
+    if gaps[k] / 4 <= noise:
+        a, b = float(points[change[k]]), float(points[change[k] + 1])
+        raise RaspError(f"{_label(expr)}: reads {a!r} and {b!r}, {gaps[k]:.3g} apart, from a "
+                        f"softmax's mean that float32 keeps only to about {noise:.2g} at these "
+                        "magnitudes: the table could read one as the other")
 
 
 def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1718,7 +1814,7 @@ class _None:
 _NONE = _None()
 
 
-def _apply(f: Callable, *args):
+def _call(f: Callable, args):
     try:
         out = f(*args)
     except Exception:  # noqa: BLE001 - a value the program never meets at run time
@@ -1731,6 +1827,152 @@ def _apply(f: Callable, *args):
         raise RaspError(f"a map gave {out!r}, which is not hashable: RASP values are numbers, "
                         "strings, booleans or tuples") from None
     return out
+
+
+def _apply(f: Callable, *args):
+    """f at one tuple of values (_NONE where it raises or gives None). Where an argument is
+    a `_Near`, f is also asked at its radius's two ends: a result that jumps there (a
+    threshold at the mean itself) is `_Unsteady`; a number that only moves a little is a
+    `_Near` itself, so a later reader is asked alike."""
+    if not any(type(a) is _Near for a in args):
+        return _call(f, args)
+    plain = [float(a) if type(a) is _Near else a for a in args]
+    out = _call(f, plain)
+    spread = 0.0
+    for i, a in enumerate(args):
+        if type(a) is not _Near:
+            continue
+        for end in (plain[i] - a.radius, plain[i] + a.radius):
+            other = _call(f, [*plain[:i], end, *plain[i + 1:]])
+            moved = _moved(out, other)
+            if moved is None:
+                raise _Unsteady(plain[i], a.radius, out, end, other)
+            spread = max(spread, moved)
+    return _near(out, spread) if isinstance(out, float) else out
+
+
+def _moved(out, other) -> float | None:
+    """How far `other` (f a radius away) is from `out`: 0 where equal, the distance where
+    both are floats a little apart (a number that moves with its input), None where the
+    result jumps (another category, an integer, None)."""
+    if type(out) is type(other) and out == other:
+        return 0.0
+    if _is_count(out) and _is_count(other) and (isinstance(out, float) or
+                                                isinstance(other, float)):
+        moved = abs(float(other) - float(out))
+        if moved <= STEADY * max(1.0, abs(float(out))):
+            return moved
+    return None
+
+
+def _is_count(v) -> bool:
+    """A number that is not a bool (max(x, 1) gives 1 or x, one number either way)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# How far (relative) a float result may move within a `_Near` argument's radius and still
+# be the same value moved a little: radii are ulps of float64, so only a jump exceeds it.
+STEADY = 1e-9
+
+
+class _Near(float):
+    """A number that RASP's evaluator may give a little off: a mean of values whose float64
+    sums round (RASP adds them in list order; the value set holds the exact quotient,
+    rounded once) lies within `radius` of it, and so does anything computed from one.
+    A reader whose result jumps within that radius would differ from RASP on inputs that
+    float32 cannot tell apart, so it is refused (`_apply`, `_selection`): a threshold at
+    a mean itself (x > 1000.25 of means of 1000.1, 1000.2 and 1000.4: RASP gives
+    1000.2500000000001 for some orders of the same keys). Arithmetic carries the radius
+    (a LinearSequenceMap's sums)."""
+
+    __slots__ = ("radius",)
+
+    def __new__(cls, x: float, radius: float):
+        near = super().__new__(cls, x)
+        near.radius = radius
+        return near
+
+    def _then(self, x: float, radius: float):
+        return _near(x, radius + ULP64 * abs(x))
+
+    def __add__(self, o):
+        return self._then(float(self) + float(o), self.radius + _radius(o))
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return self._then(float(self) - float(o), self.radius + _radius(o))
+
+    def __rsub__(self, o):
+        return self._then(float(o) - float(self), self.radius + _radius(o))
+
+    def __mul__(self, o):
+        return self._then(float(self) * float(o),
+                          abs(float(o)) * self.radius + abs(float(self)) * _radius(o))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o):
+        return self._then(float(self) / float(o),
+                          (self.radius + abs(float(self) / float(o)) * _radius(o)) /
+                          abs(float(o)))
+
+    def __neg__(self):
+        return _Near(-float(self), self.radius)
+
+    def __abs__(self):
+        return _Near(abs(float(self)), self.radius)
+
+    def __reduce__(self):
+        return (_Near, (float(self), self.radius))
+
+
+ULP64 = 2.0 ** -52  # float64's relative spacing
+
+
+def _radius(v) -> float:
+    return v.radius if type(v) is _Near else 0.0
+
+
+def _near(x: float, radius: float):
+    return _Near(x, radius) if radius > 0 and isinstance(x, float) else x
+
+
+def _plain(v):
+    """v without a `_Near`'s radius (what a model or a user sees)."""
+    return float(v) if type(v) is _Near else v
+
+
+class _Unsteady(RaspError):
+    """A function whose result jumps within a `_Near` argument's radius (`_apply`); `sop`
+    names the expression that asked it."""
+
+    def __init__(self, x, radius, out, end, other):
+        show = lambda v: None if v is _NONE else v  # noqa: E731
+        self.why = (f"reads {x!r}, a mean that RASP's float64 sums can give up to "
+                    f"{radius:.2g} off, and its result moves within that ({show(out)!r} there, "
+                    f"{show(other)!r} at {end!r}); float32 cannot tell these apart, so the "
+                    "compiled model could differ from RASP")
+        super().__init__(self.why)
+
+
+def _mean_radius(values, n: int) -> Callable[[float], float] | None:
+    """How far RASP's float64 mean of at most n of `values` may sit from the exact quotient
+    (rounded once), per mean q: None where every partial sum is exact (integers, halves,
+    0/1: the quotient is RASP's). Each addition rounds by an ulp of its partial sum, which
+    for values of one sign is at most the whole sum (m q), else m times the largest |value|;
+    twice that, as the bound."""
+    vals = [Fraction(float(v)) for v in set(values)]
+    if not vals:
+        return None
+    common = math.lcm(*[v.denominator for v in vals])
+    largest = max(abs(v) for v in vals)
+    if largest * common * n < 2 ** 53:
+        return None
+    if min(vals) < 0 < max(vals):
+        radius = ULP64 * n * float(largest)
+        return lambda q: radius
+    return lambda q: ULP64 * n * abs(q)
 
 
 def _is_prefix(selector) -> bool:
@@ -1803,6 +2045,8 @@ def _tree(selector, k_tuples, q_tuples, k_slot, q_slot) -> tuple[np.ndarray, np.
         for b, kt in enumerate(k_tuples):
             try:
                 held[a, b] = bool(_selected(selector, kt, qt, k_slot, q_slot))
+            except _Unsteady:
+                raise
             except Exception:  # noqa: BLE001 - the user's predicate, on a pair it cannot read
                 raised[a, b] = True
     return held, raised
@@ -1824,7 +2068,16 @@ def _compared(selector, k_tuples, q_tuples, k_slot, q_slot) -> np.ndarray | None
         return None
     k = np.array([float(v) for v in keys])
     q = np.array([float(v) for v in queries])
-    return _VECTOR_COMPARISONS[name](k[None, :], q[:, None])
+    held = _VECTOR_COMPARISONS[name](k[None, :], q[:, None])
+    rk = np.array([_radius(v) for v in keys])
+    rq = np.array([_radius(v) for v in queries])
+    if rk.any() or rq.any():  # a comparison flips only where the two may meet
+        reach = rk[None, :] + rq[:, None]
+        close = (reach > 0) & (np.abs(k[None, :] - q[:, None]) <= reach)
+        if close.any():
+            a, b = np.argwhere(close)[0]
+            raise _Unsteady(k[b], reach[a, b], bool(held[a, b]), q[a], not held[a, b])
+    return held
 
 
 def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> bool:
@@ -1832,6 +2085,11 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
     if isinstance(selector, rasp.Select):
         k = kt[k_slot[selector.keys.unique_id]]
         q = qt[q_slot[selector.queries.unique_id]]
+        if type(k) is _Near or type(q) is _Near:  # (asked at their radii's ends too)
+            held = _apply(lambda x, y: bool(selector.predicate(x, y)), k, q)
+            if held is _NONE:
+                raise ValueError("the predicate raised")
+            return held
         return bool(selector.predicate(k, q))
     if isinstance(selector, rasp.ConstantSelector):
         i = rasp.indices.unique_id
@@ -1892,9 +2150,15 @@ def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
 
 
 def _mean_space(values: list | None, n: int, default: float) -> list | None:
-    """`_means` of the values, a sequence of them (translate's builds ask for the same)."""
-    means = None if values is None else _means(tuple(values), n, default)
-    return None if means is None else list(means)  # the caller's own list
+    """`_means` of the values, a sequence of them (translate's builds ask for the same), each
+    a `_Near` where RASP's float64 sums may give it a little off (`_mean_radius`)."""
+    means = None if values is None else _means(tuple(float(v) for v in values), n, default)
+    if means is None:
+        return None
+    radius = _mean_radius(values, n)
+    if radius is None:
+        return list(means)  # the caller's own list
+    return [_near(q, radius(q)) for q in means]
 
 
 @functools.lru_cache(maxsize=64)
@@ -1924,12 +2188,14 @@ def _means(values: tuple, n: int, default: float) -> list | None:
 
 
 def translate(program, vocab, max_seq_len: int, causal: bool = False,
-              compiler_bos: Any = "compiler_bos", compiler_pad: Any = "compiler_pad") -> RaspGraph:
+              compiler_bos: Any = "compiler_bos", compiler_pad: Any = "compiler_pad", *,
+              atol: float = ATOL) -> RaspGraph:
     """The tw graph of a RASP program (tracr's arguments: the input vocabulary, the longest
-    input, causal or full attention, the BOS and pad tokens)."""
+    input, causal or full attention, the BOS and pad tokens; `atol`: how far a numerical
+    output may be from RASP's value, else it is refused)."""
     _need_tracr()
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
-    first = _Translator(*args)
+    first = _Translator(*args, atol=atol)
     rg = first.build(program)
     # again where a narrow read cost columns rather than saving them: the token features
     # every narrow read of the token one-hot asked for, in the embedding (better where
@@ -1939,14 +2205,15 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     wide = first.narrowed_indices and _is_read(first.indices_onehot)
     if features is None and not wide:
         return _verified(rg)
-    second = _Translator(*args, features, narrow_indices=not wide, analyses=first.analyses)
+    second = _Translator(*args, features, narrow_indices=not wide, analyses=first.analyses,
+                         atol=atol)
     narrow = second.build(program)
     if features is None or not _is_read(second.tokens_onehot):
         return _verified(narrow)
     if not wide:
         return _verified(rg)
-    return _verified(_Translator(*args, narrow_indices=False,
-                                 analyses=first.analyses).build(program))
+    return _verified(_Translator(*args, narrow_indices=False, analyses=first.analyses,
+                                 atol=atol).build(program))
 
 
 def _token_features(first: _Translator) -> np.ndarray | None:

@@ -1,0 +1,211 @@
+"""The RASP frontend where float64 and float32 part ways: RASP's evaluator sums a mean's values
+in list order (a mean of 1000.1, 1000.4, ... comes out as 1000.2500000000001 for some orders of
+the same keys), a model computes in float32. A reader that tells such values apart is refused
+(`_Near`, `_Unsteady`); one that does not compiles and agrees with RASP."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tracr.rasp.rasp")
+
+from tracr.rasp import rasp  # noqa: E402
+
+from tw_lowering import compile_rasp_to_model  # noqa: E402
+from twdialect.frontends.rasp import (ULP64, RaspError, _apply, _mean_radius,  # noqa: E402
+                                      _mean_space, _Near, _selection)
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_rasp import agrees  # noqa: E402
+
+C = rasp.Comparison
+BASE = 1000.0
+VOCAB = {BASE + 0.1, BASE + 0.2, BASE + 0.4}  # sums that round in float64
+
+
+def tokens_mean(selector=None):
+    tok = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    return rasp.numerical(rasp.Aggregate(
+        selector or rasp.Select(rasp.indices, rasp.indices, C.LEQ), tok, default=0))
+
+
+def check_exact(program, vocab, n: int) -> None:
+    model = compile_rasp_to_model(program, vocab, n, compiler_bos="BOS")
+    xs = [list(x) for m in range(1, n + 1) for x in itertools.product(sorted(vocab), repeat=m)]
+    for x, out in zip(xs, model.apply_batch([["BOS", *x] for x in xs])):
+        want = rasp.evaluate(program, x)
+        assert all(agrees(g, w) for g, w in zip(out.decoded[1:], want)), (x, out.decoded, want)
+
+
+def test_rasp_mean_differs_from_the_quotient():
+    """The premise: RASP's mean of these values is not always the rounded quotient."""
+    assert rasp.evaluate(tokens_mean(), [1000.4, 1000.1])[1] == 1000.25
+    got = rasp.evaluate(tokens_mean(), [1000.4, 1000.1, 1000.4, 1000.4, 1000.1, 1000.1])[5]
+    assert got != 1000.25 and abs(got - 1000.25) < 1e-12
+
+
+def test_threshold_at_a_mean_is_refused():
+    with pytest.raises(RaspError, match="float64 sums"):
+        compile_rasp_to_model(rasp.Map(lambda x: x > BASE + 0.25, tokens_mean()), VOCAB, 8,
+                              compiler_bos="BOS")
+
+
+def test_threshold_through_a_map_is_refused():
+    """3 x moves with x: the radius goes on, and the threshold at 3 * 1000.25 is refused."""
+    tripled = rasp.numerical(rasp.Map(lambda x: 3 * x, tokens_mean()))
+    with pytest.raises(RaspError, match="float64 sums"):
+        compile_rasp_to_model(rasp.Map(lambda x: x > 3 * (BASE + 0.25), tripled), VOCAB, 6,
+                              compiler_bos="BOS")
+
+
+def test_comparing_means_is_refused():
+    """Two positions with the same exact mean may hold RASP means an ulp apart: LT flips.
+    (Here the value set's own near-duplicates are refused first.)"""
+    mean = tokens_mean()
+    smaller = rasp.numerical(rasp.SelectorWidth(rasp.Select(mean, mean, C.LT)))
+    with pytest.raises(RaspError, match="float64 sums|float32"):
+        compile_rasp_to_model(smaller, VOCAB, 5, compiler_bos="BOS")
+
+
+@pytest.mark.parametrize("predicate", [C.LT, C.EQ, lambda k, q: k + q > 0.5])
+def test_selector_near_a_mean_is_refused(predicate):
+    """A comparison (as a whole matrix, or a predicate pair by pair) that flips within a
+    mean's radius: refused; one that does not: the same selection."""
+    select = rasp.Select(rasp.tokens, rasp.tokens, predicate)
+    slots = {rasp.tokens.unique_id: 0}
+    keys = [(_Near(0.25, 1e-15),), (0.75,)]
+    with pytest.raises(RaspError):
+        _selection(select, keys, [(0.25,)], slots, slots)
+    far = _selection(select, keys, [(0.5,)], slots, slots)
+    assert far.tolist() == _selection(select, [(0.25,), (0.75,)], [(0.5,)], slots,
+                                      slots).tolist()
+
+
+def test_threshold_between_means_compiles_exactly():
+    """No mean sits within its radius of 1000.22: compiled, and right on every input."""
+    check_exact(rasp.Map(lambda x: x > BASE + 0.22, tokens_mean()), VOCAB, 4)
+
+
+def test_whole_number_means_are_exact():
+    """Integers sum exactly in float64: RASP's mean is the quotient, a threshold at one is
+    compiled and right."""
+    check_exact(rasp.Map(lambda x: x > 2.5, tokens_mean()), {1, 2, 3, 4}, 4)
+
+
+def test_steady_functions_compile():
+    """max(x, 1) at a mean of 1 gives 1 or x: one number either way (no jump)."""
+    recip = rasp.numerical(rasp.Map(lambda i: 1 / (i + 1), rasp.indices))
+    mean = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ),
+                                         recip, default=0))
+    check_exact(rasp.numerical(rasp.Map(lambda x: max(x, 1), mean)), {"a"}, 5)
+
+
+def test_mean_radius():
+    assert _mean_radius([0, 1], 50) is None  # 0/1: exact
+    assert _mean_radius([1, 2, 3], 50) is None  # integers
+    assert _mean_radius([0.5, 0.25, -0.75], 50) is None  # few binary digits
+    one_signed = _mean_radius([0.1, 0.2], 10)
+    assert one_signed(0.0) == 0.0 and one_signed(0.15) == pytest.approx(ULP64 * 10 * 0.15)
+    signed = _mean_radius([-0.1, 0.3], 10)
+    assert signed(0.0) == pytest.approx(ULP64 * 10 * 0.3)
+    means = _mean_space([0.1, 0.2], 4, 0.0)
+    assert all(type(q) is _Near for q in means if q)
+
+
+def test_near_arithmetic_and_apply():
+    x = _Near(0.25, 1e-15)
+    s = 2 * x + 1
+    assert type(s) is _Near and s == 1.5 and s.radius >= 2e-15
+    assert type(-x) is _Near and (-x).radius == 1e-15
+    assert _apply(lambda v: v > 0.2, x) is True  # far from the threshold
+    moved = _apply(lambda v: v * 4, x)
+    assert type(moved) is _Near and math.isclose(moved.radius, 4e-15, rel_tol=1e-2)
+    with pytest.raises(RaspError):
+        _apply(lambda v: v >= 0.25, x)
+    assert _apply(lambda v: round(v, 6), x) == 0.25
+
+
+# -- magnitudes float32 cannot keep within atol ---------------------------------------------
+
+def sampled_error(model, program, vocab, n: int, count: int = 200) -> float:
+    """The largest |model - RASP| over seeded random inputs."""
+    import random
+
+    rnd, values = random.Random(0), sorted(vocab)
+    xs = [[rnd.choice(values) for _ in range(rnd.randint(1, n))] for _ in range(count)]
+    worst = 0.0
+    for x, out in zip(xs, model.apply_batch([["BOS", *x] for x in xs])):
+        for got, want in zip(out.decoded[1:], rasp.evaluate(program, x)):
+            if want is not None:
+                worst = max(worst, abs(got - want))
+    return worst
+
+
+def scaled(m: float) -> set:
+    return {round(m * k / 7, 3) for k in range(1, 8)}
+
+
+@pytest.mark.parametrize("m", [10.0, 100.0])
+def test_means_of_hundreds_compile_within_atol(m):
+    program = tokens_mean()
+    model = compile_rasp_to_model(program, scaled(m), 10, compiler_bos="BOS")
+    assert sampled_error(model, program, scaled(m), 10) < 1e-4
+
+
+def test_means_of_thousands_are_refused_or_held_to_a_wider_atol():
+    """A softmax's mean of values up to 1e4 comes out of float32 some 1e-3 off: refused at
+    the default atol (measured above it), compiled with atol=1e-2 and within it."""
+    program = tokens_mean()
+    with pytest.raises(RaspError, match="averages values up to 1e\\+04.*atol=0.0001"):
+        compile_rasp_to_model(program, scaled(1e4), 10, compiler_bos="BOS")
+    model = compile_rasp_to_model(program, scaled(1e4), 10, compiler_bos="BOS", atol=1e-2)
+    assert 1e-4 < sampled_error(model, program, scaled(1e4), 10) < 1e-2
+
+
+def test_a_small_difference_of_large_means_is_refused():
+    """mean - token is near 0, but carries the mean's float32 error: refused."""
+    tok = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    program = rasp.numerical(rasp.LinearSequenceMap(tokens_mean(), tok, 1, -1))
+    with pytest.raises(RaspError, match="averages values up to"):
+        compile_rasp_to_model(program, scaled(1e4), 10, compiler_bos="BOS")
+
+
+def test_values_float32_cannot_hold_are_refused():
+    """1e9 + 1.1 and 1e9 + 2.1 are both 1e9 in float32."""
+    program = rasp.numerical(rasp.Map(lambda x: x + 1e9 + 0.1, rasp.tokens))
+    with pytest.raises(RaspError, match="holds values up to 1e\\+09"):
+        compile_rasp_to_model(program, {1, 2}, 3, compiler_bos="BOS")
+    model = compile_rasp_to_model(program, {1, 2}, 3, compiler_bos="BOS", atol=100)
+    assert model.apply(["BOS", 1, 2]).decoded[1:] == pytest.approx([1e9 + 1.1, 1e9 + 2.1],
+                                                                    abs=100)
+    with pytest.raises(RaspError, match="atol must be a positive number"):
+        compile_rasp_to_model(program, {1, 2}, 3, compiler_bos="BOS", atol=0)
+
+
+def test_a_table_of_large_means_too_close_to_read_is_refused():
+    """Means of 1e5 + 0.1, 1e5 + 0.2 and 1e5 + 0.4 sit some 0.005 apart, where float32 computes
+    them to some 0.02: a table could read one as another (it did: 20 wrong of 300 inputs)."""
+    vocab = {1e5 + 0.1, 1e5 + 0.2, 1e5 + 0.4}
+    program = rasp.Map(lambda x: round(x, 4) > 1e5 + 0.3, tokens_mean())
+    with pytest.raises(RaspError, match="softmax's mean that float32 keeps only"):
+        compile_rasp_to_model(program, vocab, 8, compiler_bos="BOS")
+
+
+def test_tw_rasp_takes_atol(tmp_path):
+    f = tmp_path / "big.py"
+    f.write_text("from tracr.rasp import rasp\n"
+                 "program = rasp.numerical(rasp.Map(lambda x: x * 1e5 + 0.3, rasp.tokens))\n"
+                 "vocab = {1, 2}\nmax_seq_len = 3\n")
+    cli = [sys.executable, "-m", "tw_tools.tw_rasp", str(f), "1", "2"]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "--atol" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run([*cli, "--atol", "0.01"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = eval(r.stdout.splitlines()[0])  # noqa: S307 - our own printout of a list
+    assert got[1:] == pytest.approx([1e5 + 0.3, 2e5 + 0.3], abs=0.01)
