@@ -665,7 +665,7 @@ class _Translator:
         self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
                          "steps")
         if inner.softmax:
-            _check_gaps(expr, points, rows, PERTURB * inner.softmax)
+            _check_gaps(expr, points, rows, mean_noise(inner.softmax, self.max_seq_len))
         tolerance = None
         if numerical and expr is self.program:
             tolerance = min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
@@ -1432,8 +1432,8 @@ def mean_noise(magnitude: float, n: int) -> float:
 
 def _check_gaps(expr, points: np.ndarray, rows: np.ndarray, noise: float) -> None:
     """A table's plateaus hold an input within a quarter gap of each value: one that float32
-    computes only to `noise` (a softmax's mean of large values, PERTURB of their magnitude)
-    needs values whose rows differ over 4 noise apart, else it could be read as the other."""
+    computes only to `noise` (a softmax's mean of large values: `mean_noise`) needs values
+    whose rows differ over 4 noise apart, else it could be read as the other."""
     change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
     if change.size == 0:
         return
