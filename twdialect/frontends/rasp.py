@@ -150,10 +150,11 @@ class Encoded:
     # a number read off a categorical one-hot (a numerical Map of it): (that Encoded, the
     # value each of its columns maps to), so a categorical use is a linear map of the one-hot
     categories: tuple | None = field(default=None, repr=False)
-    # a number: the largest magnitude a softmax averaged on the way to it (0: none), which
-    # sets its float32 error however small the number itself (`mean_noise`); and a bound
-    # on its own magnitude where the caller knows one without enumerating its values
-    softmax: float = 0.0
+    # how far float32 may move it (a one-hot: each column), an estimate carried from its
+    # sources: a softmax's mean (`mean_noise` of the magnitudes it averages, however small
+    # the result), a table's own error, read through linear maps; and a bound on its
+    # magnitude where the caller knows one without enumerating its values
+    error: float = 0.0
     _magnitude: float | None = field(default=None, repr=False)
 
     @property
@@ -282,6 +283,7 @@ class _Translator:
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
+        self.table_errors: dict[Value, float] = {}  # a table's float32 error (`_table_error`)
         self.seen = 0
         # columns of the token embedding beside its one-hot (one-hot rows @ them), found by an
         # earlier translation of the program (`translate`), and the reads this one asked for
@@ -330,9 +332,9 @@ class _Translator:
 
     def check_output(self, expr, out: Encoded) -> None:
         """A numerical output within `atol` of RASP's value, else refused: float32 holds each
-        of its values to half an ulp, and a softmax's mean to `mean_noise` of the magnitudes
-        it averaged (however small the result: opens - closes of large counts)."""
-        noise = mean_noise(out.softmax, self.max_seq_len)
+        of its values to half an ulp, and computes it to `out.error` (a softmax's mean to
+        `mean_noise` of the magnitudes it averaged, however small the result)."""
+        noise = out.error
         if out.magnitude * 2.0 ** -24 + noise <= self.atol:
             return  # (half an ulp of the largest value: no need to list the values)
         values = np.array([float(v) for v in out.space or () if _is_number(v)])
@@ -340,10 +342,9 @@ class _Translator:
             held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
         bound = held + noise
         if bound > self.atol:
-            what = f"averages values up to {out.softmax:.3g}" if out.softmax else \
-                f"holds values up to {out.magnitude:.3g}"
-            raise RaspError(f"{_label(expr)}: a numerical output that {what}, which float32 "
-                            f"keeps only to about {bound:.2g}, beyond atol={self.atol:g}: "
+            raise RaspError(f"{_label(expr)}: a numerical output (values up to "
+                            f"{out.magnitude:.3g}) that float32 computes only to about "
+                            f"{bound:.2g}, beyond atol={self.atol:g}: "
                             "compile with a larger atol (compile_rasp_to_model(..., atol=...), "
                             "tw-rasp --atol) or scale the values down")
 
@@ -462,10 +463,10 @@ class _Translator:
         self.seen = len(self.graph.ops)
 
     def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
-                noisy: bool, softmax: float = 0.0, magnitude: float | None = None) -> Encoded:
+                noisy: bool, error: float = 0.0, magnitude: float | None = None) -> Encoded:
         self._sync()
         return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy,
-                       softmax=softmax, _magnitude=magnitude)
+                       error=error, _magnitude=magnitude)
 
     # -- SOps ------------------------------------------------------------------------
     def sop(self, expr) -> Encoded:
@@ -641,40 +642,42 @@ class _Translator:
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
             enc = self.encoded(tw.linear(inner.value, rows), numerical, space, none,
-                               noisy=inner.noisy)
+                               noisy=inner.noisy, error=_read_error(inner.error, rows))
             if numerical:
                 enc.categories = (inner, outs)
             return enc
-        value, gain = self._numeric_table(expr, inner, rows, numerical)
-        # (an affine map of a softmax's mean carries its error on, times its slope)
+        value, gain, error = self._numeric_table(expr, inner, rows, numerical)
         return self.encoded(value, numerical, space, none, noisy=inner.noisy,
-                            softmax=gain * inner.softmax)
+                            error=gain * inner.error + error)
 
     def _numeric_table(self, expr, inner: Encoded, rows: np.ndarray,
-                       numerical: bool) -> tuple[Value, float]:
-        """(value, gain): rows[k] at the input's k-th possible value: a literal for one value,
-        else a table of steps (`steps`) through them, exact at each and a quarter gap around
-        it (gain 0: an input's error stays behind), or a line (gain: its slope). The
-        program's own numerical output is held to `atol`."""
+                       numerical: bool) -> tuple[Value, float, float]:
+        """(value, gain, error): rows[k] at the input's k-th possible value: a literal for one
+        value, else a table of steps (`steps`) through them, exact at each and a quarter gap
+        around it (gain 0: an input's error stays behind; error: the table's own), or a line
+        (gain: its slope). The program's own numerical output is held to `atol`."""
         points, rows = _merge_float32(expr, [float(x) for x in inner.space], rows)
         if points.size == 1 or not np.any(rows != rows[0]):  # the map is a constant
-            return tw.literal(rows[0]), 0.0
+            return tw.literal(rows[0]), 0.0, 0.0
         line = _affine(points, rows) if numerical else None
         if line is not None:  # a number out, on a line through every point
-            return tw.linear(inner.value, [[line[0]]], [line[1]]), abs(float(line[0]))
+            return (tw.linear(inner.value, [[line[0]]], [line[1]]), abs(float(line[0])),
+                    2.0 ** -23 * float(np.abs(rows).max()))
         self._check_size(expr, int(np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1))),
                          "steps")
-        if inner.softmax:
-            _check_gaps(expr, points, rows, mean_noise(inner.softmax, self.max_seq_len))
+        if inner.error:
+            _check_gaps(expr, points, rows, inner.error)
         tolerance = None
         if numerical and expr is self.program:
             tolerance = min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
-        return self._steps(inner.value, points, rows, tolerance), 0.0
+        out = self._steps(inner.value, points, rows, tolerance)
+        return out, 0.0, self.table_errors[out]
 
     def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
         plan = step_mlps(points, rows, tolerance)
         out = emit_steps(x, rows, plan)
+        self.table_errors[out] = _table_error(points, rows, plan)
         self.tables[out] = (x, points, rows, len(plan))
         return out
 
@@ -693,13 +696,14 @@ class _Translator:
             return self.nowhere(False)
         if enc.categories is not None:  # the one-hot it was read from, columns merged
             inner, outs = enc.categories
-            return self.encoded(tw.linear(inner.value, _one_hot_rows(outs, space, len(space))),
-                                False, space, enc.maybe_none, noisy=inner.noisy)
+            rows = _one_hot_rows(outs, space, len(space))
+            return self.encoded(tw.linear(inner.value, rows), False, space, enc.maybe_none,
+                                noisy=inner.noisy, error=_read_error(inner.error, rows))
         rows = np.eye(len(space))
-        inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy, softmax=enc.softmax,
+        inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy, error=enc.error,
                         _magnitude=enc._magnitude)
-        return self.encoded(self._numeric_table(expr, inner, rows, False)[0], False, space,
-                            noisy=enc.noisy)
+        value, _, error = self._numeric_table(expr, inner, rows, False)
+        return self.encoded(value, False, space, noisy=enc.noisy, error=error)
 
     def nowhere(self, numerical: bool) -> Encoded:
         """An SOp that is None at every position (its value set is empty): one zero column,
@@ -714,8 +718,11 @@ class _Translator:
             return self.nowhere(True)
         rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
         x, w, bias, _ = self._read(enc, rows)
+        # (read from the one-hot's own table, or from a table beside it: that table's error)
+        error = _read_error(self.table_errors[x], w) if x in self.table_errors else \
+            _read_error(enc.error, rows)
         return self.encoded(tw.linear(x, w, bias), True, list(enc.space), enc.maybe_none,
-                            noisy=enc.noisy)
+                            noisy=enc.noisy, error=error)
 
     def _sequence_map(self, expr) -> Encoded:
         if isinstance(expr, rasp.LinearSequenceMap) and rasp.is_numerical(expr):
@@ -729,7 +736,7 @@ class _Translator:
             space = lambda: self._means_of_sum(expr) or \
                 _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
-            bounds = dict(softmax=abs(a) * fst.softmax + abs(b) * snd.softmax,
+            bounds = dict(error=abs(a) * fst.error + abs(b) * snd.error,
                           magnitude=abs(a) * fst.magnitude + abs(b) * snd.magnitude)
             if expr.fst.unique_id == expr.snd.unique_id:
                 return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
@@ -771,7 +778,7 @@ class _Translator:
         src = self.encoded(value, True, lambda: _ordered({a * u + b * v for u in us.space
                                                           for v in vs.space}),
                            noisy=us.noisy or vs.noisy,
-                           softmax=abs(a) * us.softmax + abs(b) * vs.softmax,
+                           error=abs(a) * us.error + abs(b) * vs.error,
                            magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude)
         return self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
                           True, None, space=lambda: self._means_of_sum(expr))
@@ -854,7 +861,7 @@ class _Translator:
         s = tw.linear(tw.concat(x.value, y.value), [[a], [b]])
         s_space = list(table)
         s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy,
-                             softmax=abs(a) * x.softmax + abs(b) * y.softmax,
+                             error=abs(a) * x.error + abs(b) * y.error,
                              magnitude=abs(a) * x.magnitude + abs(b) * y.magnitude)
         return self._table(expr, s_enc, [table[v] for v in s_space])
 
@@ -1132,6 +1139,7 @@ class _Translator:
         if len(plan) > depth:  # deeper than the one-hot's own table
             return None
         read = emit_steps(x, scaled, plan)
+        self.table_errors[read] = _table_error(points, scaled, plan)
         self._sync()
         return read, np.diag(scale), self.at_bos[read][0] * scale
 
@@ -1190,10 +1198,11 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
-        # (a softmax's mean: its float32 error follows the magnitudes it averages)
+        # (a softmax's mean of numbers: its float32 error follows the magnitudes it averages;
+        # of one-hots of one value, as good as the one-hot: measured, 0 at lengths 10-100)
+        error = src.error + (mean_noise(src.magnitude, self.max_seq_len) if numerical else 0.0)
         return self.encoded(self.head(selector, src, 0.5, fix, value_sop), numerical, space,
-                            not numerical and default is None, noisy=True,
-                            softmax=src.magnitude + src.softmax if numerical else 0.0,
+                            not numerical and default is None, noisy=True, error=error,
                             magnitude=max(src.magnitude, abs(float(d[0]))) if numerical else None)
 
     def _selector_width(self, expr, selector) -> Encoded:
@@ -1213,8 +1222,9 @@ class _Translator:
         widths = list(range(n, -1, -1))
         points = np.array([n / (n + k) for k in widths])
         rows = np.array([[float(k)] for k in widths]) if numerical else np.eye(n + 1)[widths]
-        return self.encoded(self._steps(share, points[::-1], rows[::-1], tolerance), numerical,
-                            list(range(n + 1)), noisy=True)
+        out = self._steps(share, points[::-1], rows[::-1], tolerance)
+        return self.encoded(out, numerical, list(range(n + 1)), noisy=True,
+                            error=self.table_errors[out])
 
     def _rank_split(self, selector) -> tuple | None:
         """(x, direction, predicate) where the selector is `Select(k, k, LT / LEQ / GT /
@@ -1428,6 +1438,22 @@ def mean_noise(magnitude: float, n: int) -> float:
     keys (the weights' and sums' roundings): measured, the worst of 200 inputs, 1.1e-7 of it at
     length 10 and 2.4e-7 at 100; this bound is 2-3 times that."""
     return 2.0 ** -24 * (2 + math.log2(n + 1)) * magnitude
+
+
+def _read_error(error: float, rows: np.ndarray) -> float:
+    """The error of a linear read `one-hot @ rows` of a one-hot whose columns are each off
+    by up to `error`."""
+    return float(error * np.abs(rows).sum(axis=0).max(initial=0.0)) if error else 0.0
+
+
+def _table_error(points: np.ndarray, rows: np.ndarray, plan: list[tuple]) -> float:
+    """A table of steps' float32 error at its points (one MLP: `_plateau_error`; two: they
+    saturate exactly on the plateaus, leaving the last sum's rounding)."""
+    if not plan:
+        return 0.0
+    if len(plan) == 1:
+        return float(_plateau_error(points, rows, plan[0]).max(initial=0.0))
+    return 2.0 ** -22 * max(1.0, float(np.abs(rows).max()))
 
 
 def _check_gaps(expr, points: np.ndarray, rows: np.ndarray, noise: float) -> None:
