@@ -54,6 +54,10 @@ LIMITATIONS = {
     "length under causal": r"causal model cannot see its end",
     # documented: values float32 cannot tell apart (two float paths to one mean, a - b sums)
     "float32 cannot tell values apart": r"are one float32 number .*but map to different values",
+    # a function that jumps within a mean's float64 round-off (RASP sums in list order)
+    "float64 round-off of a mean": r"RASP's float64 sums can give",
+    "softmax noise at large values": r"softmax's mean that float32 keeps only",
+    "beyond atol": r"float32 computes only to about .* beyond atol",
 }
 
 

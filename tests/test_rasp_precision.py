@@ -209,3 +209,31 @@ def test_tw_rasp_takes_atol(tmp_path):
     assert r.returncode == 0, r.stderr
     got = eval(r.stdout.splitlines()[0])  # noqa: S307 - our own printout of a list
     assert got[1:] == pytest.approx([1e5 + 0.3, 2e5 + 0.3], abs=0.01)
+
+
+# -- values float32 cannot tell apart, read as categories -----------------------------------
+
+def sums_of_means():
+    """Means of 0.1, 0.2, 0.3 over two selectors, summed: 1/7 is reached two ways
+    (0.14285714285714285 and 0.14285714285714288), one float32 number."""
+    a = rasp.numerical(rasp.Map(lambda x: {1: 0.1, 2: 0.2, 3: 0.3}[x], rasp.tokens))
+    m1 = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ), a,
+                                       default=0))
+    m2 = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.GEQ), a,
+                                       default=0))
+    return rasp.numerical(rasp.LinearSequenceMap(m1, m2, 1.0, 1.0))
+
+
+def test_values_float32_cannot_tell_apart_are_one_category():
+    """A SequenceMap that reads the sum as a category: its near-equal values are one column
+    (they were refused), and the map, which does not tell them apart, is right."""
+    program = rasp.SequenceMap(lambda x, t: round(x, 4) > 0.3 and t == 1, sums_of_means(),
+                               rasp.tokens)
+    check_exact(program, {1, 2, 3}, 7)
+
+
+def test_a_category_that_tells_them_apart_is_refused():
+    program = rasp.SequenceMap(lambda x, t: x > 0.14285714285714285 and t == 1,
+                               sums_of_means(), rasp.tokens)
+    with pytest.raises(RaspError, match="float64 sums can give"):
+        compile_rasp_to_model(program, {1, 2, 3}, 8, compiler_bos="BOS")

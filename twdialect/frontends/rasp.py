@@ -691,9 +691,11 @@ class _Translator:
             raise RaspError(f"{_label(expr)}: a categorical use of a numerical value whose value "
                             "set is unknown (too many means to enumerate)")
         space = _ordered(enc.space)
-        self._check_size(expr, len(space), "values")
         if not space:
             return self.nowhere(False)
+        if enc.categories is None:  # (a one-hot it was read from tells every value apart)
+            space = _clustered(space)
+        self._check_size(expr, len(space), "values")
         if enc.categories is not None:  # the one-hot it was read from, columns merged
             inner, outs = enc.categories
             rows = _one_hot_rows(outs, space, len(space))
@@ -1456,6 +1458,38 @@ def _table_error(points: np.ndarray, rows: np.ndarray, plan: list[tuple]) -> flo
     return 2.0 ** -22 * max(1.0, float(np.abs(rows).max()))
 
 
+def _clustered(space: list) -> list:
+    """An ordered value set with the numbers that float32 cannot tell apart (`_merge_float32`'s
+    rule: a mean of 1/7 reached two ways, 0.14285714285714285 and 0.14285714285714288) as one
+    `_Near` value spanning them: one one-hot column for what a model can tell apart, and its
+    readers asked at the span's ends (`_apply`), so one that tells them apart is refused."""
+    numbers = [v for v in space if _is_count(v)]
+    if len(numbers) < 2:
+        return space
+    p = np.array([float(v) for v in numbers])
+    same = (p[1:].astype(np.float32) == p[:-1].astype(np.float32)) | \
+        (np.diff(p) < SAME_POINT * max(1.0, float(np.abs(p).max())))
+    if not same.any():
+        return space
+    out, group = [], [numbers[0]]
+    for v, joined in zip(numbers[1:], same.tolist()):
+        if joined:
+            group.append(v)
+        else:
+            out.append(_span(group))
+            group = [v]
+    out.append(_span(group))
+    return out + [v for v in space if not _is_count(v)]
+
+
+def _span(group: list):
+    """One value standing for `group` (sorted): its middle, a `_Near` reaching every one."""
+    if len(group) == 1:
+        return group[0]
+    mid = float(group[len(group) // 2])
+    return _Near(mid, max(abs(float(v) - mid) + _radius(v) for v in group))
+
+
 def _check_gaps(expr, points: np.ndarray, rows: np.ndarray, noise: float) -> None:
     """A table's plateaus hold an input within a quarter gap of each value: one that float32
     computes only to `noise` (a softmax's mean of large values: `mean_noise`) needs values
@@ -1975,10 +2009,10 @@ class _Unsteady(RaspError):
 
     def __init__(self, x, radius, out, end, other):
         show = lambda v: None if v is _NONE else v  # noqa: E731
-        self.why = (f"reads {x!r}, a mean that RASP's float64 sums can give up to "
-                    f"{radius:.2g} off, and its result moves within that ({show(out)!r} there, "
-                    f"{show(other)!r} at {end!r}); float32 cannot tell these apart, so the "
-                    "compiled model could differ from RASP")
+        self.why = (f"reads {x!r}, a value that RASP's float64 sums can give up to "
+                    f"{radius:.2g} off (a mean's round-off, or values float32 cannot tell "
+                    f"apart), and its result moves within that ({show(out)!r} there, "
+                    f"{show(other)!r} at {end!r}): the compiled model could differ from RASP")
         super().__init__(self.why)
 
 
@@ -2102,7 +2136,8 @@ def _compared(selector, k_tuples, q_tuples, k_slot, q_slot) -> np.ndarray | None
         close = (reach > 0) & (np.abs(k[None, :] - q[:, None]) <= reach)
         if close.any():
             a, b = np.argwhere(close)[0]
-            raise _Unsteady(k[b], reach[a, b], bool(held[a, b]), q[a], not held[a, b])
+            raise _Unsteady(float(k[b]), float(reach[a, b]), bool(held[a, b]), float(q[a]),
+                            not held[a, b])
     return held
 
 
