@@ -677,7 +677,7 @@ class _Translator:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
         plan = step_mlps(points, rows, tolerance)
         out = emit_steps(x, rows, plan)
-        self.table_errors[out] = _table_error(points, rows, plan)
+        self.table_errors[out] = plan.error
         self.tables[out] = (x, points, rows, len(plan))
         return out
 
@@ -1141,7 +1141,7 @@ class _Translator:
         if len(plan) > depth:  # deeper than the one-hot's own table
             return None
         read = emit_steps(x, scaled, plan)
-        self.table_errors[read] = _table_error(points, scaled, plan)
+        self.table_errors[read] = plan.error
         self._sync()
         return read, np.diag(scale), self.at_bos[read][0] * scale
 
@@ -1320,7 +1320,7 @@ def emit_steps(x: Value, rows: np.ndarray, plan: list[tuple]) -> Value:
     return x
 
 
-def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tuple]:
+def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> Plan:
     """The MLPs (w1, b1, w2, b2) of a table of steps (none where the rows never change):
     rows[k] wherever x is within a quarter gap of points[k] (sorted), ramps between
     neighbours whose rows differ: an input a little off its value (float32 rounding of a
@@ -1335,7 +1335,7 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
     every plateau: h = relu(s (x - b1)), then 1 - relu(1 - h)."""
     change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
     if change.size == 0:
-        return []
+        return Plan()
     lo_x, hi_x = float(points[0]), float(points[-1])
     b1 = points[change] + (points[change + 1] - points[change]) / 4
     b2 = points[change + 1] - (points[change + 1] - points[change]) / 4
@@ -1357,13 +1357,26 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> list[tupl
     # a line through the points: fewer neurons, but no plateau snaps an input's error back,
     # so only where it stays within tolerance for inputs LINE_MARGIN times further off
     line = interpolation_mlp(points, rows)
-    if line[0].shape[1] < w1.shape[1] and \
-            _within(points, rows, line, tolerance, LINE_MARGIN * PERTURB):
-        return [line]
-    if _within(points, rows, (w1, bias1, w2, bias2), tolerance):
-        return [(w1, bias1, w2, bias2)]
-    return [(slope[None, :], -slope * b1, np.eye(len(change)), None),
-            (-np.eye(len(change)), np.ones(len(change)), -delta, rows[0] + delta.sum(axis=0))]
+    if line[0].shape[1] < w1.shape[1]:
+        error = _measured(points, rows, line, tolerance, LINE_MARGIN * PERTURB)
+        if error is not None:
+            return Plan([line], error)
+    error = _measured(points, rows, (w1, bias1, w2, bias2), tolerance)
+    if error is not None:
+        return Plan([(w1, bias1, w2, bias2)], error)
+    # (exact on the plateaus: the last sum's rounding)
+    return Plan([(slope[None, :], -slope * b1, np.eye(len(change)), None),
+                 (-np.eye(len(change)), np.ones(len(change)), -delta,
+                  rows[0] + delta.sum(axis=0))], 2.0 ** -22 * max(1.0, float(np.abs(rows).max())))
+
+
+class Plan(list):
+    """`step_mlps`'s MLPs, and the table's float32 error at its points (measured for one
+    MLP: `_measured`)."""
+
+    def __init__(self, mlps=(), error: float = 0.0):
+        super().__init__(mlps)
+        self.error = error
 
 
 def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
@@ -1382,14 +1395,24 @@ def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
 
 def _within(points: np.ndarray, rows: np.ndarray, mlp: tuple, tolerance,
             perturb: float = PERTURB) -> bool:
-    """Whether a one-MLP table's float32 error (`_plateau_error`) stays within `tolerance`
-    (per column), its neurons summed as a blocked matrix product does and, where that comes
-    within a quarter of the tolerance, one neuron after another too (`_summed_in_order`)."""
+    """Whether a one-MLP table's float32 error stays within `tolerance` (`_measured`)."""
+    return _measured(points, rows, mlp, tolerance, perturb) is not None
+
+
+def _measured(points: np.ndarray, rows: np.ndarray, mlp: tuple, tolerance,
+              perturb: float = PERTURB) -> float | None:
+    """A one-MLP table's largest float32 error (`_plateau_error`) where it stays within
+    `tolerance` (per column), its neurons summed as a blocked matrix product does and, where
+    that comes within a quarter of the tolerance, one neuron after another too
+    (`_summed_in_order`); None where it does not."""
     error = _plateau_error(points, rows, mlp, perturb)
     if np.any(error > tolerance):
-        return False
-    return bool(np.all(error <= np.asarray(tolerance) / 4)) or \
-        bool(np.all(_plateau_error(points, rows, mlp, perturb, in_order=True) <= tolerance))
+        return None
+    if not np.all(error <= np.asarray(tolerance) / 4):
+        error = np.maximum(error, _plateau_error(points, rows, mlp, perturb, in_order=True))
+        if np.any(error > tolerance):
+            return None
+    return float(error.max(initial=0.0))
 
 
 def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple,
@@ -1446,16 +1469,6 @@ def _read_error(error: float, rows: np.ndarray) -> float:
     """The error of a linear read `one-hot @ rows` of a one-hot whose columns are each off
     by up to `error`."""
     return float(error * np.abs(rows).sum(axis=0).max(initial=0.0)) if error else 0.0
-
-
-def _table_error(points: np.ndarray, rows: np.ndarray, plan: list[tuple]) -> float:
-    """A table of steps' float32 error at its points (one MLP: `_plateau_error`; two: they
-    saturate exactly on the plateaus, leaving the last sum's rounding)."""
-    if not plan:
-        return 0.0
-    if len(plan) == 1:
-        return float(_plateau_error(points, rows, plan[0]).max(initial=0.0))
-    return 2.0 ** -22 * max(1.0, float(np.abs(rows).max()))
 
 
 def _clustered(space: list) -> list:
