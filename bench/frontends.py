@@ -343,6 +343,7 @@ def summarize(rows: list[dict]) -> dict:
             compile_speedup_min=round(min(speed), 1),
             compile_speedup_median=round(statistics.median(speed), 1),
             params_ratio_10x_rows=sum(r >= 10 for r in alloc),
+            stored_ratio_10x_rows=sum(r >= 10 for r in stored),
             compile_speedup_100x_rows=sum(r >= 100 for r in speed))
     return summary
 
