@@ -237,3 +237,18 @@ def test_a_category_that_tells_them_apart_is_refused():
                                sums_of_means(), rasp.tokens)
     with pytest.raises(RaspError, match="float64 sums can give"):
         compile_rasp_to_model(program, {1, 2, 3}, 8, compiler_bos="BOS")
+
+
+def test_a_mean_of_one_key_is_its_value():
+    """One key (a shift, or length 1) weighs 1 in float32: values up to 2e3 are kept (the
+    averaging bound would refuse them)."""
+    big = rasp.numerical(rasp.Map(lambda t: {1: 0.0, 2: 500.0, 3: 1000.0}[t], rasp.tokens))
+    mean = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ), big,
+                                         default=0))
+    check_exact(mean, {1, 2, 3}, 1)
+    with pytest.raises(RaspError, match="beyond atol"):
+        compile_rasp_to_model(mean, {1, 2, 3}, 5, compiler_bos="BOS")
+    before = rasp.Select(rasp.indices, rasp.numerical(rasp.Map(lambda i: i + 1, rasp.indices)),
+                         C.EQ)
+    shifted = rasp.numerical(rasp.Aggregate(before, big, default=0))
+    check_exact(shifted, {1, 2, 3}, 5)

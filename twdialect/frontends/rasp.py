@@ -1026,6 +1026,11 @@ class _Translator:
         k = None if self.causal else _ranked(a)
         return k is not None and self._determines(k, b)
 
+    def _one_key(self, selector) -> bool:
+        """Whether every query selects at most one key position (`_picks_one`, or one
+        position in all)."""
+        return self.max_seq_len == 1 or self._picks_one(selector)
+
     def _picks_one(self, selector) -> bool:
         """Whether every query selects at most one key position in any input (its mean is
         then one of the values, not any mean of them): a Select whose keys hold distinct
@@ -1183,7 +1188,7 @@ class _Translator:
             return self.nowhere(numerical)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            if space is None and src.space is not None and self._picks_one(selector):
+            if space is None and src.space is not None and self._one_key(selector):
                 space = _ordered({v if type(v) is _Near else float(v) for v in src.space}
                                  | {float(d[0])})
             elif space is None:
@@ -1200,11 +1205,16 @@ class _Translator:
         # out = mean + (BOS share) * (default - the value BOS holds)
         widen = np.eye(src.width, src.width if numerical else len(space))
         fix = np.vstack([widen, (d - src.bos @ widen)[None, :]])
-        # (a softmax's mean of numbers: its float32 error follows the magnitudes it averages;
-        # of one-hots of one value, as good as the one-hot: measured, 0 at lengths 10-100)
-        error = src.error + (mean_noise(src.magnitude, self.max_seq_len) if numerical else 0.0)
-        return self.encoded(self.head(selector, src, 0.5, fix, value_sop), numerical, space,
-                            not numerical and default is None, noisy=True, error=error,
+        # (a softmax's mean of numbers: its float32 error follows the magnitudes it averages,
+        # but one key's weight is 1 in float32; of one-hots of one value, as good as the
+        # one-hot: measured, 0 at lengths 10-100)
+        head = self.head(selector, src, 0.5, fix, value_sop)
+        error = src.error
+        if numerical:
+            error += 2.0 ** -24 * src.magnitude if self._one_key(selector) else \
+                mean_noise(src.magnitude, self.max_seq_len)
+        return self.encoded(head, numerical, space, not numerical and default is None,
+                            noisy=True, error=error,
                             magnitude=max(src.magnitude, abs(float(d[0]))) if numerical else None)
 
     def _selector_width(self, expr, selector) -> Encoded:
