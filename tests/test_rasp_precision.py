@@ -252,3 +252,15 @@ def test_a_mean_of_one_key_is_its_value():
                          C.EQ)
     shifted = rasp.numerical(rasp.Aggregate(before, big, default=0))
     check_exact(shifted, {1, 2, 3}, 5)
+
+
+@pytest.mark.parametrize("scale", [10, 30])
+def test_a_number_read_off_a_table_keeps_atol_through_the_pipeline(scale):
+    """numerical(Map(scale k + 0.1, hist)) at length 40: the pipeline folded the read into
+    hist's table keeping float32 only within 1e-5 of 400 (2.5e-4 off); the frontend now
+    builds that table itself, to atol (two MLPs where one cannot keep it)."""
+    from tracr.compiler import lib
+
+    program = rasp.numerical(rasp.Map(lambda k: scale * k + 0.1, lib.make_hist()))
+    model = compile_rasp_to_model(program, {"a", "b", "c"}, 40, compiler_bos="BOS")
+    assert sampled_error(model, program, {"a", "b", "c"}, 40) < 1e-4
