@@ -129,8 +129,9 @@ def table_rows(rg) -> int:
 
 def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False,
                           compiler_bos: Any = COMPILER_BOS, compiler_pad: Any = COMPILER_PAD,
-                          mlp_exactness: int = 100, *, atol: float | None = None, d: int | None = None,
-                          d_head: int | None = None, d_hidden: int | None = None,
+                          mlp_exactness: int = 100, *, atol: float | None = None,
+                          d: int | None = None, d_head: int | None = None,
+                          d_hidden: int | None = None,
                           pipeline: str | None = "default") -> RaspModel:
     """tracr's `compile_rasp_to_model`, compiled by tw: exact, and as narrow as fits.
 
@@ -149,8 +150,7 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     # the passes resolved (and their modules imported) before the clock starts, as torch is
     pipeline = check_pipeline("compile_rasp_to_model", pipeline)
     t0 = time.perf_counter()
-    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad,
-                   **({} if atol is None else {"atol": atol}))
+    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad, atol=atol)
     t1 = time.perf_counter()
     if d is None:
         from tw_lowering.sweep import Sweep

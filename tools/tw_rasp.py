@@ -137,9 +137,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     spec = _load(args)
     tokens = [_word(w, spec["vocab"]) for w in args.tokens]
-    atol = {} if args.atol is None else {"atol": args.atol}
     rg = translate(spec["program"], spec["vocab"], spec["max_seq_len"], spec["causal"],
-                   spec["bos"], **atol)
+                   spec["bos"], atol=args.atol)
     if args.emit_mlir:
         print(print_module(rg.module), end="")
         return 0
@@ -157,7 +156,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         try:
             model = compile_rasp_to_model(spec["program"], spec["vocab"], spec["max_seq_len"],
                                           spec["causal"], spec["bos"], d=args.d,
-                                          d_head=args.d_head, **atol)
+                                          d_head=args.d_head, atol=args.atol)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"the program does not compile: {one_line(e)}") from None
         out = model.apply([spec["bos"], *tokens])

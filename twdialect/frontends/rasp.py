@@ -283,7 +283,7 @@ class _Translator:
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
-        self.table_errors: dict[Value, float] = {}  # a table's float32 error (`_table_error`)
+        self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.seen = 0
         # columns of the token embedding beside its one-hot (one-hot rows @ them), found by an
         # earlier translation of the program (`translate`), and the reads this one asked for
@@ -341,30 +341,28 @@ class _Translator:
         x, w, b = _through_linear(out.value)
         if x is out.value or x not in self.tables or not x.has_one_use():
             return out
-        src, points, rows, depth = self.tables[x]
+        src, points, rows, _ = self.tables[x]
         product = rows @ w + b
-        tolerance = min(CLEAN * max(1.0, float(np.abs(product).max())), self.atol) / 2
-        plan = step_mlps(points, product, tolerance)
-        value = emit_steps(src, product, plan)
-        self.tables[value] = (src, points, product, len(plan))
-        self.table_errors[value] = plan.error
-        self._sync()
+        value = self._steps(src, points, product, self._output_tolerance(product) / 2)
         self._erase(out.value.owner)
-        self.seen = len(self.graph.ops)
         return self.encoded(value, True, out._space, out.maybe_none, noisy=out.noisy,
-                            error=plan.error, magnitude=out._magnitude)
+                            error=self.table_errors[value], magnitude=out._magnitude)
+
+    def _output_tolerance(self, rows: np.ndarray) -> float:
+        """What a table giving the program's numerical output may stray: its default (CLEAN
+        of its largest row), at most `atol`."""
+        return min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
 
     def check_output(self, expr, out: Encoded) -> None:
         """A numerical output within `atol` of RASP's value, else refused: float32 holds each
         of its values to half an ulp, and computes it to `out.error` (a softmax's mean to
         `mean_noise` of the magnitudes it averaged, however small the result)."""
-        noise = out.error
-        if out.magnitude * 2.0 ** -24 + noise <= self.atol:
+        if out.magnitude * 2.0 ** -24 + out.error <= self.atol:
             return  # (half an ulp of the largest value: no need to list the values)
         values = np.array([float(v) for v in out.space or () if _is_number(v)])
         with np.errstate(over="ignore"):
             held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
-        bound = held + noise
+        bound = held + out.error
         if bound > self.atol:
             raise RaspError(f"{_label(expr)}: a numerical output (values up to "
                             f"{out.magnitude:.3g}) that float32 computes only to about "
@@ -374,14 +372,20 @@ class _Translator:
 
     def _erase(self, op) -> None:
         """Drop `op`, which nothing reads, and whatever only it read, from the graph (the
-        token input stays: its feed names it)."""
+        token input stays: its feed names it); every op left has its BOS value (`_sync`
+        counts the ops it has seen)."""
+        self._sync()
+        self._drop(op)
+        self.seen = len(self.graph.ops)
+
+    def _drop(self, op) -> None:
         operands = [o.owner for o in op.operands]
         op.drop_all_references()
         self.graph.ops.remove(op)
         for owner in operands:
             if owner in self.graph.ops and not isinstance(owner, EmbeddingOp) and \
                     not any(r.uses for r in owner.results):
-                self._erase(owner)
+                self._drop(owner)
 
     def _times(self, v: Value, m: np.ndarray, tolerance: float) -> Value | None:
         """v @ m, made by v's own op with its output matrix times m (v is then dead code),
@@ -691,9 +695,7 @@ class _Translator:
                          "steps")
         if inner.error:
             _check_gaps(expr, points, rows, inner.error)
-        tolerance = None
-        if numerical and expr is self.program:
-            tolerance = min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
+        tolerance = self._output_tolerance(rows) if numerical and expr is self.program else None
         out = self._steps(inner.value, points, rows, tolerance)
         return out, 0.0, self.table_errors[out]
 
@@ -1210,9 +1212,10 @@ class _Translator:
         where the caller knows it, else from src's)."""
         if default is None and not src.space:  # a mean of Nones, or no key: None
             return self.nowhere(numerical)
+        one = numerical and self._one_key(selector)  # (its mean is one of the values)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            if space is None and src.space is not None and self._one_key(selector):
+            if space is None and src.space is not None and one:
                 space = _ordered({v if type(v) is _Near else float(v) for v in src.space}
                                  | {float(d[0])})
             elif space is None:
@@ -1235,7 +1238,7 @@ class _Translator:
         head = self.head(selector, src, 0.5, fix, value_sop)
         error = src.error
         if numerical:
-            error += 2.0 ** -24 * src.magnitude if self._one_key(selector) else \
+            error += 2.0 ** -24 * src.magnitude if one else \
                 mean_noise(src.magnitude, self.max_seq_len)
         return self.encoded(head, numerical, space, not numerical and default is None,
                             noisy=True, error=error,
@@ -1400,7 +1403,7 @@ def step_mlps(points: np.ndarray, rows: np.ndarray, tolerance=None) -> Plan:
         return Plan([(w1, bias1, w2, bias2)], error)
     two = [(slope[None, :], -slope * b1, np.eye(len(change)), None),
            (-np.eye(len(change)), np.ones(len(change)), -delta, rows[0] + delta.sum(axis=0))]
-    return Plan(two, float(_stacked_error(points, rows, two).max(initial=0.0)))
+    return Plan(two, float(_plateau_error(points, rows, two, in_order=True).max(initial=0.0)))
 
 
 class Plan(list):
@@ -1438,51 +1441,38 @@ def _measured(points: np.ndarray, rows: np.ndarray, mlp: tuple, tolerance,
     `tolerance` (per column), its neurons summed as a blocked matrix product does and, where
     that comes within a quarter of the tolerance, one neuron after another too
     (`_summed_in_order`); None where it does not."""
-    error = _plateau_error(points, rows, mlp, perturb)
+    error = _plateau_error(points, rows, [mlp], perturb)
     if np.any(error > tolerance):
         return None
     if not np.all(error <= np.asarray(tolerance) / 4):
-        error = np.maximum(error, _plateau_error(points, rows, mlp, perturb, in_order=True))
+        error = np.maximum(error, _plateau_error(points, rows, [mlp], perturb, in_order=True))
         if np.any(error > tolerance):
             return None
     return float(error.max(initial=0.0))
 
 
-def _plateau_error(points: np.ndarray, rows: np.ndarray, mlp: tuple,
+def _plateau_error(points: np.ndarray, rows: np.ndarray, mlps: list[tuple],
                    perturb: float = PERTURB, in_order: bool = False) -> np.ndarray:
-    """The largest float32 error of a one-MLP table, per column, at its points and at the
-    points moved by `perturb` (relative): what its plateaus give the ops that read them;
-    `in_order`: its neurons summed one after another (`_summed_in_order`)."""
-    w1, b1, w2, b2 = (np.asarray(a, np.float32) for a in mlp)
+    """The largest float32 error of a table (its MLPs one after another), per column, at its
+    points and at the points moved by `perturb` (relative): what its plateaus give the ops
+    that read them; `in_order`: neurons summed one after another (`_summed_in_order`)."""
     worst = np.zeros(rows.shape[1])
     for moved in (points, points * (1 + perturb), points * (1 - perturb)):
         x = np.asarray(moved, np.float32)[:, None]
-        hidden = np.maximum(x @ w1 + b1, np.float32(0))
-        out = (_summed_in_order(hidden, w2) if in_order else hidden @ w2) + b2
-        worst = np.maximum(worst, np.abs(out.astype(np.float64) - rows).max(axis=0))
+        for w1, b1, w2, b2 in mlps:
+            w2 = np.asarray(w2, np.float32)
+            hidden = np.maximum(x @ np.asarray(w1, np.float32) + np.asarray(b1, np.float32),
+                                np.float32(0))
+            x = _summed_in_order(hidden, w2) if in_order else hidden @ w2
+            if b2 is not None:
+                x = x + np.asarray(b2, np.float32)
+        worst = np.maximum(worst, np.abs(x.astype(np.float64) - rows).max(axis=0))
     return worst
 
 
 # Largest hidden x output entries a table's check sums one neuron at a time (above: only as a
 # blocked product)
 SEQUENTIAL_CHECK = 1 << 24
-
-
-def _stacked_error(points: np.ndarray, rows: np.ndarray, mlps: list[tuple],
-                   perturb: float = PERTURB) -> np.ndarray:
-    """`_plateau_error` of MLPs one after another (exact on the plateaus but for the last
-    sums' rounding), each summed one neuron after another where small enough."""
-    worst = np.zeros(rows.shape[1])
-    for moved in (points, points * (1 + perturb), points * (1 - perturb)):
-        x = np.asarray(moved, np.float32)[:, None]
-        for w1, b1, w2, b2 in mlps:
-            hidden = np.maximum(x @ np.asarray(w1, np.float32) + np.asarray(b1, np.float32),
-                                np.float32(0))
-            x = _summed_in_order(hidden, np.asarray(w2, np.float32))
-            if b2 is not None:
-                x = x + np.asarray(b2, np.float32)
-        worst = np.maximum(worst, np.abs(x.astype(np.float64) - rows).max(axis=0))
-    return worst
 
 
 def _summed_in_order(hidden: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -2085,10 +2075,9 @@ def _mean_radius(values, n: int) -> Callable[[float], float] | None:
     0/1: the quotient is RASP's). Each addition rounds by an ulp of its partial sum, which
     for values of one sign is at most the whole sum (m q), else m times the largest |value|;
     twice that, as the bound."""
-    vals = [Fraction(float(v)) for v in set(values)]
+    vals, common = _fractions(values)
     if not vals:
         return None
-    common = math.lcm(*[v.denominator for v in vals])
     largest = max(abs(v) for v in vals)
     if largest * common * n < 2 ** 53:
         return None
@@ -2229,12 +2218,17 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
     return not _selected(selector.inner, kt, qt, k_slot, q_slot)
 
 
+def _fractions(values) -> tuple[list[Fraction], int]:
+    """The distinct values exactly (sorted), and their common denominator."""
+    vals = sorted({Fraction(float(v)) for v in values})
+    return vals, math.lcm(*[v.denominator for v in vals])
+
+
 def _sums(values, n: int) -> tuple[int, Iterator]:
     """(D, per m = 1..n the set of sums of m of `values` with repeats), exactly: the values as
     integers over their common denominator D, a sum s standing for s / D; None (and no more)
     once there are more than MAX_MEANS of them."""
-    vals = sorted({Fraction(float(v)) for v in values})
-    common = math.lcm(*[v.denominator for v in vals])
+    vals, common = _fractions(values)
     ints = [v.numerator * (common // v.denominator) for v in vals]
 
     def per_count():
@@ -2313,11 +2307,12 @@ def _means(values: tuple, n: int, default: float) -> list | None:
 
 def translate(program, vocab, max_seq_len: int, causal: bool = False,
               compiler_bos: Any = "compiler_bos", compiler_pad: Any = "compiler_pad", *,
-              atol: float = ATOL) -> RaspGraph:
+              atol: float | None = None) -> RaspGraph:
     """The tw graph of a RASP program (tracr's arguments: the input vocabulary, the longest
     input, causal or full attention, the BOS and pad tokens; `atol`: how far a numerical
-    output may be from RASP's value, else it is refused)."""
+    output may be from RASP's value, else it is refused; None: ATOL)."""
     _need_tracr()
+    atol = ATOL if atol is None else atol
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     first = _Translator(*args, atol=atol)
     rg = first.build(program)
