@@ -27,7 +27,8 @@ from tw_lowering import compile_rasp_to_model  # noqa: E402
 from tw_lowering.sweep import Sweep  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
-from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
+from twdialect.frontends.rasp import (GAIN, MAX_DIGITS, RaspError, _rank_digits,  # noqa: E402
+                                      translate)
 
 NUMS = {0, 1, 2}
 
@@ -358,6 +359,61 @@ def test_sort_at_length_50_keeps_no_one_hot_of_its_keys():
     model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
     assert model.compiled.machine.d <= 24 and model.stats.n_layers == 3
     check(model, program, sampled(vocab, 50, 12, seed=3))
+
+
+# -- a key's number in digits, where one number asks its tables too much ----------------------
+
+@pytest.mark.parametrize("keys, digits", [(7, 2), (200, 2), (200, 3), (1000, 3)])
+def test_rank_digits_keep_every_other_key_gain_below(keys, digits):
+    rng = np.random.default_rng(keys + digits)
+    rows = np.arange(0, 50, 2)  # the odd queries select nothing
+    chosen = rng.integers(0, keys, size=rows.size)
+    a, b, lift = _rank_digits((50, keys), rows, chosen, digits)
+    assert a.shape == (50, 2 * digits) and b.shape == (keys, 2 * digits)
+    logits = a @ b.T
+    best = logits[rows, chosen]
+    others = logits[rows].copy()
+    others[np.arange(rows.size), chosen] = -np.inf
+    assert np.all(best - others.max(axis=1) >= GAIN - 1e-6)
+    assert np.allclose(lift[rows], best - GAIN) and not lift[1::2].any()
+
+
+def test_a_tabled_query_of_many_positions_is_read_in_digits():
+    # the last token at length 120: the query (length - 1, a table over the length head's
+    # share) as one number asks its table for 4e-6 of its largest row, more than one MLP of
+    # steps keeps, so the head read its one-hot (121 columns in the residual: d 192); its two
+    # digits of radix 11 come from a table beside it
+    from tracr.compiler import lib
+
+    last = rasp.Map(lambda x: x - 1, lib.make_length())
+    program = rasp.Aggregate(rasp.Select(rasp.indices, last, rasp.Comparison.EQ), rasp.tokens)
+    model = compile_rasp_to_model(program, NUMS, 120, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 24 and model.stats.n_layers == 2
+    check(model, program, sampled(NUMS, 120, 12, seed=120), oracle=False)
+
+
+def test_a_noisy_key_of_many_ranks_is_read_in_digits():
+    # sort at length 150: target_pos as one number was read as 151 one-hot keys (d 453, 1.9
+    # million parameters); its digits, from a table beside its own, keep d within 24
+    program, vocab = LIB_PROGRAMS["sort"](150)
+    model = compile_rasp_to_model(program, vocab, 150, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 24 and model.stats.n_layers == 3
+    check(model, program, sampled(vocab, 150, 6, seed=150), oracle=False)
+
+
+def test_a_noisy_key_whose_digits_need_a_deeper_table_is_read_through_its_one_hot():
+    # sort_unique over 200 tokens: target_pos's digits would need a second MLP, so the head
+    # reads them through target_pos's one-hot (its error times the digits is within the
+    # head's tolerance) rather than 201 one-hot key dimensions
+    from tracr.compiler import lib
+
+    vocab = set(range(200))
+    program = lib.make_sort_unique(rasp.tokens, rasp.tokens)
+    model = compile_rasp_to_model(program, vocab, 200, compiler_bos=BOS)
+    assert shape_of(_heads(model.module)[-1].wk)[1] <= 2 * MAX_DIGITS + 1
+    rng = np.random.default_rng(200)
+    check(model, program, [[int(t) for t in rng.permutation(200)[:k]]
+                           for k in (1, 2, 50, 120, 199, 200)], oracle=False)
 
 
 def test_a_one_hot_read_by_a_head_and_by_the_output_stays_exact():

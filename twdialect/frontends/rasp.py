@@ -979,18 +979,12 @@ class _Translator:
             (not k_enc.noisy or shared) and \
             (not width or (_exact(k_enc) and _exact(q_enc))) else None
         bos_error = 1 / (64 * self.max_seq_len) if width else None
-        a, b, lift = _nearest_key(pred, keys_values, bos_weight, bos_error) or \
-            (*_factor(GAIN * pred), None)
-        k_read = None  # a noisy key's number, read within its tolerance
-        if lift is not None and k_enc.noisy:
-            k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy), need_source=True)
-            if k_read is None:  # the table would be deeper: one-hot keys after all
-                a, b, lift = (*_factor(GAIN * pred), None)
+        a, b, lift, k_read, q_read = self._through_number(
+            pred, keys_values, bos_weight, bos_error, k_enc, q_enc, width)
         nk = a.shape[1]
         a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
         # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
-        q_in, q_w, q_bias, q_bos = self._read(q_enc, a, None if width else
-                                              _query_tolerance(b, lift))
+        q_in, q_w, q_bias, q_bos = q_read or self._read(q_enc, a)
         wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
         wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
@@ -1011,6 +1005,64 @@ class _Translator:
             wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
         mask = "causal" if self.causal or prefix else "full"
         return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
+
+    def _through_number(self, pred, keys_values, bos_weight, bos_error, k_enc, q_enc,
+                        width: bool) -> tuple:
+        """(A, B, lift, key read, query read) of a head's logits q A (k B)^T: through the key's
+        number (`_nearest_key`) in the fewest digits whose noisy key and tabled query can be
+        read from their tables' sources within the head's tolerances (a number of many
+        values asks its tables for a precision of 1 / values^2: at 90 ranks, 4e-6 of the
+        largest row, which one MLP of steps cannot keep; its digits ask 1 / radix^2);
+        else the one-digit form reading the query through its one-hot; else a noisy key's
+        digits through its one-hot where the one-hot's error keeps them within tolerance
+        (both keep the one-hot, wide, in the residual); else the keys one-hot (`_factor`: as
+        many head dimensions as key values). A read None is the plain one (`_read` with no
+        tolerance: that of a one-hot)."""
+        candidates = [(d, near) for d in range(1, MAX_DIGITS + 1) if (near := _nearest_key(
+            pred, keys_values, bos_weight, bos_error, d)) is not None]
+        fallback = None
+        for digits, (a, b, lift) in candidates:
+            k_read = None
+            if k_enc.noisy:
+                k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy, digits),
+                                    need_source=True)
+                if k_read is None:  # its table would be deeper
+                    continue
+            aq = np.hstack([a, lift[:, None]])
+            tolerance = None if width else _query_tolerance(b, lift, digits)
+            q_read = self._read(q_enc, aq, tolerance, need_source=True)
+            if q_read is not None or not self._narrows(q_enc, aq):
+                return a, b, lift, k_read, q_read
+            if digits == 1:  # through the query's one-hot
+                fallback = a, b, lift, k_read, self._read(q_enc, aq, tolerance)
+            elif k_read is not None:
+                self._erase(k_read[0].owner)
+        if fallback is not None:
+            return fallback
+        for digits, (a, b, lift) in candidates if k_enc.noisy else ():
+            k_read = self._through_one_hot(k_enc, b, _key_tolerance(b, q_enc.noisy, digits))
+            if k_read is not None:
+                aq = np.hstack([a, lift[:, None]])
+                tolerance = None if width else _query_tolerance(b, lift, digits)
+                return a, b, lift, k_read, self._read(q_enc, aq, tolerance)
+        return (*_factor(GAIN * pred), None, None, None)
+
+    def _through_one_hot(self, enc: Encoded, mat: np.ndarray, tolerance) -> tuple | None:
+        """`_read`'s (x, W, bias, at_bos) of `mat` of a tabled one-hot, read through the
+        one-hot itself where its table's float32 error times mat stays within `tolerance`
+        per column (`_read_error`'s bound); else None."""
+        x, m, bias = _through_linear(enc.value)
+        error = self.table_errors.get(x)
+        through = m @ mat
+        if error is None or np.any(error * np.abs(through).sum(axis=0) > tolerance):
+            return None
+        return x, through, bias @ mat, enc.bos @ mat
+
+    def _narrows(self, enc: Encoded, mat: np.ndarray) -> bool:
+        """Whether reading `mat` of a one-hot needs fewer columns than the one-hot has (so a
+        read from its source could leave the one-hot out of the residual)."""
+        x, m, _ = _through_linear(enc.value)
+        return mat.shape[1] < width_of(x)
 
     def _read(self, enc: Encoded, mat: np.ndarray, tolerance=None,
               need_source: bool = False) -> tuple | None:
@@ -1683,18 +1735,21 @@ def _affine(points: np.ndarray, rows: np.ndarray) -> tuple[float, float] | None:
     return float(slope), float(intercept)
 
 
-def _query_tolerance(b: np.ndarray, lift: np.ndarray | None) -> np.ndarray | None:
-    """Per column of a query's features (s 2t | -s | lift), the float32 error a head through
-    the key's number accepts from its query's table: errors e0, e1, e2 move a key k's logit
-    by e0 k + e1 k^2 and BOS's by e2, so with K the largest |k| and e0 <= GAIN / (12 K),
-    e1 <= GAIN / (12 K^2), e2 <= GAIN / 12 the selected keys stay at least GAIN / 4 above
-    BOS (and further above every other key value, whose gap grows as (k - t)^2). Every
-    selected key holds one value, so an error moves them all alike. None (the one-hot's
-    own, CLEAN) where the head is not through the key's number."""
+def _query_tolerance(b: np.ndarray, lift: np.ndarray | None,
+                     digits: int = 1) -> np.ndarray | None:
+    """Per column of a query's features (s 2t | -s per digit, then lift), the float32 error
+    a head through the key's number accepts from its query's table: errors e0, e1, e2 move
+    a key k's logit by e0 k + e1 k^2 per digit and BOS's by e2, so with K the largest |k|
+    (of a digit), D the digits and e0 <= GAIN / (12 D K), e1 <= GAIN / (12 D K^2),
+    e2 <= GAIN / 12 the selected keys stay at least GAIN / 4 above BOS (and further above
+    every other key value, whose gap grows as (k - t)^2). Every selected key holds one
+    value, so an error moves them all alike. None (the one-hot's own, CLEAN) where the
+    head is not through the key's number."""
     if lift is None:
         return None
-    big = max(1.0, float(np.abs(b[:, 0]).max()))
-    return GAIN / 12 * np.array([1 / big, 1 / big ** 2, 1.0])
+    big = max(1.0, float(np.abs(b[:, 0::2]).max()))
+    per_digit = [1 / (digits * big), 1 / (digits * big ** 2)]
+    return GAIN / 12 * np.array(per_digit * digits + [1.0])
 
 
 def _one_hot_rows(outs: list, space: list, width: int) -> np.ndarray:
@@ -1707,18 +1762,22 @@ def _one_hot_rows(outs: list, space: list, width: int) -> np.ndarray:
     return rows
 
 
-def _key_tolerance(b: np.ndarray, noisy_query: bool) -> np.ndarray:
-    """Per column of a noisy key's features (k, k^2) read from a table, the float32 error a
-    head through the key's number accepts: with g the least gap between key values and K the
-    largest |k|, each query's scale is at most GAIN / g^2 and its features (2 t s, -s) have
-    |t| <= K, so errors e1 <= g^2 / (4 K) budget, e2 <= g^2 / 2 budget move a logit by at
-    most GAIN budget: GAIN / 8 beside an exact query (selected keys stay 3 GAIN / 8 above
-    BOS), GAIN / 96 beside a noisy one (`_query_tolerance` leaves it GAIN / 4)."""
-    k = np.unique(b[:, 0])
-    big = max(1.0, float(np.abs(k).max()))
-    gap = float(np.diff(k).min()) if k.size > 1 else 1.0
-    budget = 1 / 96 if noisy_query else 1 / 8
-    return np.array([gap ** 2 / (4 * big) * budget, gap ** 2 / 2 * budget])
+def _key_tolerance(b: np.ndarray, noisy_query: bool, digits: int = 1) -> np.ndarray:
+    """Per column of a noisy key's features (k, k^2 per digit) read from a table, the float32
+    error a head through the key's number accepts: with g the least gap between a digit's
+    values, K its largest |value| and D the digits, each query's scale is at most GAIN / g^2
+    and its features (2 t s, -s) have |t| <= K, so errors e1 <= g^2 / (4 K D) budget,
+    e2 <= g^2 / (2 D) budget move a logit by at most GAIN budget: GAIN / 8 beside an exact
+    query (selected keys stay 3 GAIN / 8 above BOS), GAIN / 96 beside a noisy one
+    (`_query_tolerance` leaves it GAIN / 4)."""
+    budget = (1 / 96 if noisy_query else 1 / 8) / digits
+    out = []
+    for i in range(digits):
+        k = np.unique(b[:, 2 * i])
+        big = max(1.0, float(np.abs(k).max()))
+        gap = float(np.diff(k).min()) if k.size > 1 else 1.0
+        out += [gap ** 2 / (4 * big) * budget, gap ** 2 / 2 * budget]
+    return np.array(out)
 
 
 def _ranked(a):
@@ -1742,6 +1801,9 @@ def _ordered_by(selector):
 # Largest logit (in GAIN units) a head through the key's number may reach: its float32
 # rounding must stay far below the gap between selected and unselected keys.
 MAX_NEAREST_LOGIT = 1e5
+# Most digits a key's rank is read in through its number (`_nearest_key`): each digit costs a
+# head two dimensions; three keep 10^4 ranks' tables to a precision of about 1 / 500.
+MAX_DIGITS = 3
 
 
 def _exact(enc: Encoded) -> bool:
@@ -1754,7 +1816,7 @@ def _exact(enc: Encoded) -> bool:
 
 
 def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
-                 bos_error: float | None = None):
+                 bos_error: float | None = None, digits: int = 1):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
     and the keys (numbers, or the ranks of other values) are never None and not noisy (one
     value must give the same logit at every position: its keys share the softmax evenly):
@@ -1767,6 +1829,11 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
     place beside a selected key in the one-hot form. None where this does not apply or is
     not narrower.
 
+    `digits` > 1: the key's rank r in that many digits of radix R (the least with
+    R^digits >= the key values), logits GAIN sum_i (2 t_i r_i - r_i^2), two dimensions a
+    digit: every digit that differs costs GAIN, and a table giving a noisy key's digits (or
+    a query's) needs a precision of about 1 / R^2 of its largest row, not 1 / values^2.
+
     `bos_error` (a SelectorWidth's head, which reads BOS's share of the softmax, not only
     which keys win): how far float32 may move BOS's logit from the selected keys'. Where
     BOS's logit s t^2 - GAIN + bos_weight GAIN is too large for that (4 roundings), the
@@ -1774,38 +1841,66 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
     -s t^2), so a selected key's logit is 0 and BOS's lift -GAIN is small; only where every
     weight is a whole number and every logit below 2^24, so float32 computes them exactly
     (26 tokens at length 50: BOS's logit near 10^5, its rounding 0.004, moved the share past
-    the width table's plateaus)."""
-    if key_values is None or pred.shape[1] < 3:
+    the width table's plateaus). One digit only."""
+    if key_values is None or pred.shape[1] < 3 or (digits > 1 and bos_error is not None):
         return None
     if np.any(pred.sum(axis=1) > 1) or not np.all((pred == 0) | (pred == 1)):
         return None
-    numbers = all(_is_number(v) for v in key_values)  # other values: their ranks
-    k = np.array([float(v) for v in key_values] if numbers else range(len(key_values)), float)
     rows = np.flatnonzero(pred.sum(axis=1))  # queries that select a value, and which
-    t = np.array([k[int(np.flatnonzero(pred[row])[0])] for row in rows])
-    gaps = np.abs(k[None, :] - t[:, None])
-    gaps[gaps == 0] = np.inf  # (the selected value itself)
-    if np.any(np.sum(k[None, :] == t[:, None], axis=1) > 1):
-        return None  # two keys of one number
-    scale = GAIN / gaps.min(axis=1, initial=np.inf) ** 2
-    lift = np.zeros(pred.shape[0])
-    lift[rows] = scale * t ** 2 - GAIN
-    centred = bos_error is not None and \
-        float(np.abs(lift[rows] + bos_weight * GAIN).max(initial=0.0)) * 2.0 ** -22 > bos_error
-    a = np.zeros((pred.shape[0], 3))
-    a[rows] = scale[:, None] * np.stack([2 * t, -np.ones_like(t), -t ** 2], axis=1)
-    b = np.stack([k, k * k, np.ones_like(k)], axis=1)
-    if centred:
-        lift[rows] = -GAIN
+    chosen = np.array([int(np.flatnonzero(pred[row])[0]) for row in rows], dtype=int)
+    if digits > 1:
+        a, b, lift = _rank_digits(pred.shape, rows, chosen, digits)
+        centred = False
     else:
-        a, b = a[:, :2], b[:, :2]
+        numbers = all(_is_number(v) for v in key_values)  # other values: their ranks
+        k = np.array([float(v) for v in key_values] if numbers else range(len(key_values)),
+                     float)
+        t = k[chosen]
+        gaps = np.abs(k[None, :] - t[:, None])
+        gaps[gaps == 0] = np.inf  # (the selected value itself)
+        if np.any(np.sum(k[None, :] == t[:, None], axis=1) > 1):
+            return None  # two keys of one number
+        scale = GAIN / gaps.min(axis=1, initial=np.inf) ** 2
+        lift = np.zeros(pred.shape[0])
+        lift[rows] = scale * t ** 2 - GAIN
+        centred = bos_error is not None and \
+            float(np.abs(lift[rows] + bos_weight * GAIN).max(initial=0.0)) * 2.0 ** -22 > \
+            bos_error
+        a = np.zeros((pred.shape[0], 3))
+        a[rows] = scale[:, None] * np.stack([2 * t, -np.ones_like(t), -t ** 2], axis=1)
+        b = np.stack([k, k * k, np.ones_like(k)], axis=1)
+        if centred:
+            lift[rows] = -GAIN
+        else:
+            a, b = a[:, :2], b[:, :2]
     largest = (np.abs(a) @ np.abs(b).T).max()
     if largest > MAX_NEAREST_LOGIT * GAIN:
         return None
     if centred and (largest >= 2 ** 24 or np.any(a != np.round(a)) or np.any(b != np.round(b))):
         return None
-    if min(len(_distinct_rows(pred)[0]), len(_distinct_rows(pred.T)[0])) <= 2:
+    if min(len(_distinct_rows(pred)[0]), len(_distinct_rows(pred.T)[0])) <= 2 * digits:
         return None  # the one-hot form is as narrow
+    return a, b, lift
+
+
+def _rank_digits(shape: tuple[int, int], rows: np.ndarray, chosen: np.ndarray,
+                 digits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_nearest_key`'s (A, B, lift) over the keys' ranks in `digits` digits: B's columns
+    (r_i, r_i^2) per digit, A's rows GAIN (2 t_i, -1) for the query rows that select rank t
+    (`chosen`), lift GAIN (sum t_i^2 - 1) there."""
+    queries, keys = shape
+    radix = 2
+    while radix ** digits < keys:
+        radix += 1
+    place = radix ** np.arange(digits)
+    r = (np.arange(keys)[:, None] // place[None, :]) % radix  # keys x digits
+    t = r[chosen].astype(float)
+    b = np.empty((keys, 2 * digits))
+    b[:, 0::2], b[:, 1::2] = r, r * r
+    a = np.zeros((queries, 2 * digits))
+    a[rows, 0::2], a[rows, 1::2] = 2 * GAIN * t, -GAIN
+    lift = np.zeros(queries)
+    lift[rows] = GAIN * ((t * t).sum(axis=1) - 1)
     return a, b, lift
 
 
