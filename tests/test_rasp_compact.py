@@ -522,6 +522,37 @@ def test_output_code_refused_where_float32_cannot_tell_codes_apart():
     assert list(close[0]) == [1.0, 2.0, 3.0] and close[1] is None
 
 
+def test_output_that_cannot_mix_is_decoded_as_the_nearest_code():
+    from twdialect.frontends.rasp import output_codes
+
+    codes, shift, tol = output_codes([0, 1, 2], 200, mixes=False)
+    assert list(codes) == [1.0, 2.0, 3.0] and shift is None and tol == 1 / 4
+
+
+@pytest.mark.parametrize("name", ["hist", "count"])
+def test_a_width_output_at_length_200_is_one_coded_column(name):
+    # codes read within a quarter gap over n + 1 (room for a mix) asked its table for 6e-6 of
+    # its largest code at length 200: no MLP kept that, so the output was the 201-column
+    # one-hot (d 204); a width is never a mix, so a quarter gap does
+    program, vocab = LIB_PROGRAMS[name](200)
+    model = compile_rasp_to_model(program, vocab, 200, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 8 and _output_width(model) == 1
+    assert model.rasp_graph.code_shift is None
+    values = sorted(vocab)
+    check(model, program, [[values[0]] * k for k in (1, 2, 99, 199, 200)] +
+          sampled(vocab, 200, 6, seed=200), oracle=False)
+
+
+@pytest.mark.parametrize("f", [lambda x: x + 1, lambda x: 2 * x])
+def test_a_map_of_a_mix_keeps_the_mix_decoding(f):
+    # Aggregate's mix of 0, 1 and 2 through a linear Map is the map of their mean, decoded
+    # off its code by the shift
+    mix = rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE),
+                         rasp.tokens)
+    model = _compiled_exactly(rasp.Map(f, mix), NUMS, 4)
+    assert model.rasp_graph.code_shift is not None
+
+
 def test_selector_width_output_reads_a_line_through_its_points():
     # one neuron where the slope changes, not two a step
     program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE))

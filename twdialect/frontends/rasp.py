@@ -320,7 +320,8 @@ class _Translator:
             if out.numerical:
                 out = self._refolded(out)
                 self.check_output(program, out)
-            code = None if out.numerical else output_codes(out.space, self.max_seq_len)
+            code = None if out.numerical else output_codes(
+                out.space, self.max_seq_len, mixes=_may_mix(program))
             coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
             if coded is not None:
                 self._erase(out.value.owner)
@@ -1921,28 +1922,51 @@ def _factor(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 CODE_NOISE = 1e-5
 
 
-def output_codes(space: list, max_seq_len: int) -> tuple | None:
+def output_codes(space: list, max_seq_len: int, mixes: bool = True) -> tuple | None:
     """A categorical output's codes (all >= 1: 0 is None), their shift and decoding's
     tolerance; None where a one-hot is better (fewer than two values) or codes would not
     survive float32. Number values are coded as themselves shifted by 1 - their least where
     that is below 1, so a mix (a categorical Aggregate over different numbers) is their mean
     shifted alike; other values, or numbers too close together, by rank 1, 2, ... (shift
     None). Tolerance: a quarter of the smallest gap over n + 1, since a mean of at most n
-    codes sits on a code or (integer codes) at least gap / n off it."""
+    codes sits on a code or (integer codes) at least gap / n off it; a quarter of the gap
+    where the output cannot be a mix (`mixes` False: `_may_mix`), decoded as the
+    nearest code (shift None): at length 200 a width's 201 codes then fit one MLP, not 201
+    one-hot columns."""
     if len(space) < 2:
         return None
     candidates = []
     if all(_is_number(v) for v in space):
         numbers = np.array([float(v) for v in space])
         shift = max(0.0, 1.0 - float(numbers.min()))
-        candidates.append((numbers + shift, shift))
+        candidates.append((numbers + shift, shift if mixes else None))
     candidates.append((np.arange(1.0, len(space) + 1.0), None))
     for codes, shift in candidates:
         gap = float(np.diff(np.sort(np.concatenate([[0.0], codes]))).min())
-        tolerance = gap / (4 * (max_seq_len + 1))
+        tolerance = gap / (4 * (max_seq_len + 1)) if mixes else gap / 4
         if CODE_NOISE * float(codes.max()) <= tolerance:
             return codes, shift, tolerance
     return None
+
+
+def _may_mix(expr) -> bool:
+    """Whether a categorical SOp's value may be a mix (a categorical Aggregate over keys of
+    different numbers, which RASP's evaluator averages), or a map of one: an Aggregate
+    reached through Maps and SequenceMaps (a SelectorWidth, tokens, indices or a constant
+    is always one value)."""
+    stack, seen = [expr], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, rasp.Aggregate):
+            return True
+        if isinstance(e, rasp.Map):
+            stack.append(e.inner)
+        elif isinstance(e, rasp.SequenceMap):
+            stack.extend([e.fst, e.snd])
+    return False
 
 
 def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
