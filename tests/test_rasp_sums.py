@@ -62,3 +62,17 @@ def test_sum_of_means(seed):
     values = sorted(vocab)
     check_against_rasp(model, program, [[rng.choice(values) for _ in range(rng.randint(1, n))]
                                         for _ in range(20)], causal, seed)
+
+
+def test_a_map_of_pair_balance_at_length_150():
+    # opens - closes over prefixes of up to 150 keys: some 1.2 million pairs of means (the
+    # value-set bound was a million pairs: refused), 2 m + 1 distinct differences a length m
+    from tracr.compiler import lib
+
+    vocab = {"(", ")", "a"}
+    program = rasp.Map(lambda b: b < 0, lib.make_pair_balance(rasp.tokens, "(", ")"))
+    model = compile_rasp_to_model(program, vocab, 150, compiler_bos="BOS")
+    rng = random.Random(150)
+    xs = [[rng.choice(["(", ")", ")", "a"]) for _ in range(rng.randint(100, 150))]
+          for _ in range(6)]
+    check_against_rasp(model, program, xs, False, "pair_balance at 150")

@@ -92,6 +92,9 @@ ATOL = 1e-4
 # Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
 # is enumerated for a table.
 MAX_MEANS = 1_000_000
+# Most pairs of sums `_means_of_sum` combines (some n^3 / 3 for two 0/1 means: length 370),
+# each mean pair one float; their distinct values are again at most MAX_MEANS.
+MAX_MEAN_PAIRS = 1 << 24
 
 
 class RaspError(TwError):
@@ -827,7 +830,8 @@ class _Translator:
         over one selector: f of the means of the same number m of keys, each mean as RASP
         gives it (the sum's exact quotient, rounded once; f in float64 as RASP computes it),
         some n^3 pairs where x's and y's value sets make some n^4 (a million at length 50);
-        None where it does not apply or there are more than MAX_MEANS pairs."""
+        None where it does not apply, or there are more than MAX_MEAN_PAIRS pairs or
+        MAX_MEANS values."""
         if not self._same_means(expr):
             return None
         x, y = expr.fst, expr.snd
@@ -837,16 +841,19 @@ class _Translator:
         a, b = float(expr.fst_fac), float(expr.snd_fac)  # (f is a x + b y: as numpy's)
         out = [np.array([a * self._default(x) + b * self._default(y)])]
         (dx, x_sums), (dy, y_sums) = _sums(us, self.max_seq_len), _sums(vs, self.max_seq_len)
-        pairs = 0
+        pairs = distinct = 0
         for m, (xs, ys) in enumerate(zip(x_sums, y_sums), start=1):
             if xs is None or ys is None:
                 return None
             pairs += len(xs) * len(ys)
-            if pairs > MAX_MEANS:
+            if pairs > MAX_MEAN_PAIRS:
                 return None
             mx = np.array([sx / (m * dx) for sx in xs])
             my = np.array([sy / (m * dy) for sy in ys])
-            out.append((a * mx[:, None] + b * my[None, :]).ravel())
+            out.append(np.unique(a * mx[:, None] + b * my[None, :]))
+            distinct += out[-1].size
+            if distinct > MAX_MEANS:
+                return None
         sums = np.unique(np.concatenate(out)).tolist()
         # (RASP's means may sit a little off the quotients where their sums round)
         rx, ry = (_mean_radius(values, self.max_seq_len) for values in (us, vs))
@@ -1014,7 +1021,7 @@ class _Translator:
         read from their tables' sources within the head's tolerances (a number of many
         values asks its tables for a precision of 1 / values^2: at 90 ranks, 4e-6 of the
         largest row, which one MLP of steps cannot keep; its digits ask 1 / radix^2);
-        else the one-digit form reading the query through its one-hot; else a noisy key's
+        else the fewest digits reading the query through its one-hot; else a noisy key's
         digits through its one-hot where the one-hot's error keeps them within tolerance
         (both keep the one-hot, wide, in the residual); else the keys one-hot (`_factor`: as
         many head dimensions as key values). A read None is the plain one (`_read` with no
@@ -1034,7 +1041,7 @@ class _Translator:
             q_read = self._read(q_enc, aq, tolerance, need_source=True)
             if q_read is not None or not self._narrows(q_enc, aq):
                 return a, b, lift, k_read, q_read
-            if digits == 1:  # through the query's one-hot
+            if fallback is None:  # the fewest digits, through the query's one-hot
                 fallback = a, b, lift, k_read, self._read(q_enc, aq, tolerance)
             elif k_read is not None:
                 self._erase(k_read[0].owner)
