@@ -478,6 +478,25 @@ def test_a_sequence_map_over_too_many_pairs_is_named():
         translate(program, set(range(1400)), 50, compiler_bos=BOS)
 
 
+def test_too_many_pairs_are_refused_before_the_function_runs_on_them():
+    # 1,100 tokens x 1,000 positions: the function ran on all 1.1 million pairs (as a sum's
+    # table, then as the pair table) before the pair table was refused; a length-100 fuzz
+    # program over a mean's values ran for minutes and 4 GB
+    calls = []
+
+    def f(x, y):
+        calls.append(1)
+        return x * y
+
+    program = rasp.numerical(rasp.SequenceMap(f, rasp.numerical(rasp.Map(lambda t: t,
+                                                                          rasp.tokens)),
+                                              rasp.numerical(rasp.Map(lambda i: i,
+                                                                      rasp.indices))))
+    with pytest.raises(RaspError, match="value pairs, more than the 65536 a table"):
+        translate(program, set(range(1100)), 1000, compiler_bos=BOS)
+    assert len(calls) < 1000
+
+
 def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkeypatch):
     # make_nary_sequencemap's tuples of three (|X| |Y| |Z| values, 5,000 for 10 tokens at
     # length 50) are read by one Map: f's pair table goes straight to f's values (checked

@@ -76,6 +76,9 @@ MAX_TABLE = 4096
 # tracr's), and the most weights its MLP may hold (64 MiB of float32).
 MAX_PAIRS = 1 << 16
 MAX_PAIR_WEIGHTS = 1 << 24
+# Most value pairs a SequenceMap is asked whether it is a function of a x + b y (its function
+# run on every pair: some seconds at this many).
+MAX_SUM_PAIRS = 1 << 20
 # A table in one MLP may stray this far (relative to its largest row) in float32; a steeper one
 # takes two MLPs, exact on its plateaus.
 CLEAN = 2e-6
@@ -784,6 +787,7 @@ class _Translator:
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
         if not a.space or not b.space:  # RASP's SequenceMap of a None is None
             return self.nowhere(rasp.is_numerical(expr))
+        self._check_pairs(expr, len(a.space) * len(b.space), "value pairs")
         outs = [_apply(expr.f, x, y) for x, y in itertools.product(a.space, b.space)]
         if len(outs) > MAX_TABLE:
             return self._combo_table(expr, [a, b], outs)
@@ -871,6 +875,8 @@ class _Translator:
         such s is cheaper, or an input may be None (a number cannot carry it)."""
         if fst.maybe_none or snd.maybe_none or fst.space is None or snd.space is None:
             return None
+        if len(fst.space) * len(snd.space) > MAX_SUM_PAIRS:
+            return None  # (the pair table is refused for its size)
         if not all(_is_number(v) for v in [*fst.space, *snd.space]):
             return None
 
@@ -909,9 +915,7 @@ class _Translator:
         sizes = [len(p.space) for p in parts]
         n = math.prod(sizes)
         what = "value pairs" if len(parts) == 2 else "value tuples"
-        if n > MAX_PAIRS:
-            raise RaspError(f"{_label(expr)}: {n} {what}, more than the {MAX_PAIRS} a table "
-                            "of them may hold")
+        self._check_pairs(expr, n, what)
         space, rows = self._rows(expr, outs)
         if n * (sum(sizes) + rows.shape[1]) > MAX_PAIR_WEIGHTS:
             raise RaspError(f"{_label(expr)}: a table of {n} {what} to {rows.shape[1]} "
@@ -921,6 +925,14 @@ class _Translator:
         none = any(p.maybe_none for p in parts) or any(o is _NONE for o in outs)
         return self.encoded(h, rasp.is_numerical(expr), space, none,
                             noisy=any(p.noisy for p in parts))
+
+    @staticmethod
+    def _check_pairs(expr, n: int, what: str) -> None:
+        """Refuse a table over more than MAX_PAIRS value pairs (or tuples), before its
+        function runs on every one."""
+        if n > MAX_PAIRS:
+            raise RaspError(f"{_label(expr)}: {n} {what}, more than the {MAX_PAIRS} a table "
+                            "of them may hold")
 
     def joint(self, parts: list[Encoded], expr) -> tuple[Encoded, list[tuple]]:
         """One-hot over the tuples of several categorical values: one neuron per tuple,
@@ -1026,10 +1038,15 @@ class _Translator:
         (both keep the one-hot, wide, in the residual); else the keys one-hot (`_factor`: as
         many head dimensions as key values). A read None is the plain one (`_read` with no
         tolerance: that of a one-hot)."""
-        candidates = [(d, near) for d in range(1, MAX_DIGITS + 1) if (near := _nearest_key(
-            pred, keys_values, bos_weight, bos_error, d)) is not None]
+        @functools.cache
+        def near(digits: int):  # (asked again by the second loop)
+            return _nearest_key(pred, keys_values, bos_weight, bos_error, digits)
+
+        def candidates():  # (digits, (A, B, lift)), fewest digits first
+            return ((d, near(d)) for d in range(1, MAX_DIGITS + 1) if near(d) is not None)
+
         fallback = None
-        for digits, (a, b, lift) in candidates:
+        for digits, (a, b, lift) in candidates():
             k_read = None
             if k_enc.noisy:
                 k_read = self._read(k_enc, b, _key_tolerance(b, q_enc.noisy, digits),
@@ -1047,7 +1064,7 @@ class _Translator:
                 self._erase(k_read[0].owner)
         if fallback is not None:
             return fallback
-        for digits, (a, b, lift) in candidates if k_enc.noisy else ():
+        for digits, (a, b, lift) in candidates() if k_enc.noisy else ():
             k_read = self._through_one_hot(k_enc, b, _key_tolerance(b, q_enc.noisy, digits))
             if k_read is not None:
                 aq = np.hstack([a, lift[:, None]])
