@@ -18,6 +18,8 @@ executing that source, so a failure prints a program that can be pasted and reru
     pytest tests/test_rasp_fuzz.py --runslow       # and a sweep of 500 more
     python tests/test_rasp_fuzz.py 0 500           # a campaign: seeds 0..499, failures
                                                    # minimized and summarized
+    python tests/test_rasp_fuzz.py 0 150 --length 100   # the same programs at length 100,
+                                                   # on sampled inputs
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import re
 import sys
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import pytest
@@ -70,6 +72,14 @@ def agrees(got, want) -> bool:
     if isinstance(got, float) and isinstance(want, (int, float)):
         return abs(got - float(want)) < 1e-4
     return got == want
+
+
+def sampled_inputs(vocab, longest: int, k: int, seed: int) -> list[list]:
+    """k random inputs of lengths 1..longest, and two of length `longest`."""
+    rng = random.Random(seed)
+    vals = sorted(vocab, key=str)
+    lengths = [rng.randint(1, longest) for _ in range(k)] + [longest, longest]
+    return [[rng.choice(vals) for _ in range(m)] for m in lengths]
 
 
 def all_inputs(vocab, longest: int) -> list[list]:
@@ -656,9 +666,11 @@ def _limitation(message: str) -> str | None:
 
 
 def run_program(prog: Program, root: str | None = None, max_seq_len: int | None = None,
-                oracle_sample: int = 24) -> Outcome:
+                oracle_sample: int = 24, samples: int | None = None) -> Outcome:
     """Compile `prog` (or its expression `root`) and compare it with rasp.evaluate on every
-    input, and the oracle on a sample (and on every input the compiled model gets wrong)."""
+    input (`samples`: that many random ones of lengths 1..n and two of length n, for lengths
+    where every input is too many), and the oracle on a sample (and on every input the
+    compiled model gets wrong)."""
     n = max_seq_len or prog.max_seq_len
     program = prog.build(root)
     try:
@@ -670,7 +682,8 @@ def run_program(prog: Program, root: str | None = None, max_seq_len: int | None 
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", f"compile: {type(e).__name__}: {e}",
                        example=(None, None, None, traceback.format_exc(limit=-3)))
-    inputs = all_inputs(prog.vocab, n)
+    inputs = all_inputs(prog.vocab, n) if samples is None else \
+        sampled_inputs(prog.vocab, n, samples, prog.seed)
     cache: dict = {}
     try:
         outs = model.apply_batch([[BOS, *x] for x in inputs])
@@ -764,6 +777,14 @@ def test_random_program_sweep(seed):
     _check(seed)
 
 
+def test_campaign_at_a_longer_length_checks_sampled_inputs(capsys):
+    main(["1", "4", "--length", "9", "--samples", "3"])
+    out = capsys.readouterr().out
+    assert "programs: 3" in out
+    checked = int(re.search(r"inputs checked: (\d+)", out).group(1))
+    assert 0 < checked <= 3 * 5  # three sampled inputs and two of length 9 a program
+
+
 def test_generator_is_deterministic():
     assert generate(7).source() == generate(7).source()
     assert generate(7).source() != generate(8).source()
@@ -771,15 +792,20 @@ def test_generator_is_deterministic():
 
 # -- the campaign -------------------------------------------------------------------------------
 
-def campaign(seeds) -> None:
+def campaign(seeds, length: int | None = None, samples: int = 12) -> None:
+    """Each seed's program compiled and checked; `length`: at that max_seq_len instead of the
+    seed's, on `samples` random inputs and two of that length (failures printed, not
+    minimized: a smaller length would check every input)."""
     counts: Counter = Counter()
     refusals: Counter = Counter()
     inputs = 0
     failures: dict[str, list] = {}
     for seed in seeds:
         prog = generate(seed)
+        if length is not None:
+            prog = replace(prog, max_seq_len=length)
         try:
-            out = run_program(prog)
+            out = run_program(prog, samples=None if length is None else samples)
         except Exception as e:  # noqa: BLE001 - the harness itself
             out = Outcome("crash", f"harness: {type(e).__name__}: {e}")
         counts[out.status] += 1
@@ -791,7 +817,9 @@ def campaign(seeds) -> None:
         sig = signature(out)
         failures.setdefault(sig, []).append(seed)
         print(f"seed {seed}: {sig}", flush=True)
-        if len(failures[sig]) <= 3:
+        if length is not None:
+            print(describe(prog, out), "\n", flush=True)
+        elif len(failures[sig]) <= 3:
             root, n, small = minimize(prog, out)
             print(describe(prog, small, root, n), "\n", flush=True)
     print("\nprograms:", sum(counts.values()), dict(counts), "inputs checked:", inputs)
@@ -800,6 +828,19 @@ def campaign(seeds) -> None:
         print(f"{len(ss):4d}  {sig}  seeds {ss[:12]}")
 
 
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="A fuzz campaign over seeds lo..hi-1.")
+    ap.add_argument("lo", type=int)
+    ap.add_argument("hi", type=int)
+    ap.add_argument("--length", type=int, help="compile every program at this max_seq_len "
+                    "and check sampled inputs (default: the seed's length, every input)")
+    ap.add_argument("--samples", type=int, default=12, help="random inputs a program with "
+                    "--length (default 12, and two of that length)")
+    args = ap.parse_args(argv)
+    campaign(range(args.lo, args.hi), args.length, args.samples)
+
+
 if __name__ == "__main__":
-    lo, hi = (int(a) for a in sys.argv[1:3])
-    campaign(range(lo, hi))
+    main()

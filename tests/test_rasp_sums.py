@@ -76,3 +76,19 @@ def test_a_map_of_pair_balance_at_length_150():
     xs = [[rng.choice(["(", ")", ")", "a"]) for _ in range(rng.randint(100, 150))]
           for _ in range(6)]
     check_against_rasp(model, program, xs, False, "pair_balance at 150")
+
+
+@pytest.mark.parametrize("values", [[0.5, 1.25, 3.0], [-2.0, 0.1, 7.0, 7.5], [2.0 ** 61, 1.0]])
+def test_sums_of_m_values_are_every_multiset_sum(values):
+    # int64 sums through numpy where every sum fits, Python's integers where not (the last)
+    import itertools
+    from fractions import Fraction
+
+    from twdialect.frontends.rasp import _sums
+
+    common, per_count = _sums(values, 4)
+    for m, sums in enumerate(per_count, start=1):
+        want = {sum(c, Fraction(0)) for c in itertools.combinations_with_replacement(
+            [Fraction(v) for v in values], m)}
+        assert {Fraction(s, common) for s in sums} == want
+        assert len(list(sums)) == len(want)

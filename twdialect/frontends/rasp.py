@@ -98,6 +98,9 @@ MAX_MEANS = 1_000_000
 # Most pairs of sums `_means_of_sum` combines (some n^3 / 3 for two 0/1 means: length 370),
 # each mean pair one float; their distinct values are again at most MAX_MEANS.
 MAX_MEAN_PAIRS = 1 << 24
+# Most additions `_sums` spends on one more key's sums (the sums so far times the values: a
+# second or two of numpy at this many).
+MAX_SUM_WORK = 1 << 26
 
 
 class RaspError(TwError):
@@ -2368,15 +2371,33 @@ def _fractions(values) -> tuple[list[Fraction], int]:
 
 
 def _sums(values, n: int) -> tuple[int, Iterator]:
-    """(D, per m = 1..n the set of sums of m of `values` with repeats), exactly: the values as
+    """(D, per m = 1..n the distinct sums of m of `values` with repeats), exactly: the values as
     integers over their common denominator D, a sum s standing for s / D; None (and no more)
-    once there are more than MAX_MEANS of them."""
+    once there are more than MAX_MEANS of them, or the next set would take more than
+    MAX_SUM_WORK additions."""
     vals, common = _fractions(values)
     ints = [v.numerator * (common // v.denominator) for v in vals]
 
     def per_count():
+        if max(map(abs, ints), default=0) * n < 1 << 62:  # int64 holds every sum: numpy's
+            steps = np.array(sorted(set(ints)), dtype=np.int64)
+            sums = np.zeros(1, dtype=np.int64)
+            for _ in range(n):
+                if sums.size * steps.size > MAX_SUM_WORK:
+                    yield None
+                    return
+                sums = np.sort((sums[:, None] + steps[None, :]).ravel())
+                sums = sums[np.concatenate([[True], sums[1:] != sums[:-1]])]
+                if sums.size > MAX_MEANS:
+                    yield None
+                    return
+                yield sums.tolist()
+            return
         sums = {0}
         for _ in range(n):
+            if len(sums) * len(ints) > MAX_SUM_WORK:
+                yield None
+                return
             sums = {t + v for t in sums for v in ints}
             if len(sums) > MAX_MEANS:
                 yield None
