@@ -526,7 +526,12 @@ def test_output_that_cannot_mix_is_decoded_as_the_nearest_code():
     from twdialect.frontends.rasp import output_codes
 
     codes, shift, tol = output_codes([0, 1, 2], 200, mixes=False)
-    assert list(codes) == [1.0, 2.0, 3.0] and shift is None and tol == 1 / 4
+    assert list(codes) == [1.0, 2.0, 3.0] and shift is None and tol == 1 / (4 * 201)
+    # 201 numbers: their own codes would need 1 / 804 (float32 keeps 2e-3 of 201); ranks
+    # need a quarter gap where no mix is possible, not a quarter gap over n + 1
+    codes, shift, tol = output_codes(list(range(201)), 200, mixes=False)
+    assert codes[-1] == 201.0 and shift is None and tol == 1 / 4
+    assert output_codes(list(range(201)), 200, mixes=True) is None
 
 
 @pytest.mark.parametrize("name", ["hist", "count"])

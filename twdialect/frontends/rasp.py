@@ -1697,10 +1697,13 @@ class _Sums:
 
     def table(self, a: float, b: float) -> dict | None:
         """{s: f} sorted by s; None where two pairs with one s give different values (f is
-        not a function of s)."""
+        not a function of s), or where s needs exact rationals over more than MAX_PAIRS
+        pairs."""
         ia, ib = _integral(a), _integral(b)
         if not self.whole or ia is False or ib is False or \
                 (abs(ia) + abs(ib)) * self.big >= 2 ** 52:
+            if len(self.pairs) > MAX_PAIRS:
+                return None  # (rationals pair by pair: a minute at 2^20 pairs)
             return _table_of_sum(self.pairs, self.outs, a, b)
         s = self.xy @ np.array([ia, ib], np.int64)
         order = np.argsort(s, kind="stable")
@@ -1956,21 +1959,21 @@ def output_codes(space: list, max_seq_len: int, mixes: bool = True) -> tuple | N
     that is below 1, so a mix (a categorical Aggregate over different numbers) is their mean
     shifted alike; other values, or numbers too close together, by rank 1, 2, ... (shift
     None). Tolerance: a quarter of the smallest gap over n + 1, since a mean of at most n
-    codes sits on a code or (integer codes) at least gap / n off it; a quarter of the gap
-    where the output cannot be a mix (`mixes` False: `_may_mix`), decoded as the
-    nearest code (shift None): at length 200 a width's 201 codes then fit one MLP, not 201
-    one-hot columns."""
+    codes sits on a code or (integer codes) at least gap / n off it. Ranks of an output that
+    cannot be a mix (`mixes` False: `_may_mix`) are kept within a quarter gap, and every
+    code is decoded as the nearest (shift None): at length 200 a width's 201 codes then fit
+    one MLP, not 201 one-hot columns."""
     if len(space) < 2:
         return None
-    candidates = []
+    candidates = []  # (codes, shift, how many gaps' quarters the tolerance is)
     if all(_is_number(v) for v in space):
         numbers = np.array([float(v) for v in space])
         shift = max(0.0, 1.0 - float(numbers.min()))
-        candidates.append((numbers + shift, shift if mixes else None))
-    candidates.append((np.arange(1.0, len(space) + 1.0), None))
-    for codes, shift in candidates:
+        candidates.append((numbers + shift, shift if mixes else None, max_seq_len + 1))
+    candidates.append((np.arange(1.0, len(space) + 1.0), None, max_seq_len + 1 if mixes else 1))
+    for codes, shift, parts in candidates:
         gap = float(np.diff(np.sort(np.concatenate([[0.0], codes]))).min())
-        tolerance = gap / (4 * (max_seq_len + 1)) if mixes else gap / 4
+        tolerance = gap / (4 * parts)
         if CODE_NOISE * float(codes.max()) <= tolerance:
             return codes, shift, tolerance
     return None
@@ -2366,8 +2369,14 @@ def _selected(selector, kt: tuple, qt: tuple, k_slot: dict, q_slot: dict) -> boo
 
 def _fractions(values) -> tuple[list[Fraction], int]:
     """The distinct values exactly (sorted), and their common denominator."""
-    vals = sorted({Fraction(float(v)) for v in values})
+    vals = _exactly(values)
     return vals, math.lcm(*[v.denominator for v in vals])
+
+
+def _exactly(values) -> list[Fraction]:
+    """The distinct values as exact fractions, sorted (as floats: their order, without
+    comparing fractions, seconds for some 10^5 of them)."""
+    return [Fraction(f) for f in sorted({float(v) for v in values})]
 
 
 def _sums(values, n: int) -> tuple[int, Iterator]:
@@ -2450,7 +2459,7 @@ def _means(values: tuple, n: int, default: float) -> list | None:
     denominator D, a mean s / (m D) as the integer s L / m over L D, L = lcm(1..n); each
     float rounded once from the exact quotient, as from a Fraction); None where there are
     more than MAX_MEANS."""
-    vals = sorted({Fraction(float(v)) for v in values})
+    vals = _exactly(values)
     if set(vals) <= {0, 1}:
         means = {Fraction(k, m) for m in range(1, n + 1) for k in range(m + 1)
                  if (k == 0 or 1 in vals) and (k == m or 0 in vals)}
