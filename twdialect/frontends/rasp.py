@@ -1060,6 +1060,8 @@ class _Translator:
             tolerance = None if width else _query_tolerance(b, lift, digits)
             q_read = self._read(q_enc, aq, tolerance, need_source=True)
             if q_read is not None or not self._narrows(q_enc, aq):
+                if fallback is not None and fallback[3] is not None:
+                    self._erase(fallback[3][0].owner)  # (its key table, read by nothing)
                 return a, b, lift, k_read, q_read
             if fallback is None:  # the fewest digits, through the query's one-hot
                 fallback = a, b, lift, k_read, self._read(q_enc, aq, tolerance)
