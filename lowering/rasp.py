@@ -137,8 +137,8 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
 
     `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
     width that stores the fewest parameters among those whose schedule reaches the fewest
-    layers, with `d_hidden` 4 d or twice the widest MLP (`hidden_width`), whichever stores
-    fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
+    layers, with `d_hidden` 4 d, twice the widest MLP (`hidden_width`) or the neurons of the
+    best of those schedules' fullest MLP sublayer, whichever stores fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
     is a RaspError naming the expression. `atol`: how far a numerical output may be from
     RASP's value (None: the frontend's ATOL, 1e-4); one that float32 cannot keep that close
     (values of many thousands, a softmax's mean of hundreds) is a RaspError saying so."""
@@ -164,6 +164,14 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
                 p = _floor_point(sweep, dh, h, per_d, beat=best and best[1])
                 if p is not None and (best is None or _cost(p, per_d) < _cost(best[1], per_d)):
                     best = dh, p
+        # the MLP width the best schedule's fullest layer uses, where 4 d set d: three
+        # tables of 120 neurons in one layer at length 60 took d 92 for their 360 neurons
+        load = 8 * -(-sweep.fullest_mlp(best[1]) // 8)
+        if d_hidden is None and load not in hidden:
+            dh = best[0]
+            p = _floor_point(sweep, dh, load, per_d, beat=best[1])
+            if p is not None and _cost(p, per_d) < _cost(best[1], per_d):
+                best = dh, p
         dh, point = best
         ct = sweep.compile(point.d, dh, d_hidden if d_hidden is not None else point.d_hidden)
     else:

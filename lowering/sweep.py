@@ -104,6 +104,12 @@ class Sweep:
         known = self._points[m]
         return known[0] if known is not None else None
 
+    def fullest_mlp(self, point: WidthPoint) -> int:
+        """The neurons of the fullest MLP sublayer of `point`'s schedule (a point this sweep
+        made)."""
+        known = self._points[Machine(d=point.d, d_head=point.d_head, d_hidden=point.d_hidden)]
+        return max(known[1].neurons, default=0)
+
     def least_params(self, d: int, d_head: int, n_layers: int,
                      d_hidden: int | None = None) -> int:
         """A lower bound on the parameters of any schedule of n_layers layers at this geometry

@@ -209,6 +209,22 @@ def test_default_width_stores_the_fewest_params_at_the_fewest_layers():
             assert model.compiled.allocated_params() <= p.params, p
 
 
+def test_tables_sharing_a_layer_get_the_mlp_width_they_use_not_4_d():
+    # descending sort through `length - indices - 1` at length 40: three tables of 80
+    # neurons share a layer, which 4 d held only at d 60; at d_hidden 240, d 16
+    from tracr.compiler import lib
+
+    n = 40
+    keys = rasp.numerical(rasp.SequenceMap(lambda x, i: x + i / n, rasp.tokens, rasp.indices))
+    rank = rasp.SelectorWidth(rasp.Select(keys, keys, rasp.Comparison.LT))
+    opp = rasp.Map(lambda x: x - 1, rasp.SequenceMap(lambda length, i: length - i,
+                                                     lib.make_length(), rasp.indices))
+    program = rasp.Aggregate(rasp.Select(rank, opp, rasp.Comparison.EQ), rasp.tokens)
+    model = compile_rasp_to_model(program, {1, 2, 3}, n, compiler_bos=BOS)
+    assert model.stats.n_layers == 3 and model.compiled.machine.d <= 24
+    check(model, program, sampled({1, 2, 3}, n, 8, seed=n), oracle=False)
+
+
 # -- a head reads its narrow features from the one-hot's source -----------------------------
 
 def test_reverse_keeps_no_one_hot_of_positions_in_the_residual():
