@@ -167,7 +167,7 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
         # the MLP width the best schedule's fullest layer uses, where 4 d set d: three
         # tables of 120 neurons in one layer at length 60 took d 92 for their 360 neurons
         load = 8 * -(-sweep.fullest_mlp(best[1]) // 8)
-        if d_hidden is None and load not in hidden:
+        if d_hidden is None and load and load not in hidden:
             dh = best[0]
             p = _floor_point(sweep, dh, load, per_d, beat=best[1])
             if p is not None and _cost(p, per_d) < _cost(best[1], per_d):
