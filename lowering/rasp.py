@@ -138,8 +138,9 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     `d_head` defaults to the narrowest that holds the widest selector's keys, `d` to the
     width that stores the fewest parameters among those whose schedule reaches the fewest
     layers, with `d_hidden` 4 d, twice the widest MLP (`hidden_width`) or the neurons of the
-    best of those schedules' fullest MLP sublayer, whichever stores fewer; `pipeline` is tw's (default: the default pipeline). A construct tw cannot compile
-    is a RaspError naming the expression. `atol`: how far a numerical output may be from
+    best of those schedules' fullest MLP sublayer, whichever stores fewer; `pipeline` is
+    tw's (default: the default pipeline). A construct tw cannot compile is a RaspError
+    naming the expression. `atol`: how far a numerical output may be from
     RASP's value (None: the frontend's ATOL, 1e-4); one that float32 cannot keep that close
     (values of many thousands, a softmax's mean of hundreds) is a RaspError saying so."""
     import tw_lowering.model  # noqa: F401 - torch's first import is not the compile's time

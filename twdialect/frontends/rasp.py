@@ -1048,6 +1048,10 @@ class _Translator:
         def candidates():  # (digits, (A, B, lift)), fewest digits first
             return ((d, near(d)) for d in range(1, MAX_DIGITS + 1) if near(d) is not None)
 
+        def query(digits, a, b, lift):  # (its features [A | lift], their tolerance)
+            return np.hstack([a, lift[:, None]]), \
+                None if width else _query_tolerance(b, lift, digits)
+
         fallback = None
         for digits, (a, b, lift) in candidates():
             k_read = None
@@ -1056,8 +1060,7 @@ class _Translator:
                                     need_source=True)
                 if k_read is None:  # its table would be deeper
                     continue
-            aq = np.hstack([a, lift[:, None]])
-            tolerance = None if width else _query_tolerance(b, lift, digits)
+            aq, tolerance = query(digits, a, b, lift)
             q_read = self._read(q_enc, aq, tolerance, need_source=True)
             if q_read is not None or not self._narrows(q_enc, aq):
                 if fallback is not None and fallback[3] is not None:
@@ -1072,9 +1075,7 @@ class _Translator:
         for digits, (a, b, lift) in candidates() if k_enc.noisy else ():
             k_read = self._through_one_hot(k_enc, b, _key_tolerance(b, q_enc.noisy, digits))
             if k_read is not None:
-                aq = np.hstack([a, lift[:, None]])
-                tolerance = None if width else _query_tolerance(b, lift, digits)
-                return a, b, lift, k_read, self._read(q_enc, aq, tolerance)
+                return a, b, lift, k_read, self._read(q_enc, *query(digits, a, b, lift))
         return (*_factor(GAIN * pred), None, None, None)
 
     def _through_one_hot(self, enc: Encoded, mat: np.ndarray, tolerance) -> tuple | None:
@@ -2391,29 +2392,26 @@ def _sums(values, n: int) -> tuple[int, Iterator]:
 
     def per_count():
         if max(map(abs, ints), default=0) * n < 1 << 62:  # int64 holds every sum: numpy's
-            steps = np.array(sorted(set(ints)), dtype=np.int64)
-            sums = np.zeros(1, dtype=np.int64)
-            for _ in range(n):
-                if sums.size * steps.size > MAX_SUM_WORK:
-                    yield None
-                    return
-                sums = np.sort((sums[:, None] + steps[None, :]).ravel())
-                sums = sums[np.concatenate([[True], sums[1:] != sums[:-1]])]
-                if sums.size > MAX_MEANS:
-                    yield None
-                    return
-                yield sums.tolist()
-            return
-        sums = {0}
+            steps = np.array(ints, dtype=np.int64)  # (distinct: `_fractions`)
+            sums, listed = np.zeros(1, dtype=np.int64), np.ndarray.tolist  # (to int)
+
+            def more(sums):
+                out = np.sort(np.add.outer(sums, steps).ravel())
+                return out[np.concatenate([[True], out[1:] != out[:-1]])]
+        else:
+            sums, listed = {0}, (lambda s: s)  # (Python's integers already)
+
+            def more(sums):
+                return {t + v for t in sums for v in ints}
         for _ in range(n):
             if len(sums) * len(ints) > MAX_SUM_WORK:
                 yield None
                 return
-            sums = {t + v for t in sums for v in ints}
+            sums = more(sums)
             if len(sums) > MAX_MEANS:
                 yield None
                 return
-            yield sums
+            yield listed(sums)
     return common, per_count()
 
 
