@@ -289,6 +289,7 @@ class _Translator:
         self.causal = bool(causal)
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
+        self.roots: dict = {}  # `_root`'s answers
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
@@ -599,8 +600,8 @@ class _Translator:
         * where S reads none but gives more values than a one-hot may hold: its pair table
           goes straight to f's values."""
         inner = expr.inner
-        if not self._fusable(inner):
-            return None
+        if not self._fusable(inner) or _root(inner, self.roots) is not inner:
+            return None  # (a SequenceMap of one root is a table over that root's values)
         leaves, compute, values, pairs = self._chain(inner)
         if values is None:
             return None
@@ -619,6 +620,49 @@ class _Translator:
         if len(outs) > MAX_TABLE:
             return self._combo_table(expr, parts, outs)
         return self._table(expr, self.joint(parts, expr)[0], outs)
+
+    def _rooted(self, expr, pairs: int | None = None) -> Encoded | None:
+        """SequenceMap `expr` as a table over the values of the one SOp both its inputs are
+        Maps and SequenceMaps of (`_root`): f(i, i + 1) over indices is a function of the
+        index, n values, not n^2 pairs of one; a categorical root's table is a linear map of
+        its one-hot. None where its inputs have no common root, or the root is numerical
+        and has more values than the `pairs` of the inputs' value sets (None: not known yet;
+        a table of steps over a number costs a neuron a value)."""
+        root = _root(expr, self.roots)
+        if root is expr:
+            return None
+        enc = self.sop(root)
+        if enc.space is None or (enc.numerical and (pairs is None or len(enc.space) > pairs)):
+            return None
+        if not enc.space:
+            return self.nowhere(rasp.is_numerical(expr))
+        return self._table(expr, enc, [_at_root(expr, root, r) for r in enc.space])
+
+    def _joint_of(self, sops: list, selector) -> tuple[Encoded, list[tuple]]:
+        """The one-hot over the value tuples of a selector's keys (or queries) `sops`: where
+        they are all functions of one categorical root (`_root`), a table of the tuples the
+        root's values give (Select(indices, ...) &
+        Select(indices - 1, ...): n tuples, a linear map of the indices' one-hot, where
+        `joint` would take n^2 of them, a neuron each); else `joint`."""
+        parts = [self.as_categorical(self.sop(s), s) for s in sops]
+        for s, part in zip(sops, parts):
+            if not part.space:
+                raise RaspError(f"{_label(s)}: None at every position, read by a selector "
+                                "(RASP's Select raises on a None key or query)")
+        roots = {id(r): r for r in (_root_or_constant(s, self.roots) for s in sops)
+                 if r is not None}
+        if len(sops) > 1 and len(roots) == 1:
+            root = next(iter(roots.values()))
+            enc = self.sop(root)
+            outs = [_tuple_at_root(sops, root, r) for r in enc.space or ()]
+            tuples = _ordered(o for o in outs if o is not _NONE)
+            if not enc.numerical and tuples:
+                self._check_size(selector, len(tuples), "value combinations")
+                rows = _one_hot_rows(outs, tuples, len(tuples))
+                none = enc.maybe_none or any(o is _NONE for o in outs)
+                return self.encoded(tw.linear(enc.value, rows), False, tuples, none,
+                                    noisy=enc.noisy, error=_read_error(enc.error, rows)), tuples
+        return self.joint(parts, selector)
 
     def _fusable(self, s) -> bool:
         """Whether s is a SequenceMap of two different SOps that only one expression reads."""
@@ -767,8 +811,13 @@ class _Translator:
             combined = self._mean_of_sum(expr)
             if combined is not None:
                 return combined
+        # (a LinearSequenceMap of numbers stays a linear map: heads read its number)
+        linear = isinstance(expr, rasp.LinearSequenceMap)
+        rooted = None if linear else self._rooted(expr)
+        if rooted is not None:
+            return rooted
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
-        if isinstance(expr, rasp.LinearSequenceMap) and fst.numerical and snd.numerical \
+        if linear and fst.numerical and snd.numerical \
                 and rasp.is_numerical(expr) and not (fst.maybe_none or snd.maybe_none):
             a, b = float(expr.fst_fac), float(expr.snd_fac)
             space = lambda: self._means_of_sum(expr) or \
@@ -784,6 +833,9 @@ class _Translator:
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
+        rooted = self._rooted(expr, len(fst.space or ()) * len(snd.space or ()))
+        if rooted is not None:  # (a numerical root with fewer values than the pairs)
+            return rooted
         through_sum = self._through_sum(expr, fst, snd)
         if through_sum is not None:
             return through_sum
@@ -975,14 +1027,8 @@ class _Translator:
         selector, prefix = _without_prefix(selector)
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
-        k_parts = [self.as_categorical(self.sop(s), s) for s in keys]
-        q_parts = [self.as_categorical(self.sop(s), s) for s in queries]
-        for s, part in zip(keys + queries, k_parts + q_parts):
-            if not part.space:
-                raise RaspError(f"{_label(s)}: None at every position, read by a selector "
-                                "(RASP's Select raises on a None key or query)")
-        k_enc, k_tuples = self.joint(k_parts, selector)
-        q_enc, q_tuples = self.joint(q_parts, selector)
+        k_enc, k_tuples = self._joint_of(keys, selector)
+        q_enc, q_tuples = self._joint_of(queries, selector)
         k_slot = {s.unique_id: i for i, s in enumerate(keys)}
         q_slot = {s.unique_id: i for i, s in enumerate(queries)}
         pred = _selection(selector, k_tuples, q_tuples, k_slot, q_slot)
@@ -2047,6 +2093,69 @@ def _leaf_slot(leaves: list, sop) -> int:
             return i
     leaves.append(sop)
     return len(leaves) - 1
+
+
+def _root(s, memo: dict | None = None):
+    """The one SOp that s is a function of through Maps and SequenceMaps (constants `Full`
+    fit any): tokens or indices (their canonical, categorical objects) or another SOp;
+    s itself where its inputs have no common root. (`memo`: answers by unique_id, shared
+    by the calls of one translation: a program's SOps form a DAG.)"""
+    found = _root_or_constant(s, {} if memo is None else memo)
+    return s if found is None else found
+
+
+def _root_or_constant(s, memo: dict):
+    """`_root`, or None for a constant (a Full, or Maps of one)."""
+    if s.unique_id in memo:
+        return memo[s.unique_id]
+    if isinstance(s, rasp.TokensType):
+        found = rasp.tokens
+    elif isinstance(s, rasp.IndicesType):
+        found = rasp.indices
+    elif isinstance(s, rasp.Full):
+        found = None
+    elif isinstance(s, rasp.Map):
+        found = _root_or_constant(s.inner, memo)
+    elif isinstance(s, rasp.SequenceMap):
+        a, b = _root_or_constant(s.fst, memo), _root_or_constant(s.snd, memo)
+        found = a if b is None else b if a is None or _same_sop(a, b) else s
+    else:
+        found = s
+    memo[s.unique_id] = found
+    return found
+
+
+def _same_sop(a, b) -> bool:
+    return a is b or a.unique_id == b.unique_id
+
+
+def _at_root(s, root, r, memo: dict | None = None):
+    """s's value where its root (`_root`) holds r, as RASP's evaluator gives it (None passes
+    on; _NONE where a function raises or gives None). `memo`: values by unique_id, for this
+    r."""
+    memo = {} if memo is None else memo
+    if s.unique_id in memo:
+        return memo[s.unique_id]
+    if _same_sop(s, root) or type(s) is type(root) and \
+            isinstance(s, (rasp.TokensType, rasp.IndicesType)):
+        v = r
+    elif isinstance(s, rasp.Full):
+        v = s.fill
+    elif isinstance(s, rasp.Map):
+        x = _at_root(s.inner, root, r, memo)
+        v = _NONE if x is _NONE else _apply(s.f, x)
+    else:
+        a, b = _at_root(s.fst, root, r, memo), _at_root(s.snd, root, r, memo)
+        v = _NONE if a is _NONE or b is _NONE else _apply(s.f, a, b)
+    memo[s.unique_id] = v
+    return v
+
+
+def _tuple_at_root(sops: list, root, r):
+    """The tuple of the sops' values where their root holds r (_NONE where one is None)."""
+    memo: dict = {}
+    values = tuple(_at_root(s, root, r, memo) for s in sops)
+    return _NONE if any(v is _NONE for v in values) else values
 
 
 def _composed(m, s):
