@@ -147,6 +147,7 @@ def test_a_relu_model_with_rotary_heads_exports_with_relu(tmp_path):
     (dict(heads=((ROPE_BASE, 8),)), "rotate 8 of their 16 q.k dimensions"),
     (dict(pos=True), "reads tw.pos_encoding; Llama has no position embedding"),
     (dict(heads=((ROPE_BASE, 16, "full"),)), "full-mask attention head"),
+    (dict(heads=()), "no attention head, so no rope_theta"),
 ])
 def test_what_llama_cannot_carry_is_refused(tmp_path, kwargs, message):
     ct = compile(_graph(**kwargs), d=64, d_head=16, d_hidden=64)

@@ -37,6 +37,8 @@ def test_sequence_map_of_indices_and_a_map_of_them_is_a_table_of_the_index():
     program = rasp.SequenceMap(lambda a, b: (a * b) % 7, i, rasp.Map(lambda x: x + 1, i))
     model = compile_rasp_to_model(program, NUMS, 80, compiler_bos=BOS)
     assert _neurons(model) == 0  # (a neuron per index pair before: 6,480)
+    # the output's code is a position table: no layer, no one-hot of 80 positions
+    assert model.stats.n_layers == 0 and model.stats.d < 16
     check(model, program, sampled(NUMS, 80, 12))
 
 

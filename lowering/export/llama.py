@@ -95,6 +95,9 @@ def rotary_width(ct) -> tuple[float, int]:
                           "position-local head work, which reads the position column); Llama "
                           "rotates every head (export to onnx, which carries both)")
     ropes = sorted({_rope_of(op) for op in _attn_ops(ct)})
+    if not ropes:
+        raise ExportError("export_llama: the model has no attention head, so no rope_theta "
+                          "to write (Llama's config needs one; export to onnx)")
     if len(ropes) != 1:
         raise ExportError(f"export_llama: the model's heads rotate with {len(ropes)} (base, "
                           f"dims) pairs {ropes}; Llama has one rope_theta and rotates whole "
