@@ -20,6 +20,9 @@ one op with fewer operand edges), so no sequence of them can loop:
   / relu / attn
   embedding / pos_table read only through slices that leave   -> the table of the columns read,
   columns unread                                                 the slices moved onto it
+  (a table nothing reads: erased; the one embedding of an input keeps a column)
+  linear of a table's columns that only outputs read           -> a table of its rows (an
+                                                                 embedding grows the columns)
 Literals are folded in float64 by the oracle (`twdialect.interp.evaluate_op`, as xDSL's
 constant-fold-interp runs its interpreter) and stored as f32 (the storage type of every dense
 attribute). Folded ops keep the root's discardable attributes (annotation, scope tags)."""
@@ -40,6 +43,7 @@ from twdialect.dialect import (
     LinearOp,
     LiteralOp,
     MlpOp,
+    OutputOp,
     PosTableOp,
     ReluOp,
     SliceOp,
@@ -83,6 +87,57 @@ class IdentityLinear(RewritePattern):
         if not np.array_equal(to_numpy(op.weight), np.eye(n)):
             return
         _replace_by_value(rewriter, op, op.x)
+
+
+class LinearOfTable(RewritePattern):
+    """linear of a token or position table's columns that only outputs read -> a table of the
+    linear's rows.
+
+    A table is looked up at the input, so a linear of one is a table too; left a linear that
+    an output reads, it takes a sublayer of its own (a program's output that is a map of its
+    tokens, or of positions: a layer for nothing). (A linear that other ops read is left to
+    them: most fold it into their weights, and a table's columns would be held in the
+    residual from the first layer on, where the linear's are held only from where it runs.)
+    Rows are computed by the oracle's rule for the linear (float64, stored f32)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
+        uses = [use.operation for use in op.out.uses]
+        if not uses or not all(isinstance(u, OutputOp) for u in uses):
+            return
+        source, start = op.x.owner, 0
+        if isinstance(source, SliceOp):
+            source, start = source.x.owner, source.start.value.data
+        if not isinstance(source, (EmbeddingOp, PosTableOp)):
+            return
+        table = to_numpy(source.table, np.float64)
+        rows = table[:, start:start + width_of(op.x)]
+        folded = evaluate_op(op, [rows], rows.shape[0], {})
+        if isinstance(source, PosTableOp):
+            new = PosTableOp(folded)
+            new.attributes.update(op.attributes)
+            rewriter.replace(op, new)
+            return
+        # an input has one embedding: its table grows the linear's columns, read by a slice
+        wider = EmbeddingOp(source.input_name.data, np.hstack([table, folded]))
+        wider.attributes.update(source.attributes)
+        wider.out.name_hint = source.out.name_hint
+        rewriter.insert(wider, InsertPoint.before(source))
+        n = width_of(source.out)
+        for use in list(source.out.uses):
+            reader = use.operation
+            if isinstance(reader, SliceOp):
+                moved = SliceOp(wider.out, reader.start.value.data, width_of(reader.out))
+                moved.attributes.update(reader.attributes)
+                rewriter.replace(reader, moved)
+            else:  # a reader of the whole table reads its first n columns
+                whole = SliceOp(wider.out, 0, n)
+                rewriter.insert(whole, InsertPoint.before(reader))
+                reader.operands[use.index] = whole.out
+        column = SliceOp(wider.out, n, width_of(op.out))
+        column.attributes.update(op.attributes)
+        rewriter.replace(op, column)
+        rewriter.erase(source)
 
 
 class ZeroLinear(RewritePattern):
@@ -251,14 +306,22 @@ class NarrowTable(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: EmbeddingOp | PosTableOp, rewriter: PatternRewriter, /):
         slices = [use.operation for use in op.out.uses]
-        if not slices or not all(isinstance(s, SliceOp) for s in slices):
+        if not all(isinstance(s, SliceOp) for s in slices) or \
+                (not slices and width_of(op.out) == 1 and not _another_embedding(op)):
             return
         read = np.zeros(width_of(op.out), dtype=bool)
         for s in slices:
             if s.out.uses:
                 read[s.start.value.data:s.start.value.data + width_of(s.out)] = True
-        if read.all() or not read.any():
-            return  # nothing to drop, or nothing read (dce's to remove)
+        if not read.any():
+            if isinstance(op, PosTableOp) or _another_embedding(op):
+                for s in slices:
+                    rewriter.erase(s)
+                rewriter.erase(op)  # (a token table is kept where it alone declares the input)
+                return
+            read[0] = True  # the input's one table: its narrowest part stays
+        if read.all():
+            return
         table = to_numpy(op.table)[:, read]
         new = EmbeddingOp(op.input_name.data, table) if isinstance(op, EmbeddingOp) \
             else PosTableOp(table)
@@ -276,11 +339,18 @@ class NarrowTable(RewritePattern):
         rewriter.erase(op)
 
 
+def _another_embedding(op: EmbeddingOp) -> bool:
+    """Whether another embedding of the graph reads the same input."""
+    return any(isinstance(other, EmbeddingOp) and other is not op and
+               other.input_name.data == op.input_name.data for other in op.parent_block().ops)
+
+
 # op class -> tuple of RewritePattern instances, tried in order until one rewrites (a whole-value
 # view is dropped before its literal operand would be copied into a new literal).
 _FOLD = FoldLiteralOperands()
 PATTERNS: dict[type, tuple[RewritePattern, ...]] = {
-    LinearOp: (IdentityLinear(), ZeroLinear(), _FOLD, FoldLiteralConcatOperands()),
+    LinearOp: (IdentityLinear(), ZeroLinear(), _FOLD, FoldLiteralConcatOperands(),
+               LinearOfTable()),
     ReluOp: (_FOLD,),
     MlpOp: (_FOLD, FoldLiteralConcatOperands()),
     AddOp: (_FOLD, AddOfZero(), AddOfItself()),

@@ -416,9 +416,6 @@ class _Translator:
             return emit_steps(x, rows, plan) if len(plan) <= depth else None
         if isinstance(op, LinearOp):
             x, w, b = _through_linear(v)
-            if x is self.indices_onehot and self.narrow_indices and m.shape[1] < width_of(x):
-                self.narrowed_indices = True  # a function of the index: a position table
-                return tw.pos_table(np.vstack([b @ m, w @ m + b @ m]))
             return tw.linear(x, w @ m, b @ m)
         if isinstance(op, MlpOp) and op.act is None and op.up is None:
             b2 = np.zeros(width_of(v)) if op.b2 is None else to_numpy(op.b2, np.float64)

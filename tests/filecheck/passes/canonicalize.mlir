@@ -196,3 +196,51 @@ builtin.module {
 // CHECK-NEXT: %v = tw.slice %w[1]
 // CHECK-NEXT: %s = tw.add %a, %b
 // CHECK-NEXT: %t = tw.add %s, %p
+
+// -----
+
+// A linear of a table's columns that only outputs read is a table of its rows (sources cost
+// no sublayer); one that other ops read (a relu, an mlp) stays. Tables nothing reads go, but the one embedding of an
+// input keeps a column (it declares the input). An input has one embedding: the table grows
+// the linear's columns, read by a slice.
+builtin.module {
+  tw.graph @table_linear {
+    %e = tw.embedding "tokens" table dense<[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]> : tensor<3x2xf32> : !tw.vec<2>
+    %c = tw.linear %e weight dense<[[3.0], [5.0]]> : tensor<2x1xf32> bias dense<1.0> : tensor<1xf32> : !tw.vec<2> -> !tw.vec<1>
+    %p = tw.pos_table table dense<[[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]> : tensor<3x2xf32> : !tw.vec<2>
+    %i = tw.slice %p[1] : !tw.vec<2> -> !tw.vec<1>
+    %q = tw.linear %i weight dense<[[2.0]]> : tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>
+    %r = tw.relu %q : !tw.vec<1>
+    %k = tw.linear %e weight dense<[[1.0], [2.0]]> : tensor<2x1xf32> : !tw.vec<2> -> !tw.vec<1>
+    %m = tw.mlp %k w1 dense<[[1.0]]> : tensor<1x1xf32> w2 dense<[[1.0]]> : tensor<1x1xf32> : !tw.vec<1> -> !tw.vec<1>
+    tw.output "c" %c : !tw.vec<1>
+    tw.output "r" %r : !tw.vec<1>
+    tw.output "m" %m : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @table_linear
+// CHECK-NEXT: %e = tw.embedding "tokens" table dense<{{\[}}[1.000000e+00, 0.000000e+00, 4.000000e+00], [0.000000e+00, 1.000000e+00, 6.000000e+00], [0.000000e+00, 0.000000e+00, 1.000000e+00]]> : tensor<3x3xf32> : !tw.vec<3>
+// CHECK-NEXT: %c = tw.slice %e[2] : !tw.vec<3> -> !tw.vec<1>
+// CHECK-NEXT: %p = tw.pos_table table dense<{{\[}}[0.000000e+00], [0.000000e+00], [1.000000e+00]]> : tensor<3x1xf32> : !tw.vec<1>
+// CHECK-NEXT: %q = tw.linear %p
+// CHECK-NEXT: %r = tw.relu %q
+// CHECK-NEXT: %[[WHOLE:.*]] = tw.slice %e[0] : !tw.vec<3> -> !tw.vec<2>
+// CHECK-NEXT: %k = tw.linear %[[WHOLE]]
+// CHECK-NEXT: %m = tw.mlp %k
+// CHECK-NEXT: tw.output "c" %c
+// CHECK-NEXT: tw.output "r" %r
+// CHECK-NEXT: tw.output "m" %m
+
+// -----
+
+// An embedding nothing reads keeps one column where it alone declares its input.
+builtin.module {
+  tw.graph @lone_table {
+    %e = tw.embedding "tokens" table dense<[[1.0, 0.0, 7.0], [0.0, 1.0, 8.0]]> : tensor<2x3xf32> : !tw.vec<3>
+    %x = tw.input "x" <-1.0, 1.0> : !tw.vec<1>
+    tw.output "x" %x : !tw.vec<1>
+  }
+}
+// CHECK-LABEL: tw.graph @lone_table
+// CHECK-NEXT: %{{.*}} = tw.embedding "tokens" table dense<{{\[}}[1.000000e+00], [0.000000e+00]]> : tensor<2x1xf32> : !tw.vec<1>
+// CHECK-NEXT: %x = tw.input "x"
