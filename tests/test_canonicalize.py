@@ -202,3 +202,35 @@ def test_narrowed_tables_keep_their_meaning(seed, data):
                 if live:
                     tw.output(f"{name}{k}", piece)
     canonicalize(g.module, seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_linears_of_tables_that_outputs_read_become_tables(seed, data):
+    """A linear of a table's columns that only outputs read is a table (the embedding grows,
+    one per input); one another op reads stays. Meaning kept, and a fixpoint."""
+    rng = np.random.default_rng(seed)
+    width = data.draw(st.integers(2, 6))
+    reads = data.draw(st.lists(st.tuples(st.integers(0, width - 1), st.integers(1, width),
+                                         st.integers(1, 3), st.booleans()),
+                               min_size=1, max_size=4))
+    with tw.Graph() as g:
+        e = tw.embedding("tokens", rng.normal(size=(5, width)))
+        p = tw.pos_table(rng.normal(size=(N_POS, width)))
+        tw.output("whole", tw.linear(e, rng.normal(size=(width, 2))))
+        for k, (start, length, out, only_output) in enumerate(reads):
+            length = min(length, width - start)
+            for name, table in (("e", e), ("p", p)):
+                lin = tw.linear(tw.slice(table, start, length), rng.normal(size=(length, out)),
+                                rng.normal(size=out))
+                tw.output(f"{name}{k}", lin if only_output else tw.relu(lin))
+    module = canonicalize(g.module, seed)
+    graph = find_graph(module)
+    embeddings = [op for op in graph.block.ops if op.name == "tw.embedding"]
+    assert len(embeddings) == 1
+    readers = [use.operation.name for op in graph.block.ops if op.name == "tw.linear"
+               for use in op.out.uses]
+    assert "tw.output" not in readers
+    text = print_module(module)
+    run_pipeline(module, "canonicalize")
+    assert print_module(module) == text
