@@ -825,11 +825,21 @@ class _Translator:
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
             bounds = dict(error=abs(a) * fst.error + abs(b) * snd.error,
                           magnitude=abs(a) * fst.magnitude + abs(b) * snd.magnitude)
-            if expr.fst.unique_id == expr.snd.unique_id:
-                return self.encoded(tw.linear(fst.value, [[a + b]]), True, space, none,
-                                    noisy=noisy, **bounds)
-            return self.encoded(tw.linear(tw.concat(fst.value, snd.value), [[a], [b]]), True,
-                                space, none, noisy=noisy, **bounds)
+            same = expr.fst.unique_id == expr.snd.unique_id
+            value = tw.linear(fst.value, [[a + b]]) if same else \
+                tw.linear(tw.concat(fst.value, snd.value), [[a], [b]])
+            # both read off one one-hot: the sum is too, one value a column
+            one_hot = fst.categories is not None and snd.categories is not None and \
+                fst.categories[0].value is snd.categories[0].value
+            if not one_hot:
+                return self.encoded(value, True, space, none, noisy=noisy, **bounds)
+            inner = fst.categories[0]
+            outs = [_NONE if _NONE in (x, y) else _apply(expr.f, x, y)
+                    for x, y in zip(fst.categories[1], snd.categories[1])]
+            enc = self.encoded(value, True, _ordered(o for o in outs if o is not _NONE),
+                               none or _NONE in outs, noisy=noisy, **bounds)
+            enc.categories = (inner, outs)
+            return enc
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
@@ -1409,8 +1419,8 @@ class _Translator:
         """(x, direction) where k = SequenceMap(f, x, indices) (or f(indices, x)) and f is
         strictly increasing in (x, direction * index) order over every pair of values
         (numbers all); else None."""
-        if not isinstance(k, rasp.SequenceMap):
-            return None
+        if not isinstance(k, rasp.SequenceMap) or _root(k, self.roots) is not k:
+            return None  # (a function of one root has that root's few values already)
         args = [k.fst, k.snd]
         at = [isinstance(a, rasp.IndicesType) for a in args]
         if at.count(True) != 1:
