@@ -587,6 +587,10 @@ class _Translator:
                             "to enumerate), so the map cannot be tabled")
         if not inner.space:  # RASP's Map of a None is None
             return self.nowhere(rasp.is_numerical(expr))
+        if inner.categories is not None:  # a number read off a one-hot: a map of that
+            onehot, values = inner.categories
+            return self._table(expr, onehot, [_NONE if v is _NONE else _apply(expr.f, v)
+                                              for v in values])
         outs = [_apply(expr.f, x) for x in inner.space]
         return self._table(expr, inner, outs)
 
