@@ -150,3 +150,28 @@ def test_a_program_whose_sops_share_subexpressions_is_rooted_once_each():
     evaluator = _MemoEvaluator()
     for x in sampled(NUMS, 10, 8):
         assert model.apply([BOS, *x]).decoded[1:] == evaluator.evaluate(b, x)
+
+
+def test_a_sum_of_numbers_read_off_one_one_hot_is_read_off_it_too():
+    """numerical(a f(x) + b g(x)) of one categorical x: a value per column of x's one-hot (not
+    every pair of f's and g's values), and a Map of it is a linear map of that one-hot."""
+    f = rasp.numerical(rasp.Map(lambda x: x * x, t))
+    g = rasp.numerical(rasp.Map(lambda x: 3 - x, t))
+    total = rasp.numerical(rasp.LinearSequenceMap(f, g, 1, 2))
+    program = rasp.Map(lambda v: v % 4, total)
+    rg = translate(program, NUMS, 6, compiler_bos=BOS)
+    assert _mlps(rg.module) == []  # (a table of steps over the sum's values before)
+    model = compile_rasp_to_model(program, NUMS, 6, compiler_bos=BOS)
+    check(model, program, sampled(NUMS, 6, 60))
+
+
+def test_a_key_of_one_root_is_not_split_into_value_and_index():
+    """Select(k, k, LT) with k = f(x, index) and x a function of the index too: k has n
+    values, so the width is one head, not the (x, index) rank split's two or three."""
+    x = rasp.Map(lambda i: i % 3, i)
+    k = rasp.SequenceMap(lambda a, b: a + b / 100, x, i)
+    program = rasp.SelectorWidth(rasp.Select(k, k, rasp.Comparison.LT))
+    rg = translate(program, NUMS, 8, compiler_bos=BOS)
+    assert sum(op.name == "tw.attn" for op in rg.module.walk()) == 1
+    model = compile_rasp_to_model(program, NUMS, 8, compiler_bos=BOS)
+    check(model, program, sampled(NUMS, 8, 30))
