@@ -16,7 +16,8 @@ annotations (`rasp.categorical`, the default, and `rasp.numerical`):
   SOp one number;
 * Map / SequenceMap are tables over the input value sets, so every one is exact: a
   categorical input is a `tw.linear` (one-hot rows), a numerical one a `tw.piecewise_linear`
-  through its value set, a pair of inputs one MLP with a neuron per value pair;
+  through its value set, a pair of inputs one MLP with a neuron per value pair (inputs that
+  are Maps of one SOp: a table over that SOp's values, `_root`);
 * Select + Aggregate / SelectorWidth is one `tw.attn` whose logits are GAIN * [selected]
   between one-hot queries and keys (any predicate, and any And/Or/Not tree, is a table over
   the joint value sets); BOS is every query's fallback: it takes half the gain, so it wins
