@@ -576,3 +576,17 @@ def test_numbers_that_differ_by_float64_round_off_are_one_value():
     program = rasp.numerical(rasp.SequenceMap(lambda m, t: m - t, mean, tokens))
     model = compile_rasp_to_model(program, {1, 2, 3}, 5, compiler_bos=BOS)
     check(model, program, all_inputs({1, 2, 3}, 5))
+
+
+def test_tw_rasp_takes_the_pad_token(tmp_path):
+    """The file's compiler_pad (or --pad) is the pad token: inputs may end in padding, which
+    decodes as tracr's model leaves it (None), and may not be in the vocabulary."""
+    f = tmp_path / "padded.py"
+    f.write_text(UNNAMED + "compiler_pad = 'P'\n")
+    r = _cli(str(f), "a", "b", "a", "P")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith("['BOS', True, False, True, ")
+    r = _cli(str(f), "a", "Q", "--pad", "Q")
+    assert r.returncode == 0, r.stderr
+    r = _cli(str(f), "a", "--pad", "a")
+    assert r.returncode == 1 and "must not be in the vocabulary" in r.stderr

@@ -8,8 +8,8 @@
 The file defines the program as a module-level RASP SOp named `program` (another name with
 `--program NAME`, or a function of no arguments returning it; without either, the one
 module-level SOp that no other one there reads), and may define `vocab` (or `VOCAB`, and so on),
-`max_seq_len`, `causal` and `compiler_bos`, which the options `--vocab 1,2,3`,
-`--max-seq-len N`, `--causal` and `--bos` override. Input tokens are words matched against the
+`max_seq_len`, `causal`, `compiler_bos` and `compiler_pad`, which the options
+`--vocab 1,2,3`, `--max-seq-len N`, `--causal`, `--bos` and `--pad` override. Input tokens are words matched against the
 vocabulary by their text (`1` is the number 1 when the vocabulary holds numbers).
 
 Error contract (tools/cli.py): an unreadable file, a file that raises, no program in it, a
@@ -43,6 +43,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--causal", action="store_true", default=None,
                    help="causal attention (default: the file's `causal`, else full)")
     p.add_argument("--bos", help="the BOS token (default: the file's compiler_bos, else BOS)")
+    p.add_argument("--pad", help="the pad token (default: the file's compiler_pad, else "
+                                 "tracr's compiler_pad); input tokens equal to it are padding")
     p.add_argument("--oracle", action="store_true",
                    help="run the reference interpreter instead of compiling")
     p.add_argument("--emit-mlir", action="store_true",
@@ -90,8 +92,9 @@ def _load(args) -> dict:
         raise ToolError(f"no max_seq_len: define it in {args.file} or pass --max-seq-len")
     causal = bool(scope.get("causal", False)) if args.causal is None else True
     bos = args.bos or scope.get("compiler_bos", "BOS")
+    pad = args.pad or scope.get("compiler_pad", "compiler_pad")
     return dict(program=program, vocab=set(vocab), max_seq_len=int(max_seq_len),
-                causal=causal, bos=bos)
+                causal=causal, bos=bos, pad=pad)
 
 
 def _only_program(file: str, scope: dict) -> str:
@@ -138,7 +141,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     spec = _load(args)
     tokens = [_word(w, spec["vocab"]) for w in args.tokens]
     rg = translate(spec["program"], spec["vocab"], spec["max_seq_len"], spec["causal"],
-                   spec["bos"], atol=args.atol)
+                   spec["bos"], spec["pad"], atol=args.atol)
     if args.emit_mlir:
         print(print_module(rg.module), end="")
         return 0
@@ -155,7 +158,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
         try:
             model = compile_rasp_to_model(spec["program"], spec["vocab"], spec["max_seq_len"],
-                                          spec["causal"], spec["bos"], d=args.d,
+                                          spec["causal"], spec["bos"], spec["pad"], d=args.d,
                                           d_head=args.d_head, atol=args.atol)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"the program does not compile: {one_line(e)}") from None
