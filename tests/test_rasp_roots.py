@@ -175,3 +175,18 @@ def test_a_key_of_one_root_is_not_split_into_value_and_index():
     assert sum(op.name == "tw.attn" for op in rg.module.walk()) == 1
     model = compile_rasp_to_model(program, NUMS, 8, compiler_bos=BOS)
     check(model, program, sampled(NUMS, 8, 30))
+
+
+def test_categorical_maps_of_tokens_read_the_embeddings_columns_for_them():
+    """tracr's detect_pattern over 26 letters: every read of the token one-hot is a map of a
+    few values (== 'a', == 'b', == 'c'), so the embedding carries those columns and the
+    one-hot is not in the residual (d 52 before)."""
+    import string
+
+    from tracr.compiler import lib
+
+    program = lib.detect_pattern(t, "abc")
+    vocab = set(string.ascii_lowercase)
+    model = compile_rasp_to_model(program, vocab, 10, compiler_bos=BOS)
+    assert model.stats.d < 30
+    check(model, program, sampled(vocab, 10, 40) + [list("abcabcab"), list("xabcz")])

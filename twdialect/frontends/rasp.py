@@ -728,7 +728,11 @@ class _Translator:
         space, rows = self._rows(expr, outs)
         none = inner.maybe_none or any(o is _NONE for o in outs)
         if not inner.numerical:
-            enc = self.encoded(tw.linear(inner.value, rows), numerical, space, none,
+            # a categorical map of the tokens reads the embedding's columns for it, where it
+            # has them (a number read off the one-hot is left to its readers' narrow reads)
+            x, m = (self._token_columns(rows) if inner.value is self.tokens_onehot and
+                    not numerical else None) or (inner.value, rows)
+            enc = self.encoded(tw.linear(x, m), numerical, space, none,
                                noisy=inner.noisy, error=_read_error(inner.error, rows))
             if numerical:
                 enc.categories = (inner, outs)
