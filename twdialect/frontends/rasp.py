@@ -632,12 +632,14 @@ class _Translator:
         index, n values, not n^2 pairs of one; a categorical root's table is a linear map of
         its one-hot. None where its inputs have no common root, or the root is numerical
         and has more values than the `pairs` of the inputs' value sets (None: not known yet;
-        a table of steps over a number costs a neuron a value)."""
+        a table of steps over a number costs a neuron a value) or than a one-hot may hold
+        (the pair table's limit: a sum of the two may still be read, `_through_sum`)."""
         root = _root(expr, self.roots)
         if root is expr:
             return None
         enc = self.sop(root)
-        if enc.space is None or (enc.numerical and (pairs is None or len(enc.space) > pairs)):
+        if enc.space is None or (enc.numerical and (
+                pairs is None or len(enc.space) > min(pairs, MAX_TABLE))):
             return None
         if not enc.space:
             return self.nowhere(rasp.is_numerical(expr))
