@@ -190,3 +190,16 @@ def test_categorical_maps_of_tokens_read_the_embeddings_columns_for_them():
     model = compile_rasp_to_model(program, vocab, 10, compiler_bos=BOS)
     assert model.stats.d < 30
     check(model, program, sampled(vocab, 10, 40) + [list("abcabcab"), list("xabcz")])
+
+
+def test_a_key_of_one_root_with_far_fewer_values_of_x_is_still_split():
+    """k = f(x, index) over 30 positions with x of one value (a fuzz program's x < y of the
+    index with itself): the (x, index) split's heads over x's one value, not a head over
+    k's 30 (d 64 without the split, 10 with it)."""
+    never = rasp.SequenceMap(lambda a, b: a < b, i, i)
+    k = rasp.SequenceMap(lambda a, b: a - b / 3, never, i)
+    program = rasp.numerical(rasp.Map(lambda x: x - 1,
+                                      rasp.SelectorWidth(rasp.Select(k, k, rasp.Comparison.GT))))
+    model = compile_rasp_to_model(program, NUMS, 30, compiler_bos=BOS)
+    assert model.stats.d <= 16
+    check(model, program, sampled(NUMS, 30, 12))

@@ -1430,8 +1430,8 @@ class _Translator:
         """(x, direction) where k = SequenceMap(f, x, indices) (or f(indices, x)) and f is
         strictly increasing in (x, direction * index) order over every pair of values
         (numbers all); else None."""
-        if not isinstance(k, rasp.SequenceMap) or _root(k, self.roots) is not k:
-            return None  # (a function of one root has that root's few values already)
+        if not isinstance(k, rasp.SequenceMap):
+            return None
         args = [k.fst, k.snd]
         at = [isinstance(a, rasp.IndicesType) for a in args]
         if at.count(True) != 1:
@@ -1444,6 +1444,11 @@ class _Translator:
         xs = sorted(enc.space, key=float)
         if len(xs) * self.max_seq_len > MAX_MEANS:
             return None
+        root = _root(k, self.roots)
+        if root is not k:  # k, a function of one root, has few values itself: split only
+            ks = {_at_root(k, root, r) for r in self.sop(root).space or ()}  # a far fewer x
+            if len(ks) < max(MIN_SPLIT_KEYS, 3 * len(xs)):
+                return None
 
         def direction() -> int | None:
             outs = np.zeros((len(xs), self.max_seq_len))
@@ -1899,6 +1904,10 @@ def _ordered_by(selector):
     return selector.keys
 
 
+# Fewest values of a key that is a function of one root for which `_rank_split`'s two or
+# three heads over x (and their sum) beat one head over the key's one-hot (fuzz programs at
+# lengths 3-4: 3-4 key values, the split a layer deeper; at 30: 30 values, d 64 -> 10).
+MIN_SPLIT_KEYS = 8
 # Largest logit (in GAIN units) a head through the key's number may reach: its float32
 # rounding must stay far below the gap between selected and unselected keys.
 MAX_NEAREST_LOGIT = 1e5
