@@ -648,14 +648,9 @@ class _Translator:
     def _joint_of(self, sops: list, selector) -> tuple[Encoded, list[tuple]]:
         """The one-hot over the value tuples of a selector's keys (or queries) `sops`: where
         they are all functions of one categorical root (`_root`), a table of the tuples the
-        root's values give (Select(indices, ...) &
-        Select(indices - 1, ...): n tuples, a linear map of the indices' one-hot, where
-        `joint` would take n^2 of them, a neuron each); else `joint`."""
-        parts = [self.as_categorical(self.sop(s), s) for s in sops]
-        for s, part in zip(sops, parts):
-            if not part.space:
-                raise RaspError(f"{_label(s)}: None at every position, read by a selector "
-                                "(RASP's Select raises on a None key or query)")
+        root's values give (Select(indices, ...) & Select(indices - 1, ...): n tuples, a
+        linear map of the indices' one-hot, where `joint` would take n^2 of them, a neuron
+        each; the sops themselves are not translated); else `joint`."""
         roots = {id(r): r for r in (_root_or_constant(s, self.roots) for s in sops)
                  if r is not None}
         if len(sops) > 1 and len(roots) == 1:
@@ -669,6 +664,11 @@ class _Translator:
                 none = enc.maybe_none or any(o is _NONE for o in outs)
                 return self.encoded(tw.linear(enc.value, rows), False, tuples, none,
                                     noisy=enc.noisy, error=_read_error(enc.error, rows)), tuples
+        parts = [self.as_categorical(self.sop(s), s) for s in sops]
+        for s, part in zip(sops, parts):
+            if not part.space:
+                raise RaspError(f"{_label(s)}: None at every position, read by a selector "
+                                "(RASP's Select raises on a None key or query)")
         return self.joint(parts, selector)
 
     def _fusable(self, s) -> bool:
