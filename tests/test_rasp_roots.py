@@ -203,3 +203,14 @@ def test_a_key_of_one_root_with_far_fewer_values_of_x_is_still_split():
     model = compile_rasp_to_model(program, NUMS, 30, compiler_bos=BOS)
     assert model.stats.d <= 16
     check(model, program, sampled(NUMS, 30, 12))
+
+
+def test_a_sequence_map_of_two_functions_of_the_same_two_sops_tables_over_those_two():
+    """f(g(t, i), h(t, i)): a table over the (token, index) pairs, not over every pair of g's
+    and h's values (at 10: 1 layer, 54 neurons; before: 2 layers, 129)."""
+    g = rasp.SequenceMap(lambda a, b: a + b, t, i)
+    h = rasp.SequenceMap(lambda a, b: a * b % 5, t, i)
+    program = rasp.SequenceMap(lambda x, y: (x * y + x) % 7, g, h)
+    model = compile_rasp_to_model(program, NUMS, 10, compiler_bos=BOS)
+    assert model.stats.n_layers == 1 and _neurons(model) <= len(NUMS) * 10 + 16
+    check(model, program, sampled(NUMS, 10, 40))

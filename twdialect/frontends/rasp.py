@@ -291,6 +291,7 @@ class _Translator:
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
         self.roots: dict = {}  # `_root`'s answers
+        self.leaf_memo: dict = {}  # `_functions_of`'s answers
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
@@ -645,6 +646,24 @@ class _Translator:
             return self.nowhere(rasp.is_numerical(expr))
         return self._table(expr, enc, [_at_root(expr, root, r) for r in enc.space])
 
+    def _over_leaves(self, expr, pairs: int) -> Encoded | None:
+        """SequenceMap `expr` whose inputs are functions of the same two SOps (`_functions_of`:
+        f(g(t, i), h(t, i))) as a table over the pairs of those two's values, where they are
+        fewer than the `pairs` of its inputs' values; else None."""
+        leaves = _functions_of(expr, self.leaf_memo)
+        if len(leaves) != 2 or {_leaf_key(expr.fst), _leaf_key(expr.snd)} == set(leaves):
+            return None  # (its inputs are the leaves: the plain pair table)
+        keys, sops = list(leaves), list(leaves.values())
+        parts = [self.as_categorical(self.sop(s), s) for s in sops]
+        if not all(p.space for p in parts) or \
+                len(parts[0].space) * len(parts[1].space) >= pairs:
+            return None
+        outs = [_at_leaves(expr, {keys[0]: x, keys[1]: y}, {})
+                for x, y in itertools.product(parts[0].space, parts[1].space)]
+        if len(outs) > MAX_TABLE:
+            return self._combo_table(expr, parts, outs)
+        return self._table(expr, self.joint(parts, expr)[0], outs)
+
     def _joint_of(self, sops: list, selector) -> tuple[Encoded, list[tuple]]:
         """The one-hot over the value tuples of a selector's keys (or queries) `sops`: where
         they are all functions of one categorical root (`_root`), a table of the tuples the
@@ -860,6 +879,9 @@ class _Translator:
         through_sum = self._through_sum(expr, fst, snd)
         if through_sum is not None:
             return through_sum
+        over_leaves = self._over_leaves(expr, len(fst.space or ()) * len(snd.space or ()))
+        if over_leaves is not None:
+            return over_leaves
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
         if not a.space or not b.space:  # RASP's SequenceMap of a None is None
             return self.nowhere(rasp.is_numerical(expr))
@@ -2163,19 +2185,53 @@ def _at_root(s, root, r, memo: dict | None = None):
     """s's value where its root (`_root`) holds r, as RASP's evaluator gives it (None passes
     on; _NONE where a function raises or gives None). `memo`: values by unique_id, for this
     r."""
-    memo = {} if memo is None else memo
+    return _at_leaves(s, {_leaf_key(root): r}, {} if memo is None else memo)
+
+
+def _leaf_key(s):
+    """What identifies a leaf of `_functions_of`: tokens and indices by kind (every annotated copy
+    is one), any other SOp by its unique_id."""
+    if isinstance(s, rasp.TokensType):
+        return "tokens"
+    if isinstance(s, rasp.IndicesType):
+        return "indices"
+    return s.unique_id
+
+
+def _functions_of(s, memo: dict) -> dict:
+    """The SOps s is a function of through Maps and SequenceMaps, by `_leaf_key` (constants
+    `Full` are none; tokens and indices their canonical objects). `memo`: by unique_id."""
+    if s.unique_id not in memo:
+        if isinstance(s, rasp.TokensType):
+            found = {"tokens": rasp.tokens}
+        elif isinstance(s, rasp.IndicesType):
+            found = {"indices": rasp.indices}
+        elif isinstance(s, rasp.Full):
+            found = {}
+        elif isinstance(s, rasp.Map):
+            found = _functions_of(s.inner, memo)
+        elif isinstance(s, rasp.SequenceMap):
+            found = {**_functions_of(s.fst, memo), **_functions_of(s.snd, memo)}
+        else:
+            found = {s.unique_id: s}
+        memo[s.unique_id] = found
+    return memo[s.unique_id]
+
+
+def _at_leaves(s, values: dict, memo: dict):
+    """s's value where its leaves hold `values` (by `_leaf_key`), as `_at_root`."""
     if s.unique_id in memo:
         return memo[s.unique_id]
-    if _same_sop(s, root) or type(s) is type(root) and \
-            isinstance(s, (rasp.TokensType, rasp.IndicesType)):
-        v = r
+    key = _leaf_key(s)
+    if key in values:
+        v = values[key]
     elif isinstance(s, rasp.Full):
         v = s.fill
     elif isinstance(s, rasp.Map):
-        x = _at_root(s.inner, root, r, memo)
+        x = _at_leaves(s.inner, values, memo)
         v = _NONE if x is _NONE else _apply(s.f, x)
     else:
-        a, b = _at_root(s.fst, root, r, memo), _at_root(s.snd, root, r, memo)
+        a, b = _at_leaves(s.fst, values, memo), _at_leaves(s.snd, values, memo)
         v = _NONE if a is _NONE or b is _NONE else _apply(s.f, a, b)
     memo[s.unique_id] = v
     return v
