@@ -307,14 +307,14 @@ class NarrowTable(RewritePattern):
     def match_and_rewrite(self, op: EmbeddingOp | PosTableOp, rewriter: PatternRewriter, /):
         slices = [use.operation for use in op.out.uses]
         if not all(isinstance(s, SliceOp) for s in slices) or \
-                (not slices and width_of(op.out) == 1 and not _another_embedding(op)):
+                (not slices and width_of(op.out) == 1 and not _erasable(op)):
             return
         read = np.zeros(width_of(op.out), dtype=bool)
         for s in slices:
             if s.out.uses:
                 read[s.start.value.data:s.start.value.data + width_of(s.out)] = True
         if not read.any():
-            if isinstance(op, PosTableOp) or _another_embedding(op):
+            if _erasable(op):
                 for s in slices:
                     rewriter.erase(s)
                 rewriter.erase(op)  # (a token table is kept where it alone declares the input)
@@ -339,8 +339,11 @@ class NarrowTable(RewritePattern):
         rewriter.erase(op)
 
 
-def _another_embedding(op: EmbeddingOp) -> bool:
-    """Whether another embedding of the graph reads the same input."""
+def _erasable(op: EmbeddingOp | PosTableOp) -> bool:
+    """Whether a table nothing reads may go: a pos_table, or an embedding whose input another
+    embedding of the graph reads too (an input's one embedding declares it)."""
+    if isinstance(op, PosTableOp):
+        return True
     return any(isinstance(other, EmbeddingOp) and other is not op and
                other.input_name.data == op.input_name.data for other in op.parent_block().ops)
 

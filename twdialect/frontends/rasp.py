@@ -873,13 +873,14 @@ class _Translator:
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
-        rooted = self._rooted(expr, len(fst.space or ()) * len(snd.space or ()))
+        pairs = len(fst.space or ()) * len(snd.space or ())
+        rooted = self._rooted(expr, pairs)
         if rooted is not None:  # (a numerical root with fewer values than the pairs)
             return rooted
         through_sum = self._through_sum(expr, fst, snd)
         if through_sum is not None:
             return through_sum
-        over_leaves = self._over_leaves(expr, len(fst.space or ()) * len(snd.space or ()))
+        over_leaves = self._over_leaves(expr, pairs)
         if over_leaves is not None:
             return over_leaves
         a, b = self.as_categorical(fst, expr.fst), self.as_categorical(snd, expr.snd)
