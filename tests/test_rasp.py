@@ -578,6 +578,24 @@ def test_numbers_that_differ_by_float64_round_off_are_one_value():
     check(model, program, all_inputs({1, 2, 3}, 5))
 
 
+def test_trailing_pads_are_not_seen():
+    """tracr's model masks pad tokens: every other position gives RASP's value on the input
+    without them (hist counted a pad as a token: ['BOS', 3, 1, 1, ...] on a, b, c, P, P). A
+    pad before a token is refused: no RASP input means that."""
+    for program in (lib.make_hist(), lib.make_length(), lib.make_sort_unique(rasp.tokens,
+                                                                               rasp.indices)):
+        model = compile_rasp_to_model(program, {"a", "b", "c"}, 5, compiler_bos=BOS,
+                                      compiler_pad="P")
+        for x in all_inputs({"a", "b", "c"}, 4):
+            for pads in range(1, 6 - len(x)):
+                seq = [BOS, *x, *["P"] * pads]
+                want = [BOS, *rasp.evaluate(program, x), *["P"] * pads]
+                assert model.apply(seq).decoded == want, seq
+                assert model.evaluate(seq).decoded == want, seq
+        with pytest.raises(RaspError, match="may only end the input"):
+            model.apply([BOS, "a", "P", "b"])
+
+
 def test_tw_rasp_takes_the_pad_token(tmp_path):
     """The file's compiler_pad (or --pad) is the pad token: inputs may end in padding, which
     decodes as tracr's model leaves it (None), and may not be in the vocabulary."""

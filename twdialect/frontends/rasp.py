@@ -208,8 +208,10 @@ class RaspGraph:
     code_tolerance: float = 0.0
 
     def token_ids(self, tokens: Sequence) -> np.ndarray:
-        """Token ids for a sequence [bos, *tokens] (pad tokens allowed); a token outside the
-        vocabulary or a sequence longer than max_seq_len + 1 is a RaspError."""
+        """Token ids for a sequence [bos, *tokens] less its trailing pad tokens, which the
+        model does not see (tracr's model masks them: every other position reads the input
+        without them); a pad before a token, a token outside the vocabulary or a sequence
+        longer than max_seq_len + 1 is a RaspError."""
         seq = list(tokens)
         if not seq or seq[0] != self.bos:
             raise RaspError(f"the input must start with the BOS token {self.bos!r}, got "
@@ -217,24 +219,33 @@ class RaspGraph:
         if len(seq) > self.max_seq_len + 1:
             raise RaspError(f"the input holds {len(seq) - 1} tokens after BOS; the model was "
                             f"compiled for at most max_seq_len={self.max_seq_len}")
+        seq = seq[:self.unpadded_length(seq)]
         index = {v: i for i, v in enumerate(self.vocab)}
         ids = [len(self.vocab)]
         for t in seq[1:]:
             if t == self.pad:
-                ids.append(len(self.vocab) + 1)
-            elif t in index:
-                ids.append(index[t])
-            else:
+                raise RaspError(f"the pad token {self.pad!r} may only end the input (it "
+                                f"pads a sequence to a batch's length), not precede a token")
+            if t not in index:
                 raise RaspError(f"token {t!r} is not in the vocabulary {self.vocab!r}")
+            ids.append(index[t])
         return np.array(ids, dtype=np.int64)
+
+    def unpadded_length(self, seq: Sequence) -> int:
+        """Positions of [bos, *tokens] before its trailing pad tokens."""
+        n = len(seq)
+        while n > 1 and seq[n - 1] == self.pad:
+            n -= 1
+        return n
 
     def decode(self, out: np.ndarray, tokens: Sequence) -> list:
         """tracr's `decoded`: the BOS token, then each position's value (categorical: the
-        hot column's value, None where no column is hot; numerical: the number)."""
+        hot column's value, None where no column is hot; numerical: the number), the pad
+        token at the trailing pads `out` has no rows for (`token_ids`)."""
         out = np.asarray(out, dtype=np.float64)
         values: list = [tokens[0]]
-        for p in range(1, out.shape[0]):
-            if tokens[p] == self.pad:
+        for p in range(1, len(tokens)):
+            if p >= out.shape[0]:  # a trailing pad, which the model did not see
                 values.append(self.pad)
             elif self.numerical:
                 values.append(float(out[p, 0]))
