@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+from tracr.compiler import lib  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 
 from test_rasp import BOS, all_inputs, check, sampled  # noqa: E402
@@ -576,9 +577,34 @@ def test_a_map_of_a_mix_keeps_the_mix_decoding(f):
 
 def test_selector_width_output_reads_a_line_through_its_points():
     # one neuron where the slope changes, not two a step
-    program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE))
+    program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LEQ))
     model = _compiled_exactly(program, NUMS, 5)
     assert max(_mlp_widths(model.compiled.schedule.tg.graph)) <= 5
+
+
+def test_selecting_every_key_counts_positions():
+    """A selector that picks every key it sees counts without a table: the length is one
+    head reading the last position (no MLP), the width of a prefix (a causal mask, or
+    indices <= indices) the position itself (no layer). `length` used as a number (reverse's
+    length - indices - 1) is read linearly off that head: reverse takes two layers."""
+    every = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE)
+    prefix = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    width, before = rasp.SelectorWidth(every), rasp.SelectorWidth(prefix)
+    for program, causal, layers, mlps in [
+            (width, False, 1, False), (rasp.numerical(width), False, 1, False),
+            (width, True, 0, False), (before, False, 0, False),
+            (rasp.numerical(before), False, 0, False),
+            (rasp.Map(lambda x: x % 3, width), False, 1, True),
+            (lib.make_length(), False, 1, False), (lib.make_reverse(rasp.tokens), False, 2, True)]:
+        for n in (2, 4, 7):  # (at 1 the length is a constant)
+            model = compile_rasp_to_model(program, NUMS, n, causal=causal, compiler_bos=BOS)
+            for x in all_inputs(NUMS, n):
+                got = model.apply([BOS, *x]).decoded[1:]
+                want = [causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))] \
+                    if causal else rasp.evaluate(program, x)
+                assert got == want, (x, got, want)
+            assert model.stats.n_layers == layers
+            assert bool(_mlp_widths(model.compiled.schedule.tg.graph)) == mlps
 
 
 # -- token features in the embedding ---------------------------------------------------------

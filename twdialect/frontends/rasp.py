@@ -160,6 +160,9 @@ class Encoded:
     # a number read off a categorical one-hot (a numerical Map of it): (that Encoded, the
     # value each of its columns maps to), so a categorical use is a linear map of the one-hot
     categories: tuple | None = field(default=None, repr=False)
+    # a categorical one-hot tabled from a number of the same values (`as_categorical`):
+    # that number's Encoded, so a numerical use reads it, not the one-hot
+    number: Encoded | None = field(default=None, repr=False)
     # how far float32 may move it (a one-hot: each column), an estimate carried from its
     # sources: a softmax's mean (`mean_noise` of the magnitudes it averages, however small
     # the result), a table's own error, read through linear maps; and a bound on its
@@ -307,6 +310,7 @@ class _Translator:
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
+        self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
         self.seen = 0
         # columns of the token embedding beside its one-hot (one-hot rows @ them), found by an
         # earlier translation of the program (`translate`), and the reads this one asked for
@@ -422,6 +426,9 @@ class _Translator:
         if v in self.tables:
             x, points, rows, depth = self.tables[v]
             rows, tolerance = rows @ m, np.full(m.shape[1], tolerance / 4)
+            affine = _affine(points, rows)
+            if affine is not None:  # (a one-hot of a number, read as a code of it)
+                return tw.linear(x, [[affine[0]]], [affine[1]])
             line = interpolation_mlp(points, rows)
             if _within(points, rows, line, tolerance):
                 return tw.mlp(x, *line)
@@ -430,6 +437,8 @@ class _Translator:
         if isinstance(op, LinearOp):
             x, w, b = _through_linear(v)
             return tw.linear(x, w @ m, b @ m)
+        if isinstance(op, PosTableOp):
+            return tw.pos_table(to_numpy(op.table, np.float64) @ m)
         if isinstance(op, MlpOp) and op.act is None and op.up is None:
             b2 = np.zeros(width_of(v)) if op.b2 is None else to_numpy(op.b2, np.float64)
             return tw.mlp(op.x, to_numpy(op.w1, np.float64),
@@ -517,6 +526,7 @@ class _Translator:
     def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
                 noisy: bool, error: float = 0.0, magnitude: float | None = None) -> Encoded:
         self._sync()
+        self.errors[value] = max(error, self.errors.get(value, 0.0))
         return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy,
                        error=error, _magnitude=magnitude)
 
@@ -826,7 +836,10 @@ class _Translator:
         inner = Encoded(enc.value, True, space, enc.bos, noisy=enc.noisy, error=enc.error,
                         _magnitude=enc._magnitude)
         value, _, error = self._numeric_table(expr, inner, rows, False)
-        return self.encoded(value, False, space, noisy=enc.noisy, error=error)
+        out = self.encoded(value, False, space, noisy=enc.noisy, error=error)
+        if space == _ordered(enc.space) and not enc.maybe_none:
+            out.number = enc
+        return out
 
     def nowhere(self, numerical: bool) -> Encoded:
         """An SOp that is None at every position (its value set is empty): one zero column,
@@ -839,6 +852,8 @@ class _Translator:
             return enc
         if not enc.space:
             return self.nowhere(True)
+        if enc.number is not None:  # (the number it was tabled from)
+            return enc.number
         rows = np.array([[self._number(expr, v)] for v in enc.space]).reshape(-1, 1)
         x, w, bias, _ = self._read(enc, rows)
         # (read from the one-hot's own table, or from a table beside it: that table's error)
@@ -980,7 +995,7 @@ class _Translator:
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
         every value pair (x - y, x + y, an affine f itself) and that table is smaller than
-        the pair table: |X| |Y| neurons become a linear map and two neurons a step of s
+        the pair table, or an input is a one-hot tabled from a number (sooner): |X| |Y| neurons become a linear map and two neurons a step of s
         (reverse's `length - indices`: 2,550 neurons at length 50 become 198). None where no
         such s is cheaper, or an input may be None (a number cannot carry it)."""
         if fst.maybe_none or snd.maybe_none or fst.space is None or snd.space is None:
@@ -989,6 +1004,10 @@ class _Translator:
             return None  # (the pair table is refused for its size)
         if not all(_is_number(v) for v in [*fst.space, *snd.space]):
             return None
+
+        # an input tabled from a number (`Encoded.number`) is read as that number: the pair
+        # table would wait a sublayer for its one-hot
+        sooner = fst.number is not None or snd.number is not None
 
         def cheapest() -> tuple | None:  # (neurons, a, b, {s: f})
             pairs = list(itertools.product(fst.space, snd.space))
@@ -1002,10 +1021,10 @@ class _Translator:
                 if table is None:
                     continue
                 cost = _steps_cost(table, rasp.is_numerical(expr))
-                if cost < len(pairs) and (best is None or cost < best[0]):
+                if (cost < len(pairs) or sooner) and (best is None or cost < best[0]):
                     best = (cost, a, b, table)
             return best
-        best = self._analysis("through a sum", expr, cheapest)
+        best = self._analysis(f"through a sum {sooner}", expr, cheapest)
         if best is None:
             return None
         _, a, b, table = best
@@ -1066,8 +1085,31 @@ class _Translator:
         if self.causal:
             raise RaspError(f"{_label(expr)}: `length` needs the whole sequence; a causal model "
                             "cannot see its end (compile with causal=False)")
-        everything = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE)
-        return self._selector_width(expr, everything)
+        return self._count_all(rasp.is_numerical(expr), prefix=False)
+
+    def _count_all(self, numerical: bool, prefix: bool) -> Encoded:
+        """The width of a selector that picks every key it sees: the query's position p
+        (index + 1) where it sees a prefix (a causal mask, or `indices <= indices`), a
+        position table; else the length, the largest position, which one head reads off the
+        key of largest p (logits GAIN p: the next one weighs e^-GAIN of it), where the width
+        through BOS's share takes a table of n + 1 steps and a one-hot of them."""
+        n = self.max_seq_len
+        if prefix:  # (a categorical use reads its one-hot as a position table: `_from_source`)
+            p = np.arange(n + 1)
+            if numerical:
+                return self.encoded(tw.pos_table(p[:, None].astype(float)), True,
+                                    list(range(1, n + 1)), noisy=False)
+            return self.encoded(tw.pos_table(np.eye(n + 1)[p, 1:]), False,
+                                list(range(1, n + 1)), noisy=False)
+        # the machine's position column p (BOS at 0) is the key and the value; the query
+        # 2 p - 1 gives a query at p > 0 logits GAIN (2 p - 1) p' at key p', largest at the
+        # last key, and BOS's, -GAIN p', largest at BOS's own key (BOS reads 0)
+        pos = tw.pos_encoding(1, n + 1)
+        length = tw.attn(tw.concat(pos, self.one), pos, pos, GAIN * np.array([[2.0], [-1.0]]),
+                         [[1.0]], [[1.0]], [[1.0]], mask="full")
+        # (logits are whole multiples of GAIN, the others' weights underflow: one rounding)
+        return self.encoded(length, True, list(range(1, n + 1)), noisy=True,
+                            error=2.0 ** -23 * n)
 
     # -- selectors ---------------------------------------------------------------------
     def head(self, selector, value: Encoded | None, bos_weight: float, wo: np.ndarray,
@@ -1208,8 +1250,8 @@ class _Translator:
         if through.shape[1] < width_of(x):
             source = self._from_source(x, through, tolerance)
             if source is not None:
-                read, w, at_bos = source
-                return read, w, shift, at_bos + shift
+                read, w, bias, at_bos = source
+                return read, w, shift + bias, at_bos + shift
         if need_source:
             return None
         return x, through, shift, enc.bos @ mat
@@ -1333,24 +1375,32 @@ class _Translator:
         return None
 
     def _from_source(self, onehot: Value, mat: np.ndarray, tolerance) -> tuple | None:
-        """(x, W, at_bos) with x W = onehot @ mat, x read from what made the one-hot: the token
-        embedding's feature columns (`_token_columns`) or a position table for the indices
-        (free), or a table of steps beside the one-hot's, over
-        the same input and no deeper (the same neurons; the one-hot itself is then dead code
-        unless something else reads it). `tolerance`: the float32 error the reader accepts in
+        """(x, W, bias, at_bos) with x W + bias = onehot @ mat, x read from what made the
+        one-hot: the token embedding's feature columns (`_token_columns`) or a position table
+        for the indices (free), or a line of the number a table read (`_affine_read`), or a
+        table of steps beside the one-hot's, over the same input and no deeper (the same
+        neurons; the one-hot itself is then dead code unless something else reads it). `tolerance`: the float32 error the reader accepts in
         each column (default: CLEAN, the one-hot's own). None where neither applies."""
         cols = mat.shape[1]
         if onehot is self.tokens_onehot:
             picked = self._token_columns(mat)
-            return None if picked is None else (*picked, np.zeros(cols))
+            return None if picked is None else (picked[0], picked[1], np.zeros(cols),
+                                                np.zeros(cols))
         if onehot is self.indices_onehot:
-            return self._position_columns(mat), np.eye(cols), np.zeros(cols)
+            return self._position_columns(mat), np.eye(cols), np.zeros(cols), np.zeros(cols)
+        if isinstance(onehot.owner, PosTableOp):  # (a width that is the position)
+            table = tw.pos_table(to_numpy(onehot.owner.table, np.float64) @ mat)
+            self._sync()
+            return table, np.eye(cols), np.zeros(cols), self.at_bos[table][0]
         if onehot not in self.tables:
             return None
         # columns scaled to at most 1 in the table (its float32 error is then the one-hot's)
         scale = np.maximum(np.abs(mat).max(axis=0), np.finfo(np.float64).tiny)
         tol = None if tolerance is None else tolerance / scale
         x, points, rows, depth = self.tables[onehot]
+        line = self._affine_read(x, points, rows @ mat, tolerance)
+        if line is not None:
+            return line
         scaled = rows @ (mat / scale)
         plan = step_mlps(points, scaled, tol)
         if len(plan) > depth:  # deeper than the one-hot's own table
@@ -1358,7 +1408,29 @@ class _Translator:
         read = emit_steps(x, scaled, plan)
         self.table_errors[read] = plan.error
         self._sync()
-        return read, np.diag(scale), self.at_bos[read][0] * scale
+        return read, np.diag(scale), np.zeros(cols), self.at_bos[read][0] * scale
+
+    def _affine_read(self, x: Value, points: np.ndarray, rows: np.ndarray,
+                     tolerance) -> tuple | None:
+        """`_from_source`'s (x, W, bias, at_bos) where every column of a table's rows is a
+        line through its points (length's one-hot read as length - index): a linear map of
+        the table's number x, where x's error times the slope keeps within `tolerance`
+        (default: CLEAN of the column's largest entry). None otherwise."""
+        error = self.errors.get(x)
+        if width_of(x) != 1 or error is None or points.size < 2:
+            return None
+        lines = [_affine(points, rows[:, [j]]) for j in range(rows.shape[1])]
+        if any(line is None for line in lines):
+            return None
+        slope, intercept = (np.array([line[i] for line in lines]) for i in (0, 1))
+        if not slope.any():  # (a constant: the table of steps makes it a literal)
+            return None
+        allowed = CLEAN * np.maximum(1.0, np.abs(rows).max(axis=0)) if tolerance is None \
+            else np.broadcast_to(tolerance, slope.shape)
+        if np.any(error * np.abs(slope) > allowed):
+            return None
+        self._sync()
+        return x, slope[None, :], intercept, self.at_bos[x][0] * slope + intercept
 
     def _sides(self, leaves: list, side: str) -> list:
         out, seen = [], set()
@@ -1429,6 +1501,9 @@ class _Translator:
                             magnitude=max(src.magnitude, abs(float(d[0]))) if numerical else None)
 
     def _selector_width(self, expr, selector) -> Encoded:
+        rest, prefix = _without_prefix(selector)
+        if isinstance(rest, rasp.Select) and rest.predicate is rasp.Comparison.TRUE:
+            return self._count_all(rasp.is_numerical(expr), prefix or self.causal)
         split = self._rank_split(selector)
         if split is not None:
             return self._rank(*split, rasp.is_numerical(expr))
