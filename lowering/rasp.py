@@ -87,6 +87,8 @@ class RaspModel:
         """`apply` over several inputs in one batched run."""
         rg = self.rasp_graph
         feeds = [{rg.token_input: rg.token_ids(t)} for t in batch]
+        if not feeds:
+            return []
         outs = self.compiled.run_batch(feeds)
         return [RaspOutput(rg.decode(o[rg.output], t), np.asarray(o[rg.output]),
                            functools.partial(self._trace, f)) for o, t, f in zip(outs, batch, feeds)]

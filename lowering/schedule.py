@@ -545,7 +545,9 @@ class Scheduler:
             sub = self._open_sublayer(s)
             for entry in self._candidates(sub):
                 self._try_place(entry, sub)
-            if self.columns.dirty and (sub.pressure or self.full_reserve or self.gate):
+            # (nothing left to place: no writer will want the columns)
+            if self.columns.dirty and self.todo and \
+                    (sub.pressure or self.full_reserve or self.gate):
                 self._cancel_ahead(sub)
             self._close_sublayer(sub)
             report("schedule", self.n_needed - self.todo, self.n_needed)

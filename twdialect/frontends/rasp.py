@@ -1160,6 +1160,12 @@ class _Translator:
                         np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
         query = tw.concat(q_in, self.one, self.bos_flag)
         key = tw.concat(k_in, self.one, self.bos_flag)
+        mask = "causal" if self.causal or prefix else "full"
+        if mask == "causal" and q_in is self.one:
+            # every query but BOS's reads the same (a TRUE selector's), and BOS's sees only
+            # BOS: one dimension, the key's logit under that query
+            wk, wq = wk @ (wq[0] + wq[-2])[:, None], np.ones((1, 1))
+            query = self.one
         if value is None:
             v, wv = self.bos_flag, np.eye(1)
         else:  # value [v, 1, bos] -> v | bos
@@ -1169,7 +1175,6 @@ class _Translator:
             v = tw.concat(v_in, self.one, self.bos_flag)
             wv = np.zeros((v_mat.shape[0] + 2, w + 1))
             wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
-        mask = "causal" if self.causal or prefix else "full"
         return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
 
     def _through_number(self, pred, keys_values, bos_weight, bos_error, k_enc, q_enc,
@@ -1247,6 +1252,9 @@ class _Translator:
         `need_source`: the reader cannot take the one-hot's float32 error times mat)."""
         x, m, bias = _through_linear(enc.value)
         through, shift = m @ mat, bias @ mat
+        if not enc.maybe_none and len(through) and not np.any(through - through[0]):
+            # every value reads the same (a TRUE selector's keys): the constant column
+            return self.one, through[:1], shift, through[0] + shift
         if through.shape[1] < width_of(x):
             source = self._from_source(x, through, tolerance)
             if source is not None:
