@@ -575,6 +575,29 @@ def test_a_map_of_a_mix_keeps_the_mix_decoding(f):
     assert model.rasp_graph.code_shift is not None
 
 
+def test_a_selector_every_key_passes_reads_no_key_columns():
+    """A selector true for every value pair reads its keys as the constant column, not as the
+    token one-hot's sum; under a causal mask (frac_prevs' indices <= indices) every query but
+    BOS's then reads alike and BOS's sees only BOS: one head dimension, no embedding column
+    for it."""
+    for program in (lib.make_frac_prevs(rasp.tokens == 1),
+                    rasp.numerical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.indices,
+                                                              rasp.Comparison.TRUE),
+                                                  rasp.numerical(rasp.Map(float, rasp.tokens)),
+                                                  default=0))):
+        for causal in (False, True):
+            model = compile_rasp_to_model(program, NUMS, 5, causal=causal, compiler_bos=BOS)
+            for x in all_inputs(NUMS, 5):
+                got = model.apply([BOS, *x]).decoded[1:]
+                want = [causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))] \
+                    if causal else rasp.evaluate(program, x)
+                assert all(abs(g - w) < 1e-4 for g, w in zip(got, want)), (x, got, want)
+            heads = _heads(model.module)
+            assert len(heads) == 1 and heads[0].key.type.width.data <= 3
+            if causal or program.label.startswith("frac_prevs"):
+                assert shape_of(heads[0].wq)[1] == 1
+
+
 def test_selector_width_output_reads_a_line_through_its_points():
     # one neuron where the slope changes, not two a step
     program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LEQ))

@@ -263,6 +263,20 @@ def _wide_relu_kept():
     return {"r": r, "o": o}
 
 
+def test_nothing_is_cancelled_once_nothing_is_left_to_place():
+    """Under pressure, dead groups are cancelled ahead with a sublayer's spare heads, for the
+    writers still to come; after the last task none will come, so the columns stay as they
+    are (x, dead after the head reads it, cost two heads of cancels here)."""
+    def build():
+        x = _input("x", 3)
+        a = tw.attn(x, x, x, np.ones((3, 1)), np.ones((3, 1)), np.ones((3, 1)), [[1.0]])
+        tw.output("a", a)
+        return {"x": x, "a": a}
+    p = Placed(build, d=6, d_head=1, d_hidden=8)
+    assert p.slot("a") == 0 and p.sched.cancels == []
+    assert p.sched.attn_heads == [1]
+
+
 def test_a_task_may_refill_the_columns_of_the_operands_it_reads_last():
     """x and y die as the relu reads them: a cancel in its own sublayer zeroes their columns
     while it fills them, so 8 free columns hold the whole graph."""
