@@ -476,6 +476,28 @@ class _Translator:
             return self._position_columns(mat), np.eye(mat.shape[1])
         return x, mat
 
+    def _index_columns(self, mat: np.ndarray) -> tuple:
+        """`_from_source`'s read of indices one-hot @ mat: its columns that are lines in the
+        index from the machine's position column and the constant one (no column of their
+        own), the others from a position table."""
+        cols = mat.shape[1]
+        index = np.arange(self.max_seq_len, dtype=float)
+        lines = [_affine(index, mat[:, [j]]) for j in range(cols)]
+        rest = [j for j, line in enumerate(lines) if line is None]
+        if len(rest) == cols:
+            return self._position_columns(mat), np.eye(cols), np.zeros(cols), np.zeros(cols)
+        parts = [tw.pos_encoding(1, self.max_seq_len + 1), self.one]
+        w = np.zeros((2 + len(rest), cols))
+        at_bos = np.zeros(cols)
+        for j, line in enumerate(lines):
+            if line is not None:  # slope (p - 1) + intercept at position p
+                w[0, j], w[1, j] = line[0], line[1] - line[0]
+                at_bos[j] = line[1] - line[0]
+        if rest:
+            parts.append(self._position_columns(mat[:, rest]))
+            w[2 + np.arange(len(rest)), rest] = 1.0
+        return tw.concat(*parts), w, np.zeros(cols), at_bos
+
     def _position_columns(self, mat: np.ndarray) -> Value:
         """indices one-hot @ mat, as a position table (BOS's row zero, as the one-hot's)."""
         table = np.zeros((self.max_seq_len + 1, mat.shape[1]))
@@ -1395,7 +1417,7 @@ class _Translator:
             return None if picked is None else (picked[0], picked[1], np.zeros(cols),
                                                 np.zeros(cols))
         if onehot is self.indices_onehot:
-            return self._position_columns(mat), np.eye(cols), np.zeros(cols), np.zeros(cols)
+            return self._index_columns(mat)
         if isinstance(onehot.owner, PosTableOp):  # (a width that is the position)
             table = tw.pos_table(to_numpy(onehot.owner.table, np.float64) @ mat)
             self._sync()
