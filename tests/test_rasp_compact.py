@@ -598,6 +598,23 @@ def test_a_selector_every_key_passes_reads_no_key_columns():
                 assert shape_of(heads[0].wq)[1] == 1
 
 
+def test_a_line_in_the_index_is_read_from_the_position_column():
+    """A head's key or query read of the indices that is a line in the index (the key's
+    number k of a nearest-key head) comes from the machine's position and constant columns:
+    only what is not a line (k^2) takes a position table column."""
+    from twdialect.dialect import ConcatOp, PosEncodingOp, PosTableOp
+    for program in (lib.shift_by(2, rasp.tokens), lib.make_reverse(rasp.tokens)):
+        model = _compiled_exactly(program, NUMS, 5)
+        def parts(v):  # the values a (nested) concat joins
+            op = v.owner
+            return [p for o in op.operands for p in parts(o)] if isinstance(op, ConcatOp) \
+                else [v]
+        keys = [p for h in _heads(model.module) for p in parts(h.key)]
+        assert any(isinstance(k.owner, PosEncodingOp) for k in keys)
+        tables = [op for op in model.module.walk() if isinstance(op, PosTableOp)]
+        assert sum(shape_of(t.table)[1] for t in tables) <= 6 + 5  # (indices one-hot: 6)
+
+
 def test_selector_width_output_reads_a_line_through_its_points():
     # one neuron where the slope changes, not two a step
     program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LEQ))
