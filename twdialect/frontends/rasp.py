@@ -22,7 +22,9 @@ annotations (`rasp.categorical`, the default, and `rasp.numerical`):
   between one-hot queries and keys (any predicate, and any And/Or/Not tree, is a table over
   the joint value sets); BOS is every query's fallback: it takes half the gain, so it wins
   only where nothing is selected (Aggregate's default), or the full gain for SelectorWidth,
-  where its share 1 / (width + 1) gives the width through a table;
+  where its share 1 / (width + 1) gives the width through a table (a selector that picks
+  every key counts positions instead: the length is one head reading the last position,
+  a prefix's width the position itself, `_count_all`);
 * the program's output, where categorical, is one number (`output_codes`: number values as
   themselves, others by rank; 0 is None) made by the op that would make its one-hot (a
   table through its points, an MLP's or a head's output matrix times the codes), so the
