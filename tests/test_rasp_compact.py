@@ -615,6 +615,21 @@ def test_a_line_in_the_index_is_read_from_the_position_column():
         assert sum(shape_of(t.table)[1] for t in tables) <= 6 + 5  # (indices one-hot: 6)
 
 
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_a_shift_reads_one_shared_column_of_index_squares(offset):
+    """shift_by's `q == k + offset` through the key's number: the key's k^2 and the queries'
+    lift (s t^2 - GAIN, t = q - offset, also for the queries that select nothing: BOS still
+    outweighs every key by GAIN / 2 there) are parabolas in the index, read from one shared
+    position table of i^2 and the machine's position and constant columns."""
+    from twdialect.dialect import PosTableOp
+    for n in (5, 8):  # (every query past the first `offset` selects a key: t is a line)
+        program = lib.shift_by(offset, rasp.tokens)
+        model = _compiled_exactly(program, NUMS, n)
+        tables = [op for op in model.module.walk() if isinstance(op, PosTableOp)]
+        assert [shape_of(t.table)[1] for t in tables] == [n + 1, 1]  # indices; i^2
+        assert len(list(tables[1].results[0].uses)) == 2  # the key's and the query's reads
+
+
 def test_selector_width_output_reads_a_line_through_its_points():
     # one neuron where the slope changes, not two a step
     program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LEQ))

@@ -322,6 +322,7 @@ class _Translator:
         # fewer columns (`_narrow_read`), and whether one did
         self.narrow_indices = narrow_indices
         self.narrowed_indices = False
+        self.squares: Value | None = None  # `_index_squares`
         # answers about the program's functions over its value sets (`_analysis`), which a
         # later translation of the same program (`translate`) asks again
         self.analyses: dict = {} if analyses is None else analyses
@@ -478,27 +479,44 @@ class _Translator:
             return self._position_columns(mat), np.eye(mat.shape[1])
         return x, mat
 
-    def _index_columns(self, mat: np.ndarray) -> tuple:
+    def _index_columns(self, mat: np.ndarray, tolerance=None) -> tuple:
         """`_from_source`'s read of indices one-hot @ mat: its columns that are lines in the
         index from the machine's position column and the constant one (no column of their
         own), the others from a position table."""
         cols = mat.shape[1]
-        index = np.arange(self.max_seq_len, dtype=float)
-        lines = [_affine(index, mat[:, [j]]) for j in range(cols)]
-        rest = [j for j, line in enumerate(lines) if line is None]
+        allowed = np.broadcast_to(np.inf if tolerance is None else tolerance, (cols,))
+        fits = [_parabola(mat[:, j], None if tolerance is None else float(allowed[j]))
+                for j in range(cols)]
+        rest = [j for j, fit in enumerate(fits) if fit is None]
         if len(rest) == cols:
             return self._position_columns(mat), np.eye(cols), np.zeros(cols), np.zeros(cols)
+        # a i^2 + b i + c at index i = p - 1: a (p - 1)^2 + b p + (c - b), exact at BOS too
         parts = [tw.pos_encoding(1, self.max_seq_len + 1), self.one]
-        w = np.zeros((2 + len(rest), cols))
+        squares = any(fit is not None and fit[0] != 0 for fit in fits)
+        if squares:
+            parts.append(self._index_squares())
+        w = np.zeros((len(parts) + len(rest), cols))
         at_bos = np.zeros(cols)
-        for j, line in enumerate(lines):
-            if line is not None:  # slope (p - 1) + intercept at position p
-                w[0, j], w[1, j] = line[0], line[1] - line[0]
-                at_bos[j] = line[1] - line[0]
+        for j, fit in enumerate(fits):
+            if fit is not None:
+                a, b, c = fit
+                w[0, j], w[1, j] = b, c - b
+                if squares:
+                    w[2, j] = a
+                at_bos[j] = a + c - b
         if rest:
             parts.append(self._position_columns(mat[:, rest]))
-            w[2 + np.arange(len(rest)), rest] = 1.0
+            w[len(parts) - 1 + np.arange(len(rest)), rest] = 1.0
         return tw.concat(*parts), w, np.zeros(cols), at_bos
+
+    def _index_squares(self) -> Value:
+        """One position table of (p - 1)^2 (the index squared; 1 at BOS), shared by every
+        read of the indices that is a parabola in the index (a nearest-key head's k^2 and
+        its queries' lift)."""
+        if self.squares is None or self.squares.owner not in self.graph.ops:
+            p = np.arange(self.max_seq_len + 1, dtype=float)
+            self.squares = tw.pos_table(((p - 1) ** 2)[:, None])
+        return self.squares
 
     def _position_columns(self, mat: np.ndarray) -> Value:
         """indices one-hot @ mat, as a position table (BOS's row zero, as the one-hot's)."""
@@ -1215,7 +1233,10 @@ class _Translator:
         tolerance: that of a one-hot)."""
         @functools.cache
         def near(digits: int):  # (asked again by the second loop)
-            return _nearest_key(pred, keys_values, bos_weight, bos_error, digits)
+            return _nearest_key(pred, keys_values, bos_weight, bos_error, digits, extend)
+
+        # (a query read off the indices: lines and parabolas in the index are free)
+        extend = _through_linear(q_enc.value)[0] is self.indices_onehot
 
         def candidates():  # (digits, (A, B, lift)), fewest digits first
             return ((d, near(d)) for d in range(1, MAX_DIGITS + 1) if near(d) is not None)
@@ -1419,7 +1440,7 @@ class _Translator:
             return None if picked is None else (picked[0], picked[1], np.zeros(cols),
                                                 np.zeros(cols))
         if onehot is self.indices_onehot:
-            return self._index_columns(mat)
+            return self._index_columns(mat, tolerance)
         if isinstance(onehot.owner, PosTableOp):  # (a width that is the position)
             table = tw.pos_table(to_numpy(onehot.owner.table, np.float64) @ mat)
             self._sync()
@@ -1982,6 +2003,29 @@ def _affine(points: np.ndarray, rows: np.ndarray) -> tuple[float, float] | None:
     return float(slope), float(intercept)
 
 
+def _parabola(column: np.ndarray, tolerance: float | None) -> tuple[float, float, float] | None:
+    """(a, b, c) where column[i] = a i^2 + b i + c at every index i (to float64 round-off),
+    and float32 computes a i^2 + b i + c within `tolerance` (default CLEAN of the column's
+    largest entry): exactly where a, b and c are whole and every term below 2^24; else None."""
+    n = column.size
+    if n < 3 or not np.all(np.isfinite(column)):
+        return None
+    i = np.arange(n, dtype=float)
+    fit = np.linalg.lstsq(np.stack([i * i, i, np.ones(n)], axis=1), column, rcond=None)[0]
+    whole = np.all(column == np.round(column))
+    if whole:
+        fit = np.round(fit)
+    a, b, c = (float(x) for x in fit)
+    largest = max(1.0, float(np.abs(column).max()))
+    if not np.allclose(a * i * i + b * i + c, column, rtol=0, atol=1e-12 * largest):
+        return None
+    terms = abs(a) * n * n + abs(b) * n + abs(c)
+    error = 0.0 if whole and terms < 2 ** 24 else 2.0 ** -22 * terms
+    if error > (CLEAN * largest if tolerance is None else tolerance):
+        return None
+    return a + 0.0, b + 0.0, c + 0.0
+
+
 def _query_tolerance(b: np.ndarray, lift: np.ndarray | None,
                      digits: int = 1) -> np.ndarray | None:
     """Per column of a query's features (s 2t | -s per digit, then lift), the float32 error
@@ -2067,7 +2111,7 @@ def _exact(enc: Encoded) -> bool:
 
 
 def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
-                 bos_error: float | None = None, digits: int = 1):
+                 bos_error: float | None = None, digits: int = 1, extend: bool = False):
     """(A, B, lift) for a selector where every query selects the keys of at most one value,
     and the keys (numbers, or the ranks of other values) are never None and not noisy (one
     value must give the same logit at every position: its keys share the softmax evenly):
@@ -2092,7 +2136,10 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
     -s t^2), so a selected key's logit is 0 and BOS's lift -GAIN is small; only where every
     weight is a whole number and every logit below 2^24, so float32 computes them exactly
     (26 tokens at length 50: BOS's logit near 10^5, its rounding 0.004, moved the share past
-    the width table's plateaus). One digit only."""
+    the width table's plateaus). One digit only.
+
+    `extend`: queries that select nothing take the line of the others' targets where that
+    keeps BOS on top (`_extend_to_empty_rows`)."""
     if key_values is None or pred.shape[1] < 3 or (digits > 1 and bos_error is not None):
         return None
     if np.any(pred.sum(axis=1) > 1) or not np.all((pred == 0) | (pred == 1)):
@@ -2124,6 +2171,8 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
             lift[rows] = -GAIN
         else:
             a, b = a[:, :2], b[:, :2]
+            if extend:
+                _extend_to_empty_rows(a, lift, rows, t, scale, k)
     largest = (np.abs(a) @ np.abs(b).T).max()
     if largest > MAX_NEAREST_LOGIT * GAIN:
         return None
@@ -2132,6 +2181,28 @@ def _nearest_key(pred: np.ndarray, key_values: list | None, bos_weight: float,
     if min(len(_distinct_rows(pred)[0]), len(_distinct_rows(pred.T)[0])) <= 2 * digits:
         return None  # the one-hot form is as narrow
     return a, b, lift
+
+
+def _extend_to_empty_rows(a: np.ndarray, lift: np.ndarray, rows: np.ndarray, t: np.ndarray,
+                          scale: np.ndarray, k: np.ndarray) -> None:
+    """Give the queries that select nothing (A's zero rows) the target t of the line through
+    the others' (shift_by's `q == k + 2`: t = q - 2 below q = 2 too), where one scale serves
+    every query and each such t is a whole gap from every key: BOS, lifted to s t^2 - GAIN,
+    still outweighs every key by GAIN / 2 there, and A's rows and the lift are then a line
+    and a parabola in the query's class, which a read of the indices takes from the position
+    columns (`_index_columns`), not a table column each. Else A is left as it is."""
+    empty = np.setdiff1d(np.arange(a.shape[0]), rows)
+    if not empty.size or rows.size < 2 or np.any(scale != scale[0]):
+        return
+    line = _affine(rows.astype(float), t[:, None])
+    if line is None:
+        return
+    extended = line[0] * empty + line[1]
+    gap = math.sqrt(GAIN / scale[0])
+    if np.any(np.abs(k[None, :] - extended[:, None]).min(axis=1) < gap):
+        return
+    a[empty] = scale[0] * np.stack([2 * extended, -np.ones_like(extended)], axis=1)
+    lift[empty] = scale[0] * extended ** 2 - GAIN
 
 
 def _rank_digits(shape: tuple[int, int], rows: np.ndarray, chosen: np.ndarray,
