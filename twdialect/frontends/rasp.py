@@ -480,13 +480,14 @@ class _Translator:
         return x, mat
 
     def _index_columns(self, mat: np.ndarray, tolerance=None) -> tuple:
-        """`_from_source`'s read of indices one-hot @ mat: its columns that are lines in the
-        index from the machine's position column and the constant one (no column of their
-        own), the others from a position table."""
+        """`_from_source`'s read of indices one-hot @ mat: its columns that are lines or
+        parabolas in the index (`_parabola`, within `tolerance`) from the machine's position
+        and constant columns and one shared table of the index squared (`_index_squares`),
+        the others from a position table of their own."""
         cols = mat.shape[1]
-        allowed = np.broadcast_to(np.inf if tolerance is None else tolerance, (cols,))
-        fits = [_parabola(mat[:, j], None if tolerance is None else float(allowed[j]))
-                for j in range(cols)]
+        tolerances = [None] * cols if tolerance is None else \
+            np.broadcast_to(tolerance, (cols,)).tolist()
+        fits = [_parabola(mat[:, j], tol) for j, tol in enumerate(tolerances)]
         rest = [j for j, fit in enumerate(fits) if fit is None]
         if len(rest) == cols:
             return self._position_columns(mat), np.eye(cols), np.zeros(cols), np.zeros(cols)
@@ -717,9 +718,11 @@ class _Translator:
         if len(leaves) != 2 or {_leaf_key(expr.fst), _leaf_key(expr.snd)} == set(leaves):
             return None  # (its inputs are the leaves: the plain pair table)
         keys, sops = list(leaves), list(leaves.values())
+        spaces = [self.sop(s).space for s in sops]
+        if not all(spaces) or len(set(spaces[0])) * len(set(spaces[1])) >= pairs:
+            return None  # (before tabling them: a mean's values are many)
         parts = [self.as_categorical(self.sop(s), s) for s in sops]
-        if not all(p.space for p in parts) or \
-                len(parts[0].space) * len(parts[1].space) >= pairs:
+        if not all(p.space for p in parts):
             return None
         outs = [_at_leaves(expr, {keys[0]: x, keys[1]: y}, {})
                 for x, y in itertools.product(parts[0].space, parts[1].space)]
@@ -1037,8 +1040,9 @@ class _Translator:
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over
         every value pair (x - y, x + y, an affine f itself) and that table is smaller than
-        the pair table, or an input is a one-hot tabled from a number (sooner): |X| |Y| neurons become a linear map and two neurons a step of s
-        (reverse's `length - indices`: 2,550 neurons at length 50 become 198). None where no
+        the pair table, or an input is a one-hot tabled from a number (`sooner`): |X| |Y|
+        neurons become a linear map and two neurons a step of s (reverse's `length -
+        indices`: 2,550 neurons at length 50 become 198). None where no
         such s is cheaper, or an input may be None (a number cannot carry it)."""
         if fst.maybe_none or snd.maybe_none or fst.space is None or snd.space is None:
             return None
@@ -1432,8 +1436,9 @@ class _Translator:
         one-hot: the token embedding's feature columns (`_token_columns`) or a position table
         for the indices (free), or a line of the number a table read (`_affine_read`), or a
         table of steps beside the one-hot's, over the same input and no deeper (the same
-        neurons; the one-hot itself is then dead code unless something else reads it). `tolerance`: the float32 error the reader accepts in
-        each column (default: CLEAN, the one-hot's own). None where neither applies."""
+        neurons; the one-hot itself is then dead code unless something else reads it).
+        `tolerance`: the float32 error the reader accepts in each column (default: CLEAN,
+        the one-hot's own). None where neither applies."""
         cols = mat.shape[1]
         if onehot is self.tokens_onehot:
             picked = self._token_columns(mat)
