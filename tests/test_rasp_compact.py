@@ -28,8 +28,8 @@ from tw_lowering import compile_rasp_to_model  # noqa: E402
 from tw_lowering.sweep import Sweep  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
-from twdialect.frontends.rasp import (GAIN, MAX_DIGITS, RaspError, _rank_digits,  # noqa: E402
-                                      translate)
+from twdialect.frontends.rasp import (GAIN, MAX_DIGITS, RaspError, _parabola,  # noqa: E402
+                                      _rank_digits, translate)
 
 NUMS = {0, 1, 2}
 
@@ -628,6 +628,23 @@ def test_a_shift_reads_one_shared_column_of_index_squares(offset):
         tables = [op for op in model.module.walk() if isinstance(op, PosTableOp)]
         assert [shape_of(t.table)[1] for t in tables] == [n + 1, 1]  # indices; i^2
         assert len(list(tables[1].results[0].uses)) == 2  # the key's and the query's reads
+
+
+def test_parabola_is_exact_or_refused():
+    """`_parabola` recovers whole coefficients exactly (float32 then computes the column
+    exactly below 2^24), and refuses what is no parabola, or what float32 would compute
+    beyond the tolerance."""
+    rng = np.random.default_rng(0)
+    i = np.arange(12, dtype=float)
+    for _ in range(50):
+        a, b, c = (float(x) for x in rng.integers(-300, 300, 3))
+        assert _parabola(a * i * i + b * i + c, None) == (a, b, c)
+        noisy = a * i * i + b * i + c
+        noisy[5] += 0.5
+        assert _parabola(noisy, None) is None
+    assert _parabola(np.array([0.0, 1.0]), None) is None  # (too few points to tell)
+    big = 1e6 * i * i + 0.1
+    assert _parabola(big, 1e-9) is None and _parabola(big, 100.0) is not None
 
 
 def test_selector_width_output_reads_a_line_through_its_points():
