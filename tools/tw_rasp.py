@@ -9,8 +9,9 @@ The file defines the program as a module-level RASP SOp named `program` (another
 `--program NAME`, or a function of no arguments returning it; without either, the one
 module-level SOp that no other one there reads), and may define `vocab` (or `VOCAB`, and so on),
 `max_seq_len`, `causal`, `compiler_bos` and `compiler_pad`, which the options
-`--vocab 1,2,3`, `--max-seq-len N`, `--causal`, `--bos` and `--pad` override. Input tokens are words matched against the
-vocabulary by their text (`1` is the number 1 when the vocabulary holds numbers).
+`--vocab 1,2,3`, `--max-seq-len N`, `--causal`, `--bos` and `--pad` override. Input tokens are
+words matched against the vocabulary by their text (`1` is the number 1 when the vocabulary
+holds numbers); trailing pad tokens pad the input, and decode as the pad token.
 
 Error contract (tools/cli.py): an unreadable file, a file that raises, no program in it, a
 token outside the vocabulary, too many tokens, or a RASP construct tw refuses ends the run with
