@@ -35,17 +35,18 @@ A program that timed out is not tried by tracr at longer lengths: those rows' `t
 `--tracr-cap`, which could only skip after a slow compile had finished). The summary counts
 both (`tracr_timeouts`, `tracr_skipped`); ratios are over the rows where both sides compiled.
 
-Fairness of tracr's timings: one long-lived worker (multiprocessing's 'spawn' context, safe
-with JAX's threads, unlike 'fork') serves every row in turn, as the run's own process did
-before: it first compiles a warm-up program of its own (imports, JAX's first-call costs,
-outside every timing), then its caches stay warm from row to row exactly as in one process.
-Only a timeout replaces it; the new worker repeats the same warm-up before its first row, so
-that row starts from the state the run's first row started from. (A fresh process per row
-with its own warm-up would also exclude first-import costs, but it would throw away the caches
-that one process keeps, making each row colder than in the earlier in-process measurements.)
-The limit is counted from the moment the row is handed to a warmed-up worker, so the warm-up
-is never part of it; `compile_s` is timed inside the worker around tracr's compile alone.
-tw's side runs in the main process, unchanged.
+Fairness of the timings: each row's tracr compile runs in a fresh worker process
+(multiprocessing's 'spawn' context, safe with JAX's threads, unlike 'fork') that first
+compiles a warm-up program of its own (imports, JAX's first-call costs, outside every timing),
+so every row starts from the same warmed-up state, whatever ran before it. A long-lived worker
+(`--tracr-shared-worker`, the former default) keeps JAX's compilation caches from row to row,
+and then a row's time depends on the order of the rows: tracr compiles a model of a shape it
+compiled before (hist after length at the same max_seq_len: the same d_model and layers) in
+about 0.02 s instead of about 2 s. The limit is counted from the moment the row is handed to a
+warmed-up worker, so the warm-up is never part of it; `compile_s` is timed inside the worker
+around tracr's compile alone. tw's side runs in the main process after a warm-up compile of its
+own; its `compile_s` is the median of `--tw-repeats` compiles (default 5; tw keeps no state
+from one compile to the next), the model of the last one is the one measured.
 """
 
 from __future__ import annotations
@@ -103,15 +104,18 @@ def exact_share(outs: list[list], program, xs: list[list]) -> float:
     return round(ok / total, 4) if total else 1.0
 
 
-def tw_row(program, vocab, n: int, xs: list[list]) -> dict:
+def tw_row(program, vocab, n: int, xs: list[list], repeats: int = 1) -> dict:
     import torch
 
     from tw_lowering import compile_rasp_to_model
 
-    gc.collect()  # the last row's garbage is not this compile's (both sides, as timeit does)
-    t = time.perf_counter()
-    model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS, compiler_pad=PAD)
-    seconds = time.perf_counter() - t
+    times = []
+    for _ in range(repeats):
+        gc.collect()  # the last compile's garbage is not this one's (both sides, as timeit does)
+        t = time.perf_counter()
+        model = compile_rasp_to_model(program, vocab, n, compiler_bos=BOS, compiler_pad=PAD)
+        times.append(time.perf_counter() - t)
+    seconds = statistics.median(times)
     s, ct = model.stats, model.compiled
     tables = [src.table for src in ct.sources if src.kind in ("embedding", "pos_table")]
     nonzero = sum(int(torch.count_nonzero(b)) for layer in ct.layers
@@ -123,7 +127,7 @@ def tw_row(program, vocab, n: int, xs: list[list]) -> dict:
                 heads=int(sum(s.heads_per_layer)), neurons=int(sum(s.neurons_per_layer)),
                 params_allocated=ct.allocated_params() + embedding, params_embedding=embedding,
                 params_stored=ct.stored_params() + sum(t.size for t in tables),
-                params_nonzero=nonzero, compile_s=round(seconds, 4),
+                params_nonzero=nonzero, compile_s=round(seconds, 4), compile_repeats=repeats,
                 exact=exact_share(outs, program, xs))
 
 
@@ -240,12 +244,15 @@ def _tracr_worker(conn) -> None:
 
 
 class TracrWorker:
-    """tracr's side in a long-lived worker process (see the module docstring): `row` hands one
-    (program, length) to it and waits at most `timeout` seconds (0: no limit) for the answer;
-    on timeout the worker is killed and the next `row` starts (and warms up) a new one."""
+    """tracr's side in a worker process (see the module docstring): `row` hands one (program,
+    length) to it and waits at most `timeout` seconds (0: no limit) for the answer; on timeout
+    the worker is killed and the next `row` starts (and warms up) a new one. `shared`: one
+    worker serves every row in turn (its JAX caches kept from row to row); else each row has a
+    fresh one."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, shared: bool = False):
         self.timeout = timeout
+        self.shared = shared
         self.ctx = multiprocessing.get_context("spawn")
         self.proc = self.conn = None
 
@@ -273,7 +280,12 @@ class TracrWorker:
                 self._kill()
                 return {"error": f"timeout: no result after {self.timeout:g} s",
                         "timeout_s": self.timeout}
-            return self.conn.recv()
+            answer = self.conn.recv()
+            if "compile_s" in answer:
+                answer["worker"] = "shared" if self.shared else "fresh"
+            if not self.shared:
+                self.close()
+            return answer
         except (EOFError, OSError):  # the worker died (out of memory, a crash in JAX)
             code = None
             if self.proc is not None:
@@ -329,6 +341,11 @@ def summarize(rows: list[dict]) -> dict:
         "tracr_timeouts": sum("error" in r.get("tracr", {}) and "timeout_s" in r["tracr"]
                               for r in rows),
         "tracr_skipped": sum("skipped" in r.get("tracr", {}) for r in rows),
+        # how the timings were taken (rows saved before these fields: a shared worker, one
+        # tw compile)
+        "tracr_worker": ",".join(sorted({r["tracr"].get("worker", "shared") for r in both})),
+        "tw_compile_repeats": ",".join(sorted({str(r["tw"].get("compile_repeats", 1))
+                                               for r in rows})),
     }
     if both:
         alloc = [r["tracr"]["params_allocated"] / r["tw"]["params_allocated"] for r in both]
@@ -385,6 +402,11 @@ def main(argv=None) -> int:
                          " a program that timed out is skipped by tracr at longer lengths")
     ap.add_argument("--table", metavar="JSONL", default=None,
                     help="print the markdown table and summary of saved JSON lines, run nothing")
+    ap.add_argument("--tracr-shared-worker", action="store_true",
+                    help="one tracr worker for every row, its JAX caches kept from row to row "
+                         "(a row's time then depends on the rows before it)")
+    ap.add_argument("--tw-repeats", type=int, default=5, metavar="N",
+                    help="tw compiles per row; compile_s is their median")
     torchwright_arguments(ap)
     args = ap.parse_args(argv)
     if args.torchwright:
@@ -402,9 +424,11 @@ def main(argv=None) -> int:
             ap.error(f"unknown program {name!r} (known: {', '.join(LIB_PROGRAMS)})")
     if args.tracr_timeout < 0:
         ap.error("--tracr-timeout must be >= 0")
+    if args.tw_repeats < 1:
+        ap.error("--tw-repeats must be >= 1")
     # warm-up: imports and first-call costs, outside every timing (tracr's in its worker)
     tw_row(warm_program(), {0, 1}, 2, [[0]])
-    tracr = None if args.no_tracr else TracrWorker(args.tracr_timeout)
+    tracr = None if args.no_tracr else TracrWorker(args.tracr_timeout, args.tracr_shared_worker)
     rows, timed_out = [], {}  # program -> shortest length at which tracr timed out
     try:
         for name in names:
@@ -412,7 +436,8 @@ def main(argv=None) -> int:
                 program, vocab = LIB_PROGRAMS[name](n)
                 xs, exhaustive = inputs_for(vocab, n, seed=n)
                 row = {"program": name, "max_seq_len": n, "inputs": len(xs),
-                       "exhaustive": exhaustive, "tw": tw_row(program, vocab, n, xs)}
+                       "exhaustive": exhaustive,
+                       "tw": tw_row(program, vocab, n, xs, args.tw_repeats)}
                 if tracr is not None:
                     if name in timed_out and n > timed_out[name]:
                         row["tracr"] = {"skipped": f"timed out at max_seq_len {timed_out[name]}",

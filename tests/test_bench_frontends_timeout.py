@@ -28,3 +28,19 @@ def test_tracr_timeout_row_then_skip_and_summary():
     assert second["tracr"] == {"skipped": "timed out at max_seq_len 5", "timeout_s": 0.5}
     assert summary["summary"] and summary["rows"] == 2 and summary["compared_rows"] == 0
     assert summary["tracr_timeouts"] == 1 and summary["tracr_skipped"] == 1
+
+
+def test_each_tracr_row_is_timed_in_a_fresh_worker():
+    # hist at length 5 is a model of length's shape (1 layer, d_model 18): a worker that
+    # compiled length keeps it in JAX's caches and compiles hist in about 0.02 s; a fresh
+    # warmed-up worker per row times hist as a first compile of its shape (seconds)
+    res = subprocess.run([sys.executable, str(BENCH), "--programs", "length,hist", "--lengths",
+                          "5", "--tw-repeats", "2"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    length, hist, summary = (json.loads(line) for line in res.stdout.strip().splitlines())
+    assert (length["tracr"]["d_model"], length["tracr"]["layers"]) == \
+        (hist["tracr"]["d_model"], hist["tracr"]["layers"])
+    assert length["tracr"]["worker"] == hist["tracr"]["worker"] == "fresh"
+    assert hist["tracr"]["compile_s"] > 0.3
+    assert hist["tw"]["compile_repeats"] == 2
+    assert summary["tracr_worker"] == "fresh" and summary["tw_compile_repeats"] == "2"
