@@ -158,7 +158,9 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     if d is None:
         from tw_lowering.sweep import Sweep
 
-        sweep = Sweep(rg.module, pipeline)  # the pipeline runs once for every width tried
+        # the pipeline runs once for every width tried; the widths where only a stand-in of
+        # the graph fits are searched only where it fits nowhere itself
+        sweep = Sweep(rg.module, pipeline, stand_ins=False)
         hidden = [d_hidden] if d_hidden is not None else [None, hidden_width(sweep.tg.graph)]
         per_d = table_rows(rg)
         best = None  # (d_head, point): the fewest layers, then parameters; the first on a tie

@@ -53,27 +53,30 @@ def least_passing(passes: Callable[[int], bool], lo: int, start: int, step: int,
     return hi
 
 
-def _fits(pressure, machine_at: Callable[[int], Machine]) -> Callable[[int], bool]:
+def _fits(pressure, machine_at: Callable[[int], Machine],
+          alternatives: bool = True) -> Callable[[int], bool]:
     """`pressure.fits` at the machine `machine_at(width)`; a width the Machine itself refuses
     does not fit."""
     def fits(width: int) -> bool:
         try:
-            return pressure.fits(machine_at(width))
+            return pressure.fits(machine_at(width), alternatives)
         except GeometryError:
             return False
     return fits
 
 
 def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
-                       known_too_small: int = 0, at=None, pressure=None) -> int | None:
+                       known_too_small: int = 0, at=None, pressure=None,
+                       alternatives: bool = True) -> int | None:
     """Smallest multiple of d_head at which `schedule` succeeds (None: none up to MAX_DIM).
 
     A width fits when the graph's ops fit its layers (`check_fits`) and its free columns hold
     the best order's peak; both only get easier as d grows, so a bisection finds the
     boundary. `known_too_small`: a width already refused. `at(d)`: the machine tried at
     width d (default: `machine` at width d, its d_hidden kept, as a refusal's hint states it;
-    a depth/width sweep scales d_hidden with d instead). (`max_stall` is accepted for old
-    callers: the answer does not depend on it.)"""
+    a depth/width sweep scales d_hidden with d instead). `alternatives` False: the width at
+    which the graph itself fits, none of its stand-ins (`Pressure.alternatives`). (`max_stall`
+    is accepted for old callers: the answer does not depend on it.)"""
     from tw_lowering.schedule import Pressure
 
     at = at or (lambda d: dataclasses.replace(machine, d=d))
@@ -83,7 +86,7 @@ def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
                 if model.writers[g] or g in model.sources] + [1])
     step = machine.d_head
     lo = max(need + machine.RESERVED - 1, machine.RESERVED, known_too_small) // step * step
-    return least_passing(_fits(pressure, at), lo, machine.d, step, MAX_DIM)
+    return least_passing(_fits(pressure, at, alternatives), lo, machine.d, step, MAX_DIM)
 
 
 def smallest_fitting_d_hidden(pressure, machine: Machine) -> int | None:

@@ -52,7 +52,8 @@ class Sweep:
     scheduled at any geometry: what `width_sweep` and `width_for` read, so a search over
     widths never runs the pipeline again."""
 
-    def __init__(self, module, pipeline: str | None = None, graph: str = "main"):
+    def __init__(self, module, pipeline: str | None = None, graph: str = "main",
+                 stand_ins: bool = True):
         from tw_lowering import check_module, check_pipeline, prepare, pressure_of
         from tw_lowering.tasks import TaskGraph
         from twdialect.interp import find_graph
@@ -69,6 +70,10 @@ class Sweep:
         self._points: dict[Machine, tuple[WidthPoint, object] | None] = {}
         self._costs: dict[int, list[tuple[int | None, int | None]]] = {}  # see `least_params`
         self._smallest: dict[tuple[int, int | None], int | None] = {}  # see `smallest`
+        # False: curves start where the graph itself fits, and its stand-ins
+        # (`Pressure.alternatives`, built at the first width the graph misses) are tried only
+        # where it fits nowhere: a search for the fewest layers seldom needs them
+        self.stand_ins = stand_ins
 
     def compile(self, d: int, d_head: int, d_hidden: int | None = None):
         """The CompiledTransformer at one geometry, from the graph prepared once (what
@@ -143,10 +148,15 @@ class Sweep:
 
         if (d_head, d_hidden) not in self._smallest:
             start = Machine(d=_whole(4 * d_head, d_head), d_head=d_head, d_hidden=d_hidden)
-            with gc_paused():
-                self._smallest[d_head, d_hidden] = smallest_fitting_d(
+            def search(alternatives: bool) -> int | None:
+                return smallest_fitting_d(
                     self.tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
-                    pressure=self.pressure)
+                    pressure=self.pressure, alternatives=alternatives)
+
+            with gc_paused():
+                found = search(self.stand_ins)
+                self._smallest[d_head, d_hidden] = found if found is not None or \
+                    self.stand_ins else search(True)
         smallest = self._smallest[d_head, d_hidden]
         if smallest is None:
             raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
