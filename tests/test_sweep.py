@@ -125,3 +125,36 @@ def test_tw_stats_picks_a_width_or_says_why_none(tmp_path, calculator, curve):
                          text=True)
     assert res.returncode == 1 and res.stderr.count("\n") == 1
     assert f"the critical-path floor {curve[-1].floor}" in res.stderr
+
+
+@pytest.mark.parametrize("seed", [32, 35, 49])
+def test_a_sweep_without_stand_ins_starts_where_the_graph_itself_fits(seed):
+    """The default pipeline widens these graphs (tests/test_pressure.py), so the graph as
+    written stands in for them at narrower widths; a sweep asked for the graph itself
+    (`stand_ins=False`, as the RASP frontend's search for the fewest layers) starts at the
+    narrowest width where the pipeline's graph fits, and there it is scheduled as itself."""
+    from tw_lowering.machine import Machine
+    from tw_lowering.sweep import Sweep
+    from twdialect.random_graphs import random_graph
+
+    module = random_graph(seed, n_ops=40, max_width=6, library=True)
+    with_stand_ins = Sweep(module, "default")
+    itself = Sweep(module, "default", stand_ins=False)
+    d, d_alt = itself.smallest(2), with_stand_ins.smallest(2)
+    assert d > d_alt
+    assert itself.pressure.fits(Machine(d=d, d_head=2), alternatives=False)
+    assert not itself.pressure.fits(Machine(d=d - 2, d_head=2), alternatives=False)
+    assert itself.point(d, 2).note == ""
+    assert with_stand_ins.point(d_alt, 2).note != ""
+
+
+def test_a_sweep_without_stand_ins_takes_them_where_the_graph_fits_nowhere():
+    from tw_lowering.sweep import Sweep
+    from twdialect.random_graphs import random_graph
+
+    module = random_graph(32, n_ops=40, max_width=6, library=True)
+    expected = Sweep(module, "default").smallest(2)
+    itself = Sweep(module, "default", stand_ins=False)
+    real = itself.pressure.fits  # (the graph itself made to fit no width)
+    itself.pressure.fits = lambda m, alternatives=True: alternatives and real(m, True)
+    assert itself.smallest(2) == expected
