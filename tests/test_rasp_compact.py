@@ -694,6 +694,54 @@ def test_narrow_token_reads_come_from_embedding_columns():
     assert len(emb.cols) < len(vocab), len(emb.cols)
 
 
+def _builds(monkeypatch) -> list:
+    """The translations `translate` builds (each one's token_features flag), recorded."""
+    import twdialect.frontends.rasp as frontend
+
+    built, build = [], frontend._Translator.build
+
+    def counted(self, program):
+        built.append(self.token_features)
+        return build(self, program)
+
+    monkeypatch.setattr(frontend._Translator, "build", counted)
+    return built
+
+
+def test_token_features_are_grown_in_one_translation(monkeypatch):
+    # reverse's value reads the token one-hot through 2 of 3 columns (a coded output):
+    # one translation grows them, and the one-hot is read by nothing
+    built = _builds(monkeypatch)
+    model = _compiled_exactly(lib.make_reverse(rasp.tokens), {"a", "b", "c"}, 5)
+    assert built == [True]
+    (emb,) = [s for s in model.compiled.sources if s.kind == "embedding"]
+    assert len(emb.cols) < 3 + 2, len(emb.cols)
+
+
+def test_a_one_hot_read_anyway_is_translated_again_without_features(monkeypatch):
+    # hist's selector reads the whole one-hot: its narrow reads read it too, in a second
+    # translation, and the embedding holds no column beside it
+    built = _builds(monkeypatch)
+    model = _compiled_exactly(lib.make_hist(), {"a", "b", "c"}, 4)
+    assert built == [True, False]
+    (emb,) = [s for s in model.compiled.sources if s.kind == "embedding"]
+    assert emb.table.shape[1] <= 3 + 2
+
+
+def test_features_as_many_as_the_vocabulary_stop_the_translation(monkeypatch):
+    # a value read through two columns of a 2-token vocabulary: no narrower than the one-hot
+    built = _builds(monkeypatch)
+    program = rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ),
+        rasp.numerical(rasp.Map(lambda t: 1 if t == "a" else 0, rasp.tokens)), default=0))
+    program2 = rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.GEQ),
+        rasp.numerical(rasp.Map(lambda t: 1 if t == "b" else 0, rasp.tokens)), default=0))
+    both = rasp.numerical(rasp.LinearSequenceMap(program, program2, 1, 1))
+    _compiled_exactly(both, {"a", "b"}, 4)
+    assert built == [True, False]
+
+
 def test_reads_of_nothing_but_zero_columns_compile():
     # a FALSE selector reads all-zero token columns (fuzz seed 493)
     s8 = rasp.numerical(rasp.Map(lambda x: x, rasp.indices))

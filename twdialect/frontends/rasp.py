@@ -110,6 +110,10 @@ class RaspError(TwError):
     """A RASP program (or one of its expressions, named) that tw cannot compile, and why."""
 
 
+class _FeaturesNoNarrower(Exception):
+    """A translation's token features reached the one-hot's width (`_token_columns`)."""
+
+
 def _need_tracr() -> None:
     if rasp is None:
         raise RaspError("the RASP frontend needs tracr: pip install 'tw[rasp]' (tracr-pypi)")
@@ -289,7 +293,7 @@ class _Translator:
     """One program's translation: a memo of translated expressions and the graph it grows."""
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
-                 token_features: np.ndarray | None = None, narrow_indices: bool = True,
+                 token_features: bool = True, narrow_indices: bool = True,
                  analyses: dict | None = None, atol: float = ATOL):
         self.vocab = _ordered(vocab)
         if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
@@ -314,10 +318,13 @@ class _Translator:
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
         self.seen = 0
-        # columns of the token embedding beside its one-hot (one-hot rows @ them), found by an
-        # earlier translation of the program (`translate`), and the reads this one asked for
+        # whether narrow reads of the token one-hot read columns of the token embedding beside
+        # it (`_token_columns`), grown as the reads ask: their unit columns (the one-hot's rows
+        # @ them), a column's index by its bytes, and whether the one-hot is read anyway
         self.token_features = token_features
-        self.token_reads: list[np.ndarray] = []
+        self.feature_columns: list[np.ndarray] = []
+        self.feature_index: dict[bytes, int] = {}
+        self.features_wasted = False
         # whether a head's value reads the indices one-hot through a position table of
         # fewer columns (`_narrow_read`), and whether one did
         self.narrow_indices = narrow_indices
@@ -356,6 +363,7 @@ class _Translator:
             if coded is not None:
                 self._erase(out.value.owner)
             tw.output("out", out.value if coded is None else coded)
+        self._embed_features(g.op)
         rg = RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos, self.pad,
                        out.numerical, None if out.numerical else [_plain(v) for v in out.space])
         if coded is not None:
@@ -534,18 +542,12 @@ class _Translator:
         table[v, v] = 1.0
         if numeric:
             table[:v, v + 1] = [float(t) for t in self.vocab]
-        features = self.token_features
-        if features is not None:  # rows of the one-hot's values; BOS and pad read zeros
-            table = np.hstack([table, np.vstack([features, np.zeros((2, features.shape[1]))])])
-        emb = tw.embedding("tokens", table)
+        self.embedding = tw.embedding("tokens", table)
         self.feeds = {"tokens": table[v:v + 1]}
-        self.tokens_onehot = tw.slice(emb, 0, v)
-        self.bos_flag = tw.slice(emb, v, 1)
-        self.tokens_value = tw.slice(emb, v + 1, 1) if numeric else None
-        self.tokens_features = None if features is None else \
-            tw.slice(emb, v + 2, features.shape[1])
-        self.feature_index = {} if features is None else \
-            {col.tobytes(): j for j, col in enumerate(np.ascontiguousarray(features.T))}
+        self.tokens_onehot = tw.slice(self.embedding, 0, v)
+        self.bos_flag = tw.slice(self.embedding, v, 1)
+        self.tokens_value = tw.slice(self.embedding, v + 1, 1) if numeric else None
+        self.feature_slices: dict[int, Value] = {}  # `_features`
         n = self.max_seq_len
         pos = np.zeros((n + 1, n + 1))
         pos[np.arange(1, n + 1), np.arange(n)] = 1.0  # one-hot of p - 1
@@ -560,7 +562,7 @@ class _Translator:
         """The BOS-position value of every op built since the last call (the oracle on a
         one-position sequence: BOS attends only to itself)."""
         for op in self.graph.ops[self.seen:]:
-            if not op.results:
+            if not op.results or op.results[0] in self.at_bos:  # (a feature slice's zeros)
                 continue
             args = [self.at_bos[o] for o in op.operands]
             self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
@@ -1414,22 +1416,59 @@ class _Translator:
         return self._analysis(f"fixes {slot}", m, fixes)
 
     def _token_columns(self, mat: np.ndarray) -> tuple[Value, np.ndarray] | None:
-        """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns,
-        where they hold every column of mat; else None, and mat is remembered (`token_reads`)
-        for a translation whose embedding carries it."""
-        features, where = self.token_features, self.feature_index
-        if features is not None:
-            w = np.zeros((features.shape[1], mat.shape[1]))
-            units, scales = _unit_columns(mat)
-            for i, (col, scale) in enumerate(zip(np.ascontiguousarray(units.T), scales)):
-                if scale != 0.0:
-                    if col.tobytes() not in where:
-                        break
-                    w[where[col.tobytes()], i] = scale
-            else:
-                return self.tokens_features, w
-        self.token_reads.append(mat)
-        return None
+        """(x, W) with x W = tokens one-hot @ mat, x the token embedding's feature columns:
+        mat's columns up to scale, each added where no earlier read asked for it (None where
+        this translation reads the one-hot itself). A zero mat reads the constant column
+        while there are no features. `_FeaturesNoNarrower` once the features would be as
+        many as the one-hot's columns."""
+        if not self.token_features:
+            return None
+        units, scales = _unit_columns(mat)
+        w_at = []  # (feature, column of mat, scale)
+        for i, (col, scale) in enumerate(zip(np.ascontiguousarray(units.T), scales)):
+            if scale != 0.0:
+                j = self.feature_index.setdefault(col.tobytes(), len(self.feature_columns))
+                if j == len(self.feature_columns):
+                    self.feature_columns.append(col)
+                    if len(self.feature_columns) >= len(self.vocab):
+                        raise _FeaturesNoNarrower()
+                w_at.append((j, i, scale))
+        if not self.feature_columns:
+            return self.one, np.zeros((1, mat.shape[1]))
+        w = np.zeros((len(self.feature_columns), mat.shape[1]))
+        for j, i, scale in w_at:
+            w[j, i] = scale
+        return self._features(len(self.feature_columns)), w
+
+    def _features(self, k: int) -> Value:
+        """The first k feature columns of the token embedding: a slice past the table's
+        width while the graph is built (`_embed_features` widens the table), 0 at BOS."""
+        if k not in self.feature_slices or \
+                self.feature_slices[k].owner not in self.graph.ops:
+            v = len(self.vocab)
+            view = self.graph.append(SliceOp(self.embedding, v + 2, k)).results[0]
+            self.at_bos[view] = np.zeros((1, k))
+            self.feature_slices[k] = view
+        return self.feature_slices[k]
+
+    def _embed_features(self, graph) -> None:
+        """The token embedding with the feature columns the reads asked for (0 at BOS and
+        pad), where the program reads the one-hot only through them; else
+        `features_wasted` (its columns serve every read: `translate` builds again without)."""
+        if not self.feature_columns:
+            return
+        if _is_read(self.tokens_onehot):
+            self.features_wasted = True
+            return
+        old = self.embedding.owner
+        table = to_numpy(old.table, np.float64)
+        features = np.stack(self.feature_columns, axis=1)
+        table = np.hstack([table, np.vstack([features, np.zeros((2, features.shape[1]))])])
+        new = EmbeddingOp(old.input_name.data, table)
+        graph.body.block.insert_op_before(new, old)
+        old.results[0].replace_all_uses_with(new.results[0])
+        graph.body.block.erase_op(old)
+        self.embedding = new.results[0]
 
     def _from_source(self, onehot: Value, mat: np.ndarray, tolerance) -> tuple | None:
         """(x, W, bias, at_bos) with x W + bias = onehot @ mat, x read from what made the
@@ -2877,38 +2916,31 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     _need_tracr()
     atol = ATOL if atol is None else atol
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
-    first = _Translator(*args, atol=atol)
-    rg = first.build(program)
-    # again where a narrow read cost columns rather than saving them: the token features
-    # every narrow read of the token one-hot asked for, in the embedding (better where
-    # nothing else reads the one-hot and they are fewer than its columns); position tables
-    # for heads' values only where nothing else reads the indices one-hot
-    features = _token_features(first)
-    wide = first.narrowed_indices and _is_read(first.indices_onehot)
-    if features is None and not wide:
-        return _verified(rg)
-    second = _Translator(*args, features, narrow_indices=not wide, analyses=first.analyses,
-                         atol=atol)
-    narrow = second.build(program)
-    if features is None or not _is_read(second.tokens_onehot):
-        return _verified(narrow)
-    if not wide:
-        return _verified(rg)
-    return _verified(_Translator(*args, narrow_indices=False, analyses=first.analyses,
-                                 atol=atol).build(program))
+    analyses: dict = {}  # (the program's functions, asked once across the translations)
 
+    def build(narrow_indices: bool, features: bool) -> tuple:
+        """(translator, graph), or (None, None) where the token features do not pay."""
+        t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
+                        atol=atol)
+        try:
+            rg = t.build(program)
+        except _FeaturesNoNarrower:
+            return None, None
+        return (t, rg) if not t.features_wasted else (None, None)
 
-def _token_features(first: _Translator) -> np.ndarray | None:
-    """The embedding's feature columns for a translation's narrow reads of the token one-hot
-    (distinct up to scale); None where there are none or they are no fewer than its
-    columns."""
-    if not first.token_reads:
-        return None
-    columns, scales = _unit_columns(np.hstack(first.token_reads))
-    features = _distinct_rows(columns[:, scales != 0].T)[0].T
-    if features.shape[1] == 0:  # every read is zero: one zero column for them to read
-        features = np.zeros((len(first.vocab), 1))
-    return None if features.shape[1] >= len(first.vocab) else features
+    # narrow reads of the token one-hot through feature columns of the embedding where they
+    # are fewer than its columns and nothing else reads it; else through the one-hot
+    t, rg = build(True, True)
+    features = t is not None
+    if not features:
+        t, rg = build(True, False)
+    # a head's value reads the indices through a position table of its own, unless the
+    # indices one-hot is in the residual anyway
+    if t.narrowed_indices and _is_read(t.indices_onehot):
+        t, rg = build(False, features)
+        if t is None:
+            t, rg = build(False, False)
+    return _verified(rg)
 
 
 def _verified(rg: RaspGraph) -> RaspGraph:
