@@ -728,6 +728,25 @@ def test_a_one_hot_read_anyway_is_translated_again_without_features(monkeypatch)
     assert emb.table.shape[1] <= 3 + 2
 
 
+def test_a_head_keyed_by_the_one_hot_stops_the_translation_with_features(monkeypatch):
+    # hist's selector keys and queries read the one-hot itself: the translation growing
+    # features stops at that head, before the program's output, and the next reads the one-hot
+    import twdialect.frontends.rasp as frontend
+
+    stopped, build = [], frontend._Translator.build
+
+    def watched(self, program):
+        try:
+            return build(self, program)
+        except frontend._FeaturesNoNarrower:
+            stopped.append([type(op).__name__ for op in self.graph.ops])
+            raise
+
+    monkeypatch.setattr(frontend._Translator, "build", watched)
+    _compiled_exactly(lib.make_hist(), {"a", "b", "c"}, 4)
+    assert len(stopped) == 1 and "AttnOp" in stopped[0] and "OutputOp" not in stopped[0]
+
+
 def test_features_as_many_as_the_vocabulary_stop_the_translation(monkeypatch):
     # a value read through two columns of a 2-token vocabulary: no narrower than the one-hot
     built = _builds(monkeypatch)

@@ -111,7 +111,8 @@ class RaspError(TwError):
 
 
 class _FeaturesNoNarrower(Exception):
-    """A translation's token features reached the one-hot's width (`_token_columns`)."""
+    """A translation's token features reached the one-hot's width (`_token_columns`), or a
+    head's queries or keys read the one-hot itself (`_keys_one_hot`)."""
 
 
 def _need_tracr() -> None:
@@ -562,11 +563,20 @@ class _Translator:
         """The BOS-position value of every op built since the last call (the oracle on a
         one-position sequence: BOS attends only to itself)."""
         for op in self.graph.ops[self.seen:]:
+            if self.token_features and isinstance(op, AttnOp) and self._keys_one_hot(op):
+                raise _FeaturesNoNarrower()
             if not op.results or op.results[0] in self.at_bos:  # (a feature slice's zeros)
                 continue
             args = [self.at_bos[o] for o in op.operands]
             self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
         self.seen = len(self.graph.ops)
+
+    def _keys_one_hot(self, head: AttnOp) -> bool:
+        """Whether a head's queries or keys read the token one-hot itself: a head is rebuilt
+        (`_times`) with the same queries and keys, so the one-hot stays in the residual, and
+        token features beside it would only widen it."""
+        return any(isinstance(side.owner, ConcatOp) and self.tokens_onehot in side.owner.operands
+                   for side in (head.query, head.key))
 
     def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
                 noisy: bool, error: float = 0.0, magnitude: float | None = None) -> Encoded:
