@@ -45,8 +45,9 @@ compiled before (hist after length at the same max_seq_len: the same d_model and
 about 0.02 s instead of about 2 s. The limit is counted from the moment the row is handed to a
 warmed-up worker, so the warm-up is never part of it; `compile_s` is timed inside the worker
 around tracr's compile alone. tw's side runs in the main process after a warm-up compile of its
-own; its `compile_s` is the median of `--tw-repeats` compiles (default 5; tw keeps no state
-from one compile to the next), the model of the last one is the one measured.
+own; its `compile_s` is the median of `--tw-repeats` compiles (default 5; tw's caches that
+outlive a compile, of attribute types and of mean sets, moved no median beyond noise when
+cleared before every compile), the model of the last one is the one measured.
 """
 
 from __future__ import annotations
