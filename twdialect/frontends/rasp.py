@@ -111,8 +111,9 @@ class RaspError(TwError):
 
 
 class _FeaturesNoNarrower(Exception):
-    """A translation's token features reached the one-hot's width (`_token_columns`), or a
-    head's queries or keys read the one-hot itself (`_keys_one_hot`)."""
+    """A translation's token features reached the one-hot's width (`_token_columns`), a
+    head's queries or keys read the one-hot itself (`_keys_one_hot`), or the finished graph
+    reads it (`_embed_features`)."""
 
 
 def _need_tracr() -> None:
@@ -321,11 +322,10 @@ class _Translator:
         self.seen = 0
         # whether narrow reads of the token one-hot read columns of the token embedding beside
         # it (`_token_columns`), grown as the reads ask: their unit columns (the one-hot's rows
-        # @ them), a column's index by its bytes, and whether the one-hot is read anyway
+        # @ them) and a column's index by its bytes
         self.token_features = token_features
         self.feature_columns: list[np.ndarray] = []
         self.feature_index: dict[bytes, int] = {}
-        self.features_wasted = False
         # whether a head's value reads the indices one-hot through a position table of
         # fewer columns (`_narrow_read`), and whether one did
         self.narrow_indices = narrow_indices
@@ -1464,12 +1464,12 @@ class _Translator:
     def _embed_features(self, graph) -> None:
         """The token embedding with the feature columns the reads asked for (0 at BOS and
         pad), where the program reads the one-hot only through them; else
-        `features_wasted` (its columns serve every read: `translate` builds again without)."""
+        `_FeaturesNoNarrower` (its columns serve every read: `translate` builds again
+        without)."""
         if not self.feature_columns:
             return
         if _is_read(self.tokens_onehot):
-            self.features_wasted = True
-            return
+            raise _FeaturesNoNarrower()
         old = self.embedding.owner
         table = to_numpy(old.table, np.float64)
         features = np.stack(self.feature_columns, axis=1)
@@ -2933,10 +2933,9 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
         t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
                         atol=atol)
         try:
-            rg = t.build(program)
+            return t, t.build(program)
         except _FeaturesNoNarrower:
             return None, None
-        return (t, rg) if not t.features_wasted else (None, None)
 
     # narrow reads of the token one-hot through feature columns of the embedding where they
     # are fewer than its columns and nothing else reads it; else through the one-hot
