@@ -159,6 +159,8 @@ class LiveModel:
         self.writers = [[w for w in g.writers if self.needed[w]] for g in tg.groups]
         self.readers = [[r for r in g.readers if self.needed[r]] for g in tg.groups]
         self._cancel_neurons: list[int] | None = None
+        self.reuse_caps: dict[int, tuple[int, int]] = {}  # d_head -> see `reuse_view`
+        self._task_sets: TaskSets | None = None
 
     @property
     def cancel_neurons(self) -> list[int]:
@@ -167,6 +169,13 @@ class LiveModel:
             self._cancel_neurons = [cancel_cost(self.ranges.signs(g), False).neurons
                                     for g in range(len(self.width))]
         return self._cancel_neurons
+
+    @property
+    def task_sets(self) -> TaskSets:
+        """The machine-independent steps of `exact_order`'s search, made on first use."""
+        if self._task_sets is None:
+            self._task_sets = TaskSets(self)
+        return self._task_sets
 
     def start(self) -> _LiveState:
         return _LiveState(self)
@@ -437,38 +446,20 @@ def exact_order(model: LiveModel, machine: Machine) -> list[int] | None:
     """An order of least peak over every topological order, for graphs of at most
     `EXACT_ORDER_TASKS` needed tasks (None above). The live set depends only on which tasks
     are done, so a least-bottleneck path search over those sets (Dijkstra on the max) is
-    exact."""
-    tasks = model.tasks
-    n = len(tasks)
-    if n > EXACT_ORDER_TASKS:
+    exact. The machine counts only through `reuse_capacity` (see `reuse_view`); the rest of
+    each step is the model's (`TaskSets`, shared by the searches at every machine)."""
+    if len(model.tasks) > EXACT_ORDER_TASKS:
         return None
-    tg, width = model.tg, model.width
-    bit = {tid: 1 << i for i, tid in enumerate(tasks)}
-    pred_mask = [sum(bit[p] for p in model.predecessors(tid)) for tid in tasks]
-    wmask = [sum(bit[w] for w in ws) for ws in model.writers]
-    rmask = [sum(bit[r] for r in rs) for rs in model.readers]
-    sources = set(model.sources)
-    groups = [g for g in range(len(width)) if g in sources or wmask[g]]
-    costs = [task_cost(tg, tg.tasks[tid], machine) for tid in tasks]
-    full = (1 << n) - 1
+    sets, tasks, tg = model.task_sets, model.tasks, model.tg
+    reuse_of: dict[tuple, int] = {}  # (task, its dying reads) -> columns it may refill
 
-    def live(mask: int) -> int:
-        return sum(width[g] for g in groups
-                   if (g in sources or wmask[g] & mask)
-                   and (model.is_output[g] or rmask[g] & ~mask or wmask[g] & ~mask))
-
-    def need(mask: int, i: int, base: int) -> int:  # base: live(mask)
-        tid = tasks[i]
-        t = tg.tasks[tid]
-        if wmask[t.out_group] & mask:
-            return base
-        new = width[t.out_group]
-        dying = sorted((r for r in t.reads if not model.is_output[r]
-                        and rmask[r] & ~mask == bit[tid] and not wmask[r] & ~mask
-                        and model.ranges.may_reuse(r, t.out_group)),
-                       key=lambda r: (-width[r], r))
-        reuse = reuse_capacity(model, tid, dying, machine, costs[i]) if dying else 0
-        return base + max(0, new - reuse)
+    def reuse(i: int, dying: tuple) -> int:
+        got = reuse_of.get((i, dying))
+        if got is None:
+            tid = tasks[i]
+            got = reuse_of[i, dying] = reuse_capacity(
+                model, tid, list(dying), machine, task_cost(tg, tg.tasks[tid], machine))
+        return got
 
     best = {0: 0}
     back: dict[int, tuple[int, int]] = {}
@@ -477,23 +468,106 @@ def exact_order(model: LiveModel, machine: Machine) -> list[int] | None:
         peak, mask = heapq.heappop(heap)
         if peak > best[mask]:
             continue
-        if mask == full:
+        if mask == sets.full:
             order = []
             while mask:
                 mask, tid = back[mask]
                 order.append(tid)
             return order[::-1]
-        base = live(mask)  # (once per set, not per task tried)
-        for i in range(n):
-            if mask >> i & 1 or pred_mask[i] & ~mask:
-                continue
-            step = max(peak, need(mask, i, base))
+        base, moves = sets.moves(mask)
+        for i, new, dying in moves:
+            step = max(peak, base + max(0, new - reuse(i, dying)) if dying else base + new)
             nxt = mask | 1 << i
             if step < best.get(nxt, math.inf):
                 best[nxt] = step
                 back[nxt] = (mask, tasks[i])
                 heapq.heappush(heap, (step, nxt))
     return []  # no needed task
+
+
+class TaskSets:
+    """What `exact_order` reads of a set of needed tasks done (a bit mask over
+    `LiveModel.tasks`), whatever the machine: the columns live then, and per task that may run
+    next, its new columns and the reusable reads it would be the last to read (`moves`).
+    Kept for the first `KEPT` sets asked about, so the searches of a width search (the same
+    graph at many machines) compute each set once."""
+
+    KEPT = 1 << 14
+
+    def __init__(self, model: LiveModel):
+        self.model = model
+        tasks, width = model.tasks, model.width
+        self.bit = {tid: 1 << i for i, tid in enumerate(tasks)}
+        self.full = (1 << len(tasks)) - 1
+        self.pred_mask = [sum(self.bit[p] for p in model.predecessors(tid)) for tid in tasks]
+        self.wmask = [sum(self.bit[w] for w in ws) for ws in model.writers]
+        self.rmask = [sum(self.bit[r] for r in rs) for rs in model.readers]
+        sources = set(model.sources)
+        # the groups that hold columns once fed in or written: (group, its width, fed in)
+        self.groups = [(g, width[g], g in sources) for g in range(len(width))
+                       if g in sources or self.wmask[g]]
+        self.reusable = [_reusable_reads(model, tid) for tid in tasks]
+        self._moves: dict[int, tuple[int, list[tuple[int, int, tuple]]]] = {}
+
+    def live(self, mask: int) -> int:
+        wmask, rmask, is_output = self.wmask, self.rmask, self.model.is_output
+        return sum(w for g, w, fed in self.groups
+                   if (fed or wmask[g] & mask)
+                   and (is_output[g] or rmask[g] & ~mask or wmask[g] & ~mask))
+
+    def moves(self, mask: int) -> tuple[int, list[tuple[int, int, tuple]]]:
+        """(live columns, [(task index, new columns, dying reusable reads)]) once `mask` ran."""
+        known = self._moves.get(mask)
+        if known is not None:
+            return known
+        model, tasks, tg = self.model, self.model.tasks, self.model.tg
+        wmask, rmask = self.wmask, self.rmask
+        moves = []
+        for i, tid in enumerate(tasks):
+            if mask >> i & 1 or self.pred_mask[i] & ~mask:
+                continue
+            out = tg.tasks[tid].out_group
+            if wmask[out] & mask:  # a later writer of a group already holding its columns
+                moves.append((i, 0, ()))
+                continue
+            dying = tuple(r for r in self.reusable[i]
+                          if rmask[r] & ~mask == self.bit[tid] and not wmask[r] & ~mask)
+            moves.append((i, model.width[out], dying))
+        known = (self.live(mask), moves)
+        if len(self._moves) < self.KEPT:
+            self._moves[mask] = known
+        return known
+
+
+def _reusable_reads(model: LiveModel, tid: int) -> list[int]:
+    """The reads whose columns task `tid` may ever refill (not outputs, quiet enough), widest
+    first: its dying reads at any step are those of them that die there, in this order."""
+    t = model.tg.tasks[tid]
+    return sorted((r for r in t.reads if not model.is_output[r]
+                   and model.ranges.may_reuse(r, t.out_group)),
+                  key=lambda r: (-model.width[r], r))
+
+
+def reuse_view(model: LiveModel, machine: Machine) -> tuple[int, int, int]:
+    """(d_head, heads, d_hidden) of `machine` as `reuse_capacity` sees it for the needed tasks:
+    heads and neurons capped at the most any task's reuse could ask for (all its reusable reads
+    dying at once), past which they never bind. Machines with one view give `exact_order` one
+    answer, so a width search runs the search once for all of them (its widths differ mostly
+    in heads and neurons that no reuse reaches)."""
+    caps = model.reuse_caps.get(machine.d_head)
+    if caps is None:
+        heads = neurons = 0
+        for tid in model.tasks:
+            t = model.tg.tasks[tid]
+            cost, reads = task_cost(model.tg, t, machine), _reusable_reads(model, tid)
+            if t.kind != MLP:
+                heads = max(heads, heads_needed(
+                    cost.heads, cost.dims + sum(model.width[r] for r in reads), machine.d_head))
+            if t.kind != ATTN:
+                neurons = max(neurons, cost.neurons +
+                              sum(model.cancel_neurons[r] for r in reads))
+        caps = model.reuse_caps[machine.d_head] = (heads, neurons)
+    return machine.d_head, min(machine.n_heads, caps[0]), min(machine.d_hidden, caps[1])
 
 
 def candidate_orders(model: LiveModel) -> dict[str, list[int]]:
@@ -516,6 +590,7 @@ class OrderChoice:
         self.walks = {name: walk(model, order) for name, order in candidate_orders(model).items()}
         self.exact = len(model.tasks) <= EXACT_ORDER_TASKS
         self._best: dict[Machine, OrderPressure] = {}
+        self._exact: dict[tuple[int, int, int], list[int]] = {}  # `reuse_view` -> its order
 
     def best(self, machine: Machine) -> OrderPressure:
         if machine not in self._best:
@@ -529,7 +604,10 @@ class OrderChoice:
             if best is None or p.peak < best.peak:
                 best = p
         if self.exact and best.peak > 0:
-            order = exact_order(self.model, machine)
+            view = reuse_view(self.model, machine)
+            order = self._exact.get(view)
+            if order is None:
+                order = self._exact[view] = exact_order(self.model, machine)
             p = pressure_of(self.model, walk(self.model, order), machine, "exact")
             if p.peak < best.peak:
                 best = p

@@ -19,6 +19,7 @@ from tw_lowering.pressure import (
     exact_order,
     lower_bound,
     pressure_of,
+    reuse_view,
     walk,
 )
 from tw_lowering.schedule import Pressure, schedule, smallest_fitting_d
@@ -68,6 +69,26 @@ def test_exact_order_is_the_least_peak_of_all_orders_and_bounds_hold(seed):
     assert best.peak == brute  # the choice runs the exact search on graphs this small
     bound = lower_bound(model, machine, model.tasks)
     assert bound.columns <= brute
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_choice_is_exact_at_every_machine_of_a_width_search(seed):
+    """The exact search shares its machine-independent steps across machines, and machines
+    with one `reuse_view` share its answer: at narrow machines (few heads, few neurons: reuse
+    binds) one OrderChoice asked in turn still gives every machine its least peak."""
+    module = random_graph(seed, n_ops=7, max_width=5, library=False, kinds=PRIMITIVE)
+    model = LiveModel(_task_graph(module))
+    if len(model.tasks) > 7:
+        pytest.skip("too many tasks to enumerate")
+    choice = OrderChoice(model)
+    machines = [Machine(d=d, d_head=dh, d_hidden=h) for dh in (1, 2) for d in (4, 6, 10)
+                for h in (1, 2, 3, 5, 8, None)]
+    views = {}
+    for machine in machines:
+        brute = _all_orders_peak(model, machine)
+        assert choice.best(machine).peak == brute, machine
+        views.setdefault(reuse_view(model, machine), set()).add(brute)
+    assert all(len(peaks) == 1 for peaks in views.values())
 
 
 def _minimum(module, d_head=2, d_hidden=None, pipeline=None):
