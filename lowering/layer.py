@@ -105,11 +105,12 @@ class Coo:
         self.v: list[np.ndarray] = []
 
     def add(self, rows, cols, vals) -> None:
-        rows, cols, vals = np.asarray(rows, np.int64), np.asarray(cols, np.int64), np.asarray(vals)
-        shape = np.broadcast_shapes(rows.shape, cols.shape, vals.shape)
-        self.r.append(np.broadcast_to(rows, shape).ravel())
-        self.c.append(np.broadcast_to(cols, shape).ravel())
-        self.v.append(np.broadcast_to(vals.astype(np.float64, copy=False), shape).ravel())
+        rows, cols, vals = np.broadcast_arrays(np.asarray(rows, np.int64),
+                                               np.asarray(cols, np.int64),
+                                               np.asarray(vals, np.float64))
+        self.r.append(rows.ravel())
+        self.c.append(cols.ravel())
+        self.v.append(vals.ravel())
 
     def matrix(self, shape) -> Matrix:
         """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros."""

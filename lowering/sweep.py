@@ -151,7 +151,8 @@ class Sweep:
             def search(alternatives: bool) -> int | None:
                 return smallest_fitting_d(
                     self.tg, start, at=lambda d: Machine(d=d, d_head=d_head, d_hidden=d_hidden),
-                    pressure=self.pressure, alternatives=alternatives)
+                    pressure=self.pressure, alternatives=alternatives,
+                    known_too_small=0 if alternatives else self._fails_below(d_head, d_hidden))
 
             with gc_paused():
                 found = search(self.stand_ins)
@@ -161,6 +162,19 @@ class Sweep:
         if smallest is None:
             raise GeometryError(f"width_sweep: no width up to {MAX_DIM} fits at d_head={d_head}")
         return smallest
+
+    def _fails_below(self, d_head: int, d_hidden: int | None) -> int:
+        """A width known not to fit the graph itself at (d_head, d_hidden), from the searches
+        at other MLP widths: below another's smallest width nothing fits there, nor with
+        fewer neurons (a fit only gets easier as d_hidden grows); 0 where none tells."""
+        def hidden(h: int | None, d: int) -> int:
+            return 4 * d if h is None else h
+        known = 0
+        for (dh, h), smallest in self._smallest.items():
+            below = (smallest or MAX_DIM + d_head) - d_head
+            if dh == d_head and below > known and hidden(d_hidden, below) <= hidden(h, below):
+                known = below
+        return known
 
     def curve(self, d_head: int, widths=None, d_hidden: int | None = None,
               d_max: int | None = None) -> list[WidthPoint]:

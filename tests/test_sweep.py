@@ -158,3 +158,27 @@ def test_a_sweep_without_stand_ins_takes_them_where_the_graph_fits_nowhere():
     real = itself.pressure.fits  # (the graph itself made to fit no width)
     itself.pressure.fits = lambda m, alternatives=True: alternatives and real(m, True)
     assert itself.smallest(2) == expected
+
+
+@pytest.mark.parametrize("seed", [3, 32, 35, 49])
+def test_searches_at_other_mlp_widths_only_skip_widths_that_do_not_fit(seed):
+    """A sweep's search for the smallest width starts above the widths that another MLP width
+    at least as large already failed (`Sweep._fails_below`); each answer is still what a
+    fresh sweep finds, and one d_head narrower does not fit."""
+    from tw_lowering.machine import Machine
+    from tw_lowering.sweep import Sweep
+    from twdialect.random_graphs import random_graph
+
+    module = random_graph(seed, n_ops=40, max_width=6, library=True)
+    shared = Sweep(module, "default", stand_ins=False)
+    for hidden in (None, 64, 16, 8, 6, 4):
+        fresh = Sweep(module, "default", stand_ins=False)
+        try:
+            want = fresh.smallest(2, hidden)
+        except GeometryError:
+            with pytest.raises(GeometryError):
+                shared.smallest(2, hidden)
+            continue
+        assert shared.smallest(2, hidden) == want
+        assert not shared.pressure.fits(Machine(d=want - 2, d_head=2, d_hidden=hidden),
+                                        alternatives=False)
