@@ -492,7 +492,7 @@ class TaskSets:
     Kept for the first `KEPT` sets asked about, so the searches of a width search (the same
     graph at many machines) compute each set once."""
 
-    KEPT = 1 << 14
+    KEPT = 1 << 12
 
     def __init__(self, model: LiveModel):
         self.model = model
