@@ -557,9 +557,9 @@ def reuse_view(model: LiveModel, machine: Machine) -> tuple[int, int, int]:
     caps = model.reuse_caps.get(machine.d_head)
     if caps is None:
         heads = neurons = 0
-        for tid in model.tasks:
+        for tid, reads in zip(model.tasks, model.task_sets.reusable):
             t = model.tg.tasks[tid]
-            cost, reads = task_cost(model.tg, t, machine), _reusable_reads(model, tid)
+            cost = task_cost(model.tg, t, machine)
             if t.kind != MLP:
                 heads = max(heads, heads_needed(
                     cost.heads, cost.dims + sum(model.width[r] for r in reads), machine.d_head))
