@@ -106,6 +106,28 @@ def test_steady_functions_compile():
     check_exact(rasp.numerical(rasp.Map(lambda x: max(x, 1), mean)), {"a"}, 5)
 
 
+def test_a_difference_of_means_that_rasp_gives_off_zero_is_refused():
+    """x - y of two means over different selectors is 0 where both average one token, and
+    RASP gives -1.4e-17 there (0.1 + 0.1 + 0.1 rounds): `x - y < 0` is True in RASP, False
+    in any model that computes 0. The sum's value set keeps the round-off of its inputs
+    (0.0 exactly, reached from 0 - 0, no longer hides 0.1 - 0.1's radius): refused."""
+    tok = rasp.numerical(rasp.Map(lambda t: {"a": 0.1, "b": 0.2, "c": 0.7}[t], rasp.tokens))
+    x = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ), tok,
+                                      default=0))
+    y = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.TRUE), tok,
+                                      default=0))
+    below = rasp.Map(lambda d: d < 0, rasp.numerical(rasp.LinearSequenceMap(x, y, 1, -1)))
+    assert rasp.evaluate(below, list("aaa")) == [True, True, False]  # (the premise)
+    with pytest.raises(RaspError, match="float64 sums"):
+        compile_rasp_to_model(below, set("abc"), 5, compiler_bos="BOS")
+
+
+def test_the_radii_of_several_near_arguments_add_up():
+    """f(x, y) = x - y moves by both radii at once where both are off."""
+    moved = _apply(lambda u, v: u - v, _Near(0.25, 1e-15), _Near(0.5, 2e-15))
+    assert type(moved) is _Near and math.isclose(moved.radius, 3e-15, rel_tol=1e-2)
+
+
 def test_mean_radius():
     assert _mean_radius([0, 1], 50) is None  # 0/1: exact
     assert _mean_radius([1, 2, 3], 50) is None  # integers

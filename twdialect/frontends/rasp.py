@@ -134,10 +134,24 @@ def _ordered(values) -> list:
         if isinstance(v, (bool, int, float, np.integer, np.floating)):
             return (0, float(v), "")
         return (1, 0.0, repr(v))
-    distinct = set(values)
-    if all(type(v) in _PLAIN_NUMBERS for v in distinct):
-        return sorted(distinct)  # the same order, without a key per value (a million means)
-    return sorted(distinct, key=key)
+    values = values if isinstance(values, list) else list(values)
+    types = set(map(type, values))
+    if types <= _PLAIN_NUMBERS:
+        return sorted(set(values))  # the same order, without a key per value (a million means)
+    if _Near in types:  # (a value reached exactly and with round-off is as off as the worst)
+        return sorted(_widest(values), key=key)
+    return sorted(set(values), key=key)
+
+
+def _widest(values: list) -> set:
+    """The distinct values, each with the largest radius any of its equals has (a set would
+    keep whichever came first: 0.0 exactly beside 0.1 - 0.1 with its round-off)."""
+    radius: dict = {}
+    for v in values:
+        r = v.radius if type(v) is _Near else 0.0
+        if r > radius.get(v, -1.0):
+            radius[v] = r
+    return {_Near(float(v), r) if r > 0 else v for v, r in radius.items()}
 
 
 _PLAIN_NUMBERS = {bool, int, float}
@@ -2542,16 +2556,18 @@ def _apply(f: Callable, *args):
         return _call(f, args)
     plain = [float(a) if type(a) is _Near else a for a in args]
     out = _call(f, plain)
-    spread = 0.0
+    spread = 0.0  # (each argument may be off at once: their moves add up)
     for i, a in enumerate(args):
         if type(a) is not _Near:
             continue
+        moves = []
         for end in (plain[i] - a.radius, plain[i] + a.radius):
             other = _call(f, [*plain[:i], end, *plain[i + 1:]])
             moved = _moved(out, other)
             if moved is None:
                 raise _Unsteady(plain[i], a.radius, out, end, other)
-            spread = max(spread, moved)
+            moves.append(moved)
+        spread += max(moves)
     return _near(out, spread) if isinstance(out, float) else out
 
 
@@ -2873,10 +2889,11 @@ def _same_selector(s, t) -> bool:
 
 def _linear_space(a: list | None, b: list | None, f: Callable) -> list | None:
     """A LinearSequenceMap's values: its own function over the value pairs (so integers stay
-    integers, as RASP's evaluator gives them to a later map)."""
+    integers, as RASP's evaluator gives them to a later map), each a `_Near` where an input
+    is one (RASP's sum of two means off by their round-off is off by as much: `_apply`)."""
     if a is None or b is None or len(a) * len(b) > MAX_MEANS:
         return None
-    return _ordered(f(x, y) for x in a for y in b)
+    return _ordered(_apply(f, x, y) for x in a for y in b)
 
 
 def _mean_space(values: list | None, n: int, default: float) -> list | None:
