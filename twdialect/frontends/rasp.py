@@ -783,8 +783,20 @@ class _Translator:
         return self.joint(parts, selector)
 
     def _fusable(self, s) -> bool:
-        """Whether s is a SequenceMap of two different SOps that only one expression reads."""
-        return type(s) is rasp.SequenceMap and self.readers[id(s)] == 1 and s.fst is not s.snd
+        """Whether s is a SequenceMap of two different SOps that only one expression reads,
+        and no linear map of two numbers (cheaper than any table of them)."""
+        return type(s) is rasp.SequenceMap and self.readers[id(s)] == 1 and \
+            s.fst is not s.snd and not self._is_linear(s)
+
+    def _is_linear(self, s) -> bool:
+        """Whether SequenceMap s is translated as a linear map of two numbers: one mean of a
+        sum (`_mean_of_sum`) or `_linear_of` (its inputs translated: they are read either
+        way)."""
+        if not all(rasp.is_numerical(e) for e in (s, s.fst, s.snd)):
+            return False
+        if self._same_means(s) and self.readers[id(s.fst)] == 1 and self.readers[id(s.snd)] == 1:
+            return self._sum_of_means(s) is not None
+        return self._linear_of(s, self.sop(s.fst), self.sop(s.snd)) is not None
 
     def _chain(self, s) -> tuple[list, Callable, Callable | None, int]:
         """(leaves, compute, values, pairs) of SequenceMap s: the distinct SOps it reads,
@@ -934,7 +946,7 @@ class _Translator:
                             noisy=enc.noisy, error=error)
 
     def _sequence_map(self, expr) -> Encoded:
-        if isinstance(expr, rasp.LinearSequenceMap) and rasp.is_numerical(expr):
+        if rasp.is_numerical(expr):
             combined = self._mean_of_sum(expr)
             if combined is not None:
                 return combined
@@ -944,17 +956,17 @@ class _Translator:
         if rooted is not None:
             return rooted
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
-        if linear and fst.numerical and snd.numerical \
-                and rasp.is_numerical(expr) and not (fst.maybe_none or snd.maybe_none):
-            a, b = float(expr.fst_fac), float(expr.snd_fac)
+        affine = self._linear_of(expr, fst, snd)
+        if affine is not None:
+            a, b, c, _ = affine
             space = lambda: self._means_of_sum(expr) or \
                 _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
             bounds = dict(error=abs(a) * fst.error + abs(b) * snd.error,
-                          magnitude=abs(a) * fst.magnitude + abs(b) * snd.magnitude)
+                          magnitude=abs(a) * fst.magnitude + abs(b) * snd.magnitude + abs(c))
             same = expr.fst.unique_id == expr.snd.unique_id
-            value = tw.linear(fst.value, [[a + b]]) if same else \
-                tw.linear(tw.concat(fst.value, snd.value), [[a], [b]])
+            value = tw.linear(fst.value, [[a + b]], [c]) if same else \
+                tw.linear(tw.concat(fst.value, snd.value), [[a], [b]], [c])
             # both read off one one-hot: the sum is too, one value a column
             one_hot = fst.categories is not None and snd.categories is not None and \
                 fst.categories[0].value is snd.categories[0].value
@@ -989,9 +1001,23 @@ class _Translator:
             return self._combo_table(expr, [a, b], outs)
         return self._table(expr, self.joint([a, b], expr)[0], outs)
 
+    def _linear_of(self, expr, fst: Encoded, snd: Encoded) -> tuple | None:
+        """(a, b, c, numpy_exact) where SequenceMap `expr` of two numbers is a x + b y + c: a
+        LinearSequenceMap, or a SequenceMap whose f is affine over every pair of their values
+        (`_affine_fit`: `lambda x, y: x - y` over two means is a linear map, not a table of
+        their pairs); None where it is not, or an input may be None (no number carries it)."""
+        if not (rasp.is_numerical(expr) and fst.numerical and snd.numerical) or \
+                fst.maybe_none or snd.maybe_none:
+            return None
+        if isinstance(expr, rasp.LinearSequenceMap):
+            return float(expr.fst_fac), float(expr.snd_fac), 0.0, True
+        if expr.fst.unique_id == expr.snd.unique_id:
+            return None  # (a Map of f(x, x): `_sequence_map` tables it)
+        return self._analysis("affine", expr, lambda: _affine_fit(expr.f, fst.space, snd.space))
+
     def _mean_of_sum(self, expr) -> Encoded | None:
-        """A LinearSequenceMap a x + b y of two numerical means over one selector that
-        nothing else reads (make_pair_balance's opens - closes) as one mean, of a u + b v
+        """An affine SequenceMap a x + b y + c of two numerical means over one selector that
+        nothing else reads (make_pair_balance's opens - closes) as one mean, of a u + b v + c
         (u, v what x and y average): one head, not two and a sum of them; None where it
         does not apply."""
         x, y = expr.fst, expr.snd
@@ -1001,19 +1027,41 @@ class _Translator:
         if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
                 len(us.space) * len(vs.space) > MAX_MEANS:
             return None  # (None is no number to sum)
-        a, b = float(expr.fst_fac), float(expr.snd_fac)
+        affine = self._sum_of_means(expr)
+        if affine is None:
+            return None
+        a, b, c, _ = affine
         (x1, m1, c1), (x2, m2, c2) = _through_linear(us.value), _through_linear(vs.value)
         if x1 is x2:  # (one linear of their common input: the head reads through it)
-            value = tw.linear(x1, a * m1 + b * m2, a * c1 + b * c2)
+            value = tw.linear(x1, a * m1 + b * m2, a * c1 + b * c2 + c)
         else:
-            value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]), a * c1 + b * c2)
-        src = self.encoded(value, True, lambda: _ordered({a * u + b * v for u in us.space
+            value = tw.linear(tw.concat(x1, x2), np.vstack([a * m1, b * m2]),
+                              a * c1 + b * c2 + c)
+        src = self.encoded(value, True, lambda: _ordered({a * u + b * v + c for u in us.space
                                                           for v in vs.space}),
                            noisy=us.noisy or vs.noisy,
                            error=abs(a) * us.error + abs(b) * vs.error,
-                           magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude)
-        return self._mean(expr, x.selector, src, self._default(x) * a + self._default(y) * b,
-                          True, None, space=lambda: self._means_of_sum(expr))
+                           magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude + abs(c))
+        return self._mean(expr, x.selector, src, _call(expr.f, [self._default(x),
+                                                                self._default(y)]),
+                          True, None, space=lambda: self._means_of_sum(expr) or
+                          _linear_space(*self._spaces_of_means(expr), expr.f))
+
+    def _spaces_of_means(self, expr) -> list:
+        """The value sets of the two means a SequenceMap reads (`_mean`'s, untranslated)."""
+        spaces = [self._mean_values(s.selector, self.as_numerical(self.sop(s.sop), s.sop).space,
+                                    self._default(s)) for s in (expr.fst, expr.snd)]
+        return [sp() if callable(sp) else sp for sp in spaces]
+
+    def _sum_of_means(self, expr) -> tuple | None:
+        """(a, b, c, numpy_exact) where `expr` (two numerical means over one selector) is
+        a x + b y + c over every pair of their values (`_linear_of`), else None."""
+        if isinstance(expr, rasp.LinearSequenceMap):
+            return float(expr.fst_fac), float(expr.snd_fac), 0.0, True
+        spaces = self._spaces_of_means(expr)
+        if any(sp is None for sp in spaces):
+            return None
+        return self._analysis("affine means", expr, lambda: _affine_fit(expr.f, *spaces))
 
     def _same_means(self, expr) -> bool:
         """Whether a LinearSequenceMap reads two numerical means over one selector
@@ -1036,10 +1084,11 @@ class _Translator:
             return None
         x, y = expr.fst, expr.snd
         us, vs = (self.sop(s.sop).space for s in (x, y))  # (numbers: checked when translated)
-        if not us or not vs:
-            return None
-        a, b = float(expr.fst_fac), float(expr.snd_fac)  # (f is a x + b y: as numpy's)
-        out = [np.array([a * self._default(x) + b * self._default(y)])]
+        affine = self._sum_of_means(expr) if us and vs else None
+        if affine is None or not affine[3]:
+            return None  # (f gives other roundings than numpy's: the pairs' own values)
+        a, b, c, _ = affine  # (f is a x + b y + c: as numpy's)
+        out = [np.array([_call(expr.f, [self._default(x), self._default(y)])])]
         (dx, x_sums), (dy, y_sums) = _sums(us, self.max_seq_len), _sums(vs, self.max_seq_len)
         pairs = distinct = 0
         for m, (xs, ys) in enumerate(zip(x_sums, y_sums), start=1):
@@ -1050,7 +1099,7 @@ class _Translator:
                 return None
             mx = np.array([sx / (m * dx) for sx in xs])
             my = np.array([sy / (m * dy) for sy in ys])
-            out.append(np.unique(a * mx[:, None] + b * my[None, :]))
+            out.append(np.unique(a * mx[:, None] + b * my[None, :] + c))
             distinct += out[-1].size
             if distinct > MAX_MEANS:
                 return None
@@ -1592,13 +1641,8 @@ class _Translator:
         one = numerical and self._one_key(selector)  # (its mean is one of the values)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
-            if space is None and src.space is not None and one:
-                space = _ordered({v if type(v) is _Near else float(v) for v in src.space}
-                                 | {float(d[0])})
-            elif space is None:
-                # enumerated where a later table asks (a million means, which only it needs)
-                values, n, dflt = src.space, self.max_seq_len, float(d[0])
-                space = lambda: _mean_space(values, n, dflt)  # noqa: E731
+            if space is None:
+                space = self._mean_values(selector, src.space, float(d[0]))
         else:  # a default outside the aggregated values gets a column of its own
             space = list(src.space)
             if default is not None and default not in space:
@@ -1620,6 +1664,15 @@ class _Translator:
         return self.encoded(head, numerical, space, not numerical and default is None,
                             noisy=True, error=error,
                             magnitude=max(src.magnitude, abs(float(d[0]))) if numerical else None)
+
+    def _mean_values(self, selector, values: list | None, default: float):
+        """A numerical mean's value set: the values and the default where every query selects
+        at most one key (`_one_key`), else every mean of them (`_mean_space`), enumerated
+        where a later table asks (a million means, which only it needs: a callable)."""
+        if values is not None and self._one_key(selector):
+            return _ordered({v if type(v) is _Near else float(v) for v in values} | {default})
+        n = self.max_seq_len
+        return lambda: _mean_space(values, n, default)
 
     def _selector_width(self, expr, selector) -> Encoded:
         rest, prefix = _without_prefix(selector)
@@ -1975,15 +2028,59 @@ def _sum_weights(pairs: list[tuple], outs: list) -> list[tuple[float, float]]:
     found = [(float(a), float(b)) for a, b in SUM_WEIGHTS]
     if not all(_is_number(o) for o in outs):
         return found
-    xy1 = np.array([[float(x), float(y), 1.0] for x, y in pairs])
-    f = np.array([float(o) for o in outs])
-    coef = np.linalg.lstsq(xy1, f, rcond=None)[0]
-    whole = np.round(coef)  # least squares gives 0.9999999999999998 for 1
-    coef = np.where(np.abs(coef - whole) < 1e-9, whole, coef)
-    if np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))) and \
-            (float(coef[0]), float(coef[1])) not in found:
-        found.append((float(coef[0]), float(coef[1])))
+    coef = _plane([float(x) for x, _ in pairs], [float(y) for _, y in pairs],
+                  [float(o) for o in outs])
+    if coef is not None and (coef[0], coef[1]) not in found:
+        found.append((coef[0], coef[1]))
     return found
+
+
+def _plane(xs: list, ys: list, outs: list) -> tuple[float, float, float] | None:
+    """(a, b, c) where outs = a x + b y + c at every (x, y) (to float64 round-off; whole
+    coefficients where least squares gives 0.9999999999999998 for 1), else None."""
+    xy1 = np.column_stack([xs, ys, np.ones(len(xs))])
+    f = np.asarray(outs, np.float64)
+    coef = np.linalg.lstsq(xy1, f, rcond=None)[0]
+    whole = np.round(coef)
+    coef = np.where(np.abs(coef - whole) < 1e-9, whole, coef)
+    if not np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))):
+        return None
+    return float(coef[0]), float(coef[1]), float(coef[2])
+
+
+# Pairs `_affine_fit` asks f at before all of them (most functions are not affine).
+AFFINE_PROBES = 8
+
+
+def _affine_fit(f: Callable, xs: list | None, ys: list | None) -> tuple | None:
+    """(a, b, c, numpy_exact) where f(x, y) = a x + b y + c at every pair of xs and ys (to
+    float64 round-off), |a| and |b| at most MAX_LINEAR_SLOPE (a table of steps would snap an
+    input's float32 error back; a steeper line grows it); numpy_exact where f gives
+    (a x + b y) + c bit for bit (numpy's sum of means, `_means_of_sum`). None where not, or
+    there are more than MAX_SUM_PAIRS pairs (f is asked at each), or a value is no number.
+    A grid of AFFINE_PROBES x AFFINE_PROBES pairs is asked first."""
+    if not xs or not ys or len(xs) * len(ys) > MAX_SUM_PAIRS or \
+            not all(_is_number(v) for v in itertools.chain(xs, ys)):
+        return None
+    X, Y = np.array([float(v) for v in xs]), np.array([float(v) for v in ys])
+
+    def fit(px: np.ndarray, py: np.ndarray):
+        outs = [_call(f, [float(x), float(y)]) for x in px for y in py]
+        if not all(_is_number(o) for o in outs):
+            return None, None
+        grid = np.meshgrid(px, py, indexing="ij")
+        coef = _plane(grid[0].ravel(), grid[1].ravel(), [float(o) for o in outs])
+        return coef, np.array([float(o) for o in outs]).reshape(len(px), len(py))
+
+    pick = lambda v: v[np.unique(np.linspace(0, v.size - 1, AFFINE_PROBES).astype(int))]  # noqa
+    coef, _ = fit(pick(X), pick(Y))
+    if coef is None or max(abs(coef[0]), abs(coef[1])) > MAX_LINEAR_SLOPE:
+        return None
+    coef, outs = fit(X, Y)
+    if coef is None or max(abs(coef[0]), abs(coef[1])) > MAX_LINEAR_SLOPE:
+        return None
+    a, b, c = coef
+    return a, b, c, bool(np.array_equal(outs, a * X[:, None] + b * Y[None, :] + c))
 
 
 class _Sums:
