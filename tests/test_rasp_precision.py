@@ -190,6 +190,24 @@ def test_means_of_thousands_are_refused_or_held_to_a_wider_atol():
     assert 1e-4 < sampled_error(model, program, scaled(1e4), 10) < 1e-2
 
 
+@pytest.mark.parametrize("n, f, vocab, atol", [
+    (30, lambda x: x * x, {1, 2, 3}, 1e-4), (50, lambda x: 1 / (x + 0.5), {0, 1}, 1e-4),
+    (30, lambda x: x * x, {1, 2, 3}, 1e-5)])
+def test_a_curve_of_a_mean_as_the_output_is_one_line_within_atol(n, f, vocab, atol):
+    """The program's numerical output f(mean), f curved, through a line of its hundreds of
+    points (one MLP, a neuron per point) where the input's error times the slope stays
+    within atol: one layer and d 4, where steps took two and d 560 (x^2 at length 30);
+    steps (a plateau a point, two neurons) where atol is tighter than the line keeps."""
+    program = rasp.numerical(rasp.Map(f, tokens_mean()))
+    model = compile_rasp_to_model(program, vocab, n, compiler_bos="BOS", atol=atol)
+    s = model.stats
+    if atol < 1e-4:
+        assert s.n_layers == 2, s  # (the slope times the mean's error is most of 1e-5)
+    else:
+        assert (s.n_layers, s.d) == (1, 4), s
+    assert sampled_error(model, program, vocab, n) < atol
+
+
 def test_a_small_difference_of_large_means_is_refused():
     """mean - token is near 0, but carries the mean's float32 error: refused."""
     tok = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))

@@ -884,8 +884,30 @@ class _Translator:
         if inner.error:
             _check_gaps(expr, points, rows, inner.error)
         tolerance = self._output_tolerance(rows) if numerical and expr is self.program else None
+        line = None if tolerance is None else self._output_line(inner, points, rows)
+        if line is not None:
+            return line
         out = self._steps(inner.value, points, rows, tolerance)
         return out, 0.0, self.table_errors[out]
+
+    def _output_line(self, inner: Encoded, points: np.ndarray,
+                     rows: np.ndarray) -> tuple[Value, float, float] | None:
+        """The program's numerical output as a line through every point (`interpolation_mlp`,
+        one MLP, a neuron a change of slope) where float32 keeps it within `atol`: its own
+        rounding at the points, plus the steepest slope times the input's error (a line
+        passes that on where steps would snap it back; the output need not snap, only stay
+        within atol). (value, gain, error) as `_numeric_table`'s; None where it does not fit
+        (x^2 of a prefix mean of 1..3 at length 30: 556 neurons in one layer, d 4, where steps
+        took 1,116 in two, d 560)."""
+        gain = float(np.abs(np.diff(rows[:, 0]) / np.diff(points)).max())
+        budget = self.atol - gain * inner.error - 2.0 ** -24 * float(np.abs(rows).max())
+        if budget <= 0:
+            return None
+        mlp = interpolation_mlp(points, rows)
+        error = _measured(points, rows, mlp, budget, perturb=0.0)
+        if error is None:
+            return None
+        return tw.mlp(inner.value, *mlp), gain, error
 
     def _steps(self, x: Value, points: np.ndarray, rows: np.ndarray, tolerance=None) -> Value:
         """`steps`, remembered (a head may read some columns of it from x instead: `_read`)."""
