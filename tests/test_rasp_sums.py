@@ -125,6 +125,31 @@ def test_depth_of_brackets_as_a_sequence_map_is_one_head():
     check_against_rasp(model, depth, xs, False, "depth")
 
 
+def prefix_mean():
+    tok = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    return rasp.numerical(rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, C.LEQ), tok,
+                                         default=0))
+
+
+@pytest.mark.parametrize("make, layers, most", [
+    # m + i, i the (categorical) indices read as a number: a linear map (was 590 columns,
+    # 17,888 neurons at length 30: a table of the value pairs)
+    (lambda m: rasp.numerical(rasp.SequenceMap(lambda x, i: x + i, m, rasp.indices)), 1, 4),
+    # a threshold of m + i: a table of the one number s = m + i, whose exact sums float64
+    # rounds to one number (0.1 + 2 and 1.1 + 1): one point where their results agree
+    (lambda m: rasp.SequenceMap(lambda x, i: x + i > 3.5, m, rasp.indices), 1, 4),
+    (lambda m: rasp.SequenceMap(lambda x, i: round(x + i), m, rasp.indices), 1, 100),
+])
+def test_a_mean_and_the_indices_through_their_sum(make, layers, most):
+    program = make(prefix_mean())
+    model = compile_rasp_to_model(program, {1, 2, 3}, 30, compiler_bos="BOS")
+    s = model.stats
+    assert s.n_layers == layers and s.d <= 4 and sum(s.neurons_per_layer) <= most, s
+    rng = random.Random(30)
+    xs = [[rng.choice([1, 2, 3]) for _ in range(rng.randint(1, 30))] for _ in range(30)]
+    check_against_rasp(model, program, xs, False, "sum with the indices")
+
+
 def test_a_product_of_means_is_no_sum():
     """x * y is not affine: the pairs' table, still exact."""
     from twdialect.frontends.rasp import _affine_fit

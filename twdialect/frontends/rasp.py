@@ -792,7 +792,7 @@ class _Translator:
         """Whether SequenceMap s is translated as a linear map of two numbers: one mean of a
         sum (`_mean_of_sum`) or `_linear_of` (its inputs translated: they are read either
         way)."""
-        if not all(rasp.is_numerical(e) for e in (s, s.fst, s.snd)):
+        if not rasp.is_numerical(s) or not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
             return False
         if self._same_means(s) and self.readers[id(s.fst)] == 1 and self.readers[id(s.snd)] == 1:
             return self._sum_of_means(s) is not None
@@ -981,6 +981,8 @@ class _Translator:
         affine = self._linear_of(expr, fst, snd)
         if affine is not None:
             a, b, c, _ = affine
+            # (a categorical input of numbers is read as its number: `m + indices`)
+            fst, snd = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
             space = lambda: self._means_of_sum(expr) or \
                 _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
             none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
@@ -1028,13 +1030,13 @@ class _Translator:
         LinearSequenceMap, or a SequenceMap whose f is affine over every pair of their values
         (`_affine_fit`: `lambda x, y: x - y` over two means is a linear map, not a table of
         their pairs); None where it is not, or an input may be None (no number carries it)."""
-        if not (rasp.is_numerical(expr) and fst.numerical and snd.numerical) or \
-                fst.maybe_none or snd.maybe_none:
+        if not rasp.is_numerical(expr) or fst.maybe_none or snd.maybe_none:
             return None
         if isinstance(expr, rasp.LinearSequenceMap):
-            return float(expr.fst_fac), float(expr.snd_fac), 0.0, True
-        if expr.fst.unique_id == expr.snd.unique_id:
-            return None  # (a Map of f(x, x): `_sequence_map` tables it)
+            return (float(expr.fst_fac), float(expr.snd_fac), 0.0, True) \
+                if fst.numerical and snd.numerical else None
+        if not (fst.numerical or snd.numerical) or expr.fst.unique_id == expr.snd.unique_id:
+            return None  # (one-hots: a table of them; one input: a Map of f(x, x))
         return self._analysis("affine", expr, lambda: _affine_fit(expr.f, fst.space, snd.space))
 
     def _mean_of_sum(self, expr) -> Encoded | None:
@@ -1152,26 +1154,32 @@ class _Translator:
         # table would wait a sublayer for its one-hot
         sooner = fst.number is not None or snd.number is not None
 
-        def cheapest() -> tuple | None:  # (neurons, a, b, {s: f})
+        def cheaper() -> list:  # [(neurons, a, b, {s: f})], the cheapest first
             pairs = list(itertools.product(fst.space, snd.space))
             outs = [_apply(expr.f, x, y) for x, y in pairs]
             if any(o is _NONE for o in outs):
-                return None
-            best = None
+                return []
+            found = []
             sums = _Sums(pairs, outs)
             for a, b in _sum_weights(pairs, outs):
                 table = sums.table(a, b)
                 if table is None:
                     continue
                 cost = _steps_cost(table, rasp.is_numerical(expr))
-                if (cost < len(pairs) or sooner) and (best is None or cost < best[0]):
-                    best = (cost, a, b, table)
-            return best
-        best = self._analysis(f"through a sum {sooner}", expr, cheapest)
-        if best is None:
+                if cost < len(pairs) or sooner:
+                    found.append((cost, a, b, table))
+            return sorted(found, key=lambda option: option[0])  # (stable: the first on a tie)
+        options = self._analysis(f"through a sum {sooner}", expr, cheaper)
+        if not options:
             return None
-        _, a, b, table = best
         x, y = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
+        # the first whose sums float32 tells apart (RASP's -2 + 4/20 and -3 + 24/20 differ by
+        # an ulp and are two categories: the pairs' table tells them apart, s cannot)
+        for _, a, b, table in options:
+            if _readable(table, abs(a) * x.error + abs(b) * y.error, rasp.is_numerical(expr)):
+                break
+        else:
+            return None
         s = tw.linear(tw.concat(x.value, y.value), [[a], [b]])
         s_space = list(table)
         s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy,
@@ -2007,22 +2015,40 @@ def _check_gaps(expr, points: np.ndarray, rows: np.ndarray, noise: float) -> Non
     """A table's plateaus hold an input within a quarter gap of each value: one that float32
     computes only to `noise` (a softmax's mean of large values: `mean_noise`) needs values
     whose rows differ over 4 noise apart, else it could be read as the other."""
-    change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
-    if change.size == 0:
-        return
-    gaps = points[change + 1] - points[change]
-    k = int(np.argmin(gaps))
-    if gaps[k] / 4 <= noise:
-        a, b = float(points[change[k]]), float(points[change[k] + 1])
-        raise RaspError(f"{_label(expr)}: reads {a!r} and {b!r}, {gaps[k]:.3g} apart, from a "
+    k = _narrowest_gap(points, rows, noise)
+    if k is not None:
+        a, b = float(points[k]), float(points[k + 1])
+        raise RaspError(f"{_label(expr)}: reads {a!r} and {b!r}, {b - a:.3g} apart, from a "
                         f"softmax's mean that float32 keeps only to about {noise:.2g} at these "
                         "magnitudes: the table could read one as the other")
+
+
+def _narrowest_gap(points: np.ndarray, rows: np.ndarray, noise: float) -> int | None:
+    """k where points k and k + 1 are the nearest two whose rows differ and they are no more
+    than 4 noise apart (`_check_gaps`), else None."""
+    change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1))
+    if change.size == 0:
+        return None
+    gaps = points[change + 1] - points[change]
+    k = int(np.argmin(gaps))
+    return int(change[k]) if gaps[k] / 4 <= noise else None
 
 
 def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Points sorted; those float32 cannot tell apart become one, where their rows agree
     (to SAME_POINT: a mean minus a token gives -0.8 and -0.7999999999999998 at two such
     points, one value to any reader)."""
+    p, r, clash = _merged_float32(points, rows)
+    if clash is not None:
+        raise RaspError(f"{_label(expr)}: inputs {clash[0]!r} and {clash[1]!r} are one float32 "
+                        "number (closer than float32 can tell apart) but map to different "
+                        "values")
+    return p, r
+
+
+def _merged_float32(points: list[float], rows: np.ndarray) -> tuple:
+    """(points, rows, clash) of `_merge_float32`: clash the first two points that cannot be
+    one (their rows differ), else None."""
     order = np.argsort(np.asarray(points, dtype=np.float64), kind="stable")
     p, r = np.asarray(points, dtype=np.float64)[order], np.asarray(rows)[order]
     same = (np.asarray(p[1:], np.float32) == np.asarray(p[:-1], np.float32)) | \
@@ -2032,12 +2058,25 @@ def _merge_float32(expr, points: list[float], rows: np.ndarray) -> tuple[np.ndar
         clash = same & np.any(apart, axis=1)
         if clash.any():
             k = int(np.flatnonzero(clash)[0])
-            raise RaspError(f"{_label(expr)}: inputs {float(p[k])!r} and {float(p[k + 1])!r} "
-                            "are one float32 number (closer than float32 can tell apart) but "
-                            "map to different values")
+            return p, r, (float(p[k]), float(p[k + 1]))
         keep = np.concatenate([[True], ~same])
         p, r = p[keep], r[keep]
-    return p, r
+    return p, r, None
+
+
+def _readable(table: dict, noise: float, numerical: bool) -> bool:
+    """Whether `_numeric_table` takes a table over a number s ({s: value}, s sorted) whose
+    float32 error is `noise`: no two values of s that float32 cannot tell apart with different
+    results (`_merge_float32`), none closer than 4 noise (`_check_gaps`). Its rows: numbers
+    out, the numbers (one to SAME_POINT); categories, an id each (a one-hot row each)."""
+    values = list(table.values())
+    if numerical:
+        rows = np.array([[float(v)] for v in values]).reshape(-1, 1)
+    else:
+        ids: dict = {}
+        rows = np.array([[ids.setdefault(v, len(ids))] for v in values], np.float64)
+    points, rows, clash = _merged_float32(list(table), rows)
+    return clash is None and not (noise and _narrowest_gap(points, rows, noise) is not None)
 
 
 # Integer weights (a, b) tried for a SequenceMap's sum s = a x + b y (x - y, x + y, ...).
@@ -2140,8 +2179,9 @@ class _Sums:
 
 
 def _table_of_sum(pairs: list[tuple], outs: list, a: float, b: float) -> dict | None:
-    """s -> f(x, y) over every pair, s = a x + b y in exact rationals, pair by pair; None
-    where two pairs with one s give different values (f is not a function of s)."""
+    """s -> f(x, y) over every pair, s = a x + b y in exact rationals, pair by pair, keyed by
+    s in float64; None where two pairs with one s (or two s float64 cannot tell apart) give
+    different values (f is not a function of s)."""
     whole = all(_integral(v) is not False for v in (a, b, *itertools.chain(*pairs)))
     exact = _integral if whole \
         else (lambda v: Fraction(float(v)))  # integers where they are (fast), else rationals
@@ -2151,8 +2191,11 @@ def _table_of_sum(pairs: list[tuple], outs: list, a: float, b: float) -> dict | 
         s = fa * exact(x) + fb * exact(y)
         if table.setdefault(s, o) != o:
             return None
-    out = {float(s): table[s] for s in sorted(table)}
-    return out if len(out) == len(table) else None
+    out: dict = {}
+    for s in sorted(table):  # (sums float64 rounds to one number are one point, if one value:
+        if out.setdefault(float(s), table[s]) != table[s]:  # 0.1 + 2 and 1.1 + 1 are 2.1)
+            return None
+    return out
 
 
 def _integral(v):
