@@ -8,6 +8,7 @@ float32 cannot follow is refused (a RaspError), never answered wrongly.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -148,6 +149,22 @@ def test_a_mean_and_the_indices_through_their_sum(make, layers, most):
     rng = random.Random(30)
     xs = [[rng.choice([1, 2, 3]) for _ in range(rng.randint(1, 30))] for _ in range(30)]
     check_against_rasp(model, program, xs, False, "sum with the indices")
+
+
+def test_a_map_that_tells_apart_what_the_sum_rounds_together_reads_the_pairs():
+    """round(m - i + 0.1): RASP gives -0.5000000000000001 for one (mean, index) pair and -0.5
+    for another, which round to -1 and 0 and float32 cannot tell apart: the sum stays a
+    table of its value pairs (the map reads each pair's own value), not a number; exact on
+    every input."""
+    num = rasp.numerical
+    shifted = num(rasp.Map(lambda i: i - 2, rasp.indices))
+    mean = num(rasp.Aggregate(rasp.Select(rasp.indices, rasp.tokens, C.NEQ), shifted,
+                              default=0))
+    total = num(rasp.SequenceMap(lambda x, y: x - y + 0.1, mean, rasp.indices))
+    program = rasp.Map(lambda v: round(v), total)
+    model = compile_rasp_to_model(program, {1, 2, 3}, 5, compiler_bos="BOS")
+    xs = [list(x) for m in range(1, 6) for x in itertools.product([1, 2, 3], repeat=m)]
+    check_against_rasp(model, program, xs, False, "round of a sum")
 
 
 def test_a_product_of_means_is_no_sum():

@@ -331,6 +331,8 @@ class _Translator:
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
+        # affine SequenceMaps kept as tables of their value pairs (`_sum_read_apart`)
+        self.tabled_sums: set = set()
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
         self.seen = 0
@@ -670,6 +672,8 @@ class _Translator:
         return float(v)
 
     def _map(self, expr) -> Encoded:
+        if self._sum_read_apart(expr):
+            self.tabled_sums.add(expr.inner.unique_id)
         fused = self._fused(expr)
         if fused is not None:
             return fused
@@ -788,11 +792,40 @@ class _Translator:
         return type(s) is rasp.SequenceMap and self.readers[id(s)] == 1 and \
             s.fst is not s.snd and not self._is_linear(s)
 
+    def _sum_read_apart(self, expr) -> bool:
+        """Whether Map `expr` reads an affine SequenceMap S (not yet translated) whose value
+        set, as the linear map `_linear_of` makes it, holds values float32 cannot tell apart
+        that the map sends to different results (RASP's -0.5000000000000001 and -0.5 from two
+        value pairs, rounded to -1 and 0), or too many steps: S is then a table of its value
+        pairs, not a number (nor a table through its sum, `_through_sum`): the map reads each
+        pair's own value, exactly."""
+        inner = expr.inner
+        if type(inner) is not rasp.SequenceMap or inner.unique_id in self.memo or \
+                not self._is_linear(inner):
+            return False
+        if self._same_means(inner) and self.readers[id(inner.fst)] == 1 and \
+                self.readers[id(inner.snd)] == 1:
+            space = self._means_of_sum(inner) or \
+                _linear_space(*self._spaces_of_means(inner), inner.f)
+        else:
+            space = _linear_space(self.sop(inner.fst).space, self.sop(inner.snd).space, inner.f)
+        if space is None:
+            return True
+        try:
+            outs = [_apply(expr.f, v) for v in space]
+        except _Unsteady:
+            return True
+        if any(o is _NONE for o in outs) or sum(a != b for a, b in zip(outs, outs[1:])) > MAX_TABLE:
+            return True
+        return not _readable(dict(zip((float(v) for v in space), outs)), 0.0,
+                             rasp.is_numerical(expr))
+
     def _is_linear(self, s) -> bool:
         """Whether SequenceMap s is translated as a linear map of two numbers: one mean of a
         sum (`_mean_of_sum`) or `_linear_of` (its inputs translated: they are read either
         way)."""
-        if not rasp.is_numerical(s) or not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
+        if not rasp.is_numerical(s) or s.unique_id in self.tabled_sums or \
+                not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
             return False
         if self._same_means(s) and self.readers[id(s.fst)] == 1 and self.readers[id(s.snd)] == 1:
             return self._sum_of_means(s) is not None
@@ -1010,7 +1043,8 @@ class _Translator:
         rooted = self._rooted(expr, pairs)
         if rooted is not None:  # (a numerical root with fewer values than the pairs)
             return rooted
-        through_sum = self._through_sum(expr, fst, snd)
+        through_sum = None if expr.unique_id in self.tabled_sums else \
+            self._through_sum(expr, fst, snd)
         if through_sum is not None:
             return through_sum
         over_leaves = self._over_leaves(expr, pairs)
@@ -1030,7 +1064,8 @@ class _Translator:
         LinearSequenceMap, or a SequenceMap whose f is affine over every pair of their values
         (`_affine_fit`: `lambda x, y: x - y` over two means is a linear map, not a table of
         their pairs); None where it is not, or an input may be None (no number carries it)."""
-        if not rasp.is_numerical(expr) or fst.maybe_none or snd.maybe_none:
+        if not rasp.is_numerical(expr) or fst.maybe_none or snd.maybe_none or \
+                expr.unique_id in self.tabled_sums:
             return None
         if isinstance(expr, rasp.LinearSequenceMap):
             return (float(expr.fst_fac), float(expr.snd_fac), 0.0, True) \
@@ -1045,7 +1080,8 @@ class _Translator:
         (u, v what x and y average): one head, not two and a sum of them; None where it
         does not apply."""
         x, y = expr.fst, expr.snd
-        if not self._same_means(expr) or self.readers[id(x)] != 1 or self.readers[id(y)] != 1:
+        if not self._same_means(expr) or self.readers[id(x)] != 1 or \
+                self.readers[id(y)] != 1 or expr.unique_id in self.tabled_sums:
             return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
         if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
