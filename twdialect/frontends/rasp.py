@@ -793,15 +793,16 @@ class _Translator:
             s.fst is not s.snd and not self._is_linear(s)
 
     def _sum_read_apart(self, expr) -> bool:
-        """Whether Map `expr` reads an affine SequenceMap S (not yet translated) whose value
-        set, as the linear map `_linear_of` makes it, holds values float32 cannot tell apart
-        that the map sends to different results (RASP's -0.5000000000000001 and -0.5 from two
-        value pairs, rounded to -1 and 0), or too many steps: S is then a table of its value
-        pairs, not a number (nor a table through its sum, `_through_sum`): the map reads each
-        pair's own value, exactly."""
+        """Whether Map `expr` reads a numerical SequenceMap S of numbers (not yet translated)
+        whose value set holds values float32 cannot tell apart that the map sends to
+        different results (RASP's -0.5000000000000001 and -0.5 from two value pairs, rounded
+        to -1 and 0), or too many steps: S is then a table of its value pairs, not a number
+        (the linear map `_linear_of`, a table through its sum `_through_sum`): the map reads
+        each pair's own value, exactly."""
         inner = expr.inner
         if type(inner) is not rasp.SequenceMap or inner.unique_id in self.memo or \
-                not self._is_linear(inner):
+                not rasp.is_numerical(inner) or inner.fst is inner.snd or \
+                not (rasp.is_numerical(inner.fst) or rasp.is_numerical(inner.snd)):
             return False
         if self._same_means(inner) and self.readers[id(inner.fst)] == 1 and \
                 self.readers[id(inner.snd)] == 1:
@@ -1221,7 +1222,13 @@ class _Translator:
         s_enc = self.encoded(s, True, s_space, noisy=x.noisy or y.noisy,
                              error=abs(a) * x.error + abs(b) * y.error,
                              magnitude=abs(a) * x.magnitude + abs(b) * y.magnitude)
-        return self._table(expr, s_enc, [table[v] for v in s_space])
+        out = self._table(expr, s_enc, [table[v] for v in s_space])
+        if expr is self.program and out.numerical:
+            try:  # (the pairs' table reads each pair's value off its one-hot, exactly)
+                self.check_output(expr, out)
+            except RaspError:
+                return None  # (s and its table are dead code)
+        return out
 
     def _combo_table(self, expr, parts: list[Encoded], outs: list) -> Encoded:
         """`outs` (one result per tuple of the parts' values, in product order) over more
@@ -2103,8 +2110,9 @@ def _merged_float32(points: list[float], rows: np.ndarray) -> tuple:
 def _readable(table: dict, noise: float, numerical: bool) -> bool:
     """Whether `_numeric_table` takes a table over a number s ({s: value}, s sorted) whose
     float32 error is `noise`: no two values of s that float32 cannot tell apart with different
-    results (`_merge_float32`), none closer than 4 noise (`_check_gaps`). Its rows: numbers
-    out, the numbers (one to SAME_POINT); categories, an id each (a one-hot row each)."""
+    results (`_merge_float32`), none closer than 4 noise (`_check_gaps`), at most MAX_TABLE
+    steps unless a line. Its rows: numbers out, the numbers (one to SAME_POINT); categories,
+    an id each (a one-hot row each)."""
     values = list(table.values())
     if numerical:
         rows = np.array([[float(v)] for v in values]).reshape(-1, 1)
@@ -2112,7 +2120,10 @@ def _readable(table: dict, noise: float, numerical: bool) -> bool:
         ids: dict = {}
         rows = np.array([[ids.setdefault(v, len(ids))] for v in values], np.float64)
     points, rows, clash = _merged_float32(list(table), rows)
-    return clash is None and not (noise and _narrowest_gap(points, rows, noise) is not None)
+    if clash is not None or (noise and _narrowest_gap(points, rows, noise) is not None):
+        return False
+    return (numerical and _affine(points, rows) is not None) or \
+        np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1)) <= MAX_TABLE
 
 
 # Integer weights (a, b) tried for a SequenceMap's sum s = a x + b y (x - y, x + y, ...).
