@@ -38,14 +38,18 @@ def _number(rng: random.Random, shared):
     """A numerical SOp (a mean over `shared` or its own selector, a map, a width) or the
     tokens or indices (categorical numbers)."""
     num = rasp.numerical
+
+    def source():
+        f = eval("lambda x: " + rng.choice(SOURCES))  # noqa: S307 - this module's own source
+        return num(rasp.Map(f, rng.choice([T, I])))
     k = rng.random()
     if k < 0.6:
-        src = num(rasp.Map(eval("lambda x: " + rng.choice(SOURCES)), rng.choice([T, I])))  # noqa: S307
+        src = source()
         select = shared if rng.random() < 0.6 else \
             rasp.Select(rng.choice([T, I]), rng.choice([T, I]), rng.choice(PREDICATES))
         return num(rasp.Aggregate(select, src, default=0))
     if k < 0.7:
-        return num(rasp.Map(eval("lambda x: " + rng.choice(SOURCES)), rng.choice([T, I])))  # noqa: S307
+        return source()
     if k < 0.85:
         return rng.choice([T, I])
     return num(rasp.SelectorWidth(rasp.Select(rng.choice([T, I]), rng.choice([T, I]),

@@ -331,7 +331,7 @@ class _Translator:
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
-        # affine SequenceMaps kept as tables of their value pairs (`_sum_read_apart`)
+        # numerical SequenceMaps of numbers kept tables of their value pairs (`_sum_read_apart`)
         self.tabled_sums: set = set()
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
@@ -816,7 +816,8 @@ class _Translator:
             outs = [_apply(expr.f, v) for v in space]
         except _Unsteady:
             return True
-        if any(o is _NONE for o in outs) or sum(a != b for a, b in zip(outs, outs[1:])) > MAX_TABLE:
+        if any(o is _NONE for o in outs) or \
+                sum(a != b for a, b in zip(outs, outs[1:])) > MAX_TABLE:
             return True
         return not _readable(dict(zip((float(v) for v in space), outs)), 0.0,
                              rasp.is_numerical(expr))
@@ -1125,7 +1126,7 @@ class _Translator:
         return self._analysis("affine means", expr, lambda: _affine_fit(expr.f, *spaces))
 
     def _same_means(self, expr) -> bool:
-        """Whether a LinearSequenceMap reads two numerical means over one selector
+        """Whether a SequenceMap reads two numerical means over one selector
         (`_same_selector`): at every position both average the same keys."""
         x, y = expr.fst, expr.snd
         return all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
@@ -1135,8 +1136,9 @@ class _Translator:
         return self._number(aggregate, 0 if aggregate.default is None else aggregate.default)
 
     def _means_of_sum(self, expr) -> list | None:
-        """The value set of a LinearSequenceMap f(x, y) = a x + b y of two numerical means
-        over one selector: f of the means of the same number m of keys, each mean as RASP
+        """The value set of an affine SequenceMap f(x, y) = a x + b y + c of two numerical
+        means over one selector, where f rounds as numpy's (a x + b y) + c (`_affine_fit`'s
+        numpy_exact): f of the means of the same number m of keys, each mean as RASP
         gives it (the sum's exact quotient, rounded once; f in float64 as RASP computes it),
         some n^3 pairs where x's and y's value sets make some n^4 (a million at length 50);
         None where it does not apply, or there are more than MAX_MEAN_PAIRS pairs or
@@ -1210,8 +1212,9 @@ class _Translator:
         if not options:
             return None
         x, y = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
-        # the first whose sums float32 tells apart (RASP's -2 + 4/20 and -3 + 24/20 differ by
-        # an ulp and are two categories: the pairs' table tells them apart, s cannot)
+        # the first whose sums float32 tells apart (make_sort's keys x + i / 5: RASP's
+        # -3 + 6/5 and -4 + 11/5 are two categories an ulp apart, which only the pairs' table
+        # tells apart)
         for _, a, b, table in options:
             if _readable(table, abs(a) * x.error + abs(b) * y.error, rasp.is_numerical(expr)):
                 break
