@@ -238,6 +238,18 @@ def test_reverse_keeps_no_one_hot_of_positions_in_the_residual():
     check(model, program, sampled(vocab, 20, 12, seed=5))
 
 
+def test_a_head_reads_a_pair_table_by_its_values_not_the_pairs_one_hot():
+    # rotation: `(i + 1) % length` is a table over 400 (index, length) pairs to 20 values; the
+    # query reads the 20 values, not the 400-wide one-hot of the pairs beneath (d 447)
+    length = lib.make_length()
+    source = rasp.SequenceMap(lambda i, n: (i + 1) % n, rasp.indices, length)
+    program = rasp.Aggregate(rasp.Select(rasp.indices, source, rasp.Comparison.EQ),
+                             rasp.tokens)
+    model = compile_rasp_to_model(program, {"a", "b", "c"}, 20, compiler_bos=BOS)
+    assert model.compiled.machine.d <= 64
+    check(model, program, sampled({"a", "b", "c"}, 20, 12, seed=7))
+
+
 def test_a_noisy_key_is_read_as_a_number_where_equal_keys_hold_one_value():
     # sort_unique's target_pos (a width read from a softmax) keys `indices == target_pos`; its
     # float32 noise moves equal keys' logits apart, which is exact only because equal ranks

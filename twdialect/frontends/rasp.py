@@ -1451,6 +1451,8 @@ class _Translator:
         one-hot's own source (`_from_source`); else through the one-hot (None instead where
         `need_source`: the reader cannot take the one-hot's float32 error times mat)."""
         x, m, bias = _through_linear(enc.value)
+        if _wider_only_for(x, enc.value):
+            x, m, bias = enc.value, np.eye(enc.width), np.zeros(enc.width)
         through, shift = m @ mat, bias @ mat
         if not enc.maybe_none and len(through) and not np.any(through - through[0]):
             # every value reads the same (a TRUE selector's keys): the constant column
@@ -2724,6 +2726,19 @@ def _composed(m, s):
         return None if v is None else f(v)
     fused = rasp.SequenceMap(h, s.fst, s.snd).named(m.label)
     return rasp.numerical(fused) if rasp.is_numerical(m) else rasp.categorical(fused)
+
+
+def _wider_only_for(x: Value, v: Value) -> bool:
+    """Whether x, the input of the `tw.linear` that made v, is an MLP's output that only
+    linears read, all of them together narrower than x (a joint one-hot of value pairs,
+    tabled): a head reading x through the linear would keep all of x in the residual where
+    their columns suffice (a rotation's `(i + 1) % length` at length 20: 400 pairs against
+    20 values, d 447 -> 45)."""
+    if x is v or not isinstance(x.owner, MlpOp):
+        return False
+    readers = [use.operation for use in x.uses]
+    return all(isinstance(op, LinearOp) for op in readers) and \
+        sum(width_of(op.results[0]) for op in readers) < width_of(x)
 
 
 def _through_linear(v: Value) -> tuple[Value, np.ndarray, np.ndarray]:
