@@ -21,7 +21,7 @@ pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw
 from tracr.compiler import lib  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 
-from test_rasp import BOS, all_inputs, check, sampled  # noqa: E402
+from test_rasp import BOS, agrees, all_inputs, check, sampled  # noqa: E402
 from test_rasp_fuzz import causal_evaluate  # noqa: E402
 from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
@@ -248,6 +248,35 @@ def test_a_head_reads_a_pair_table_by_its_values_not_the_pairs_one_hot():
     model = compile_rasp_to_model(program, {"a", "b", "c"}, 20, compiler_bos=BOS)
     assert model.compiled.machine.d <= 64
     check(model, program, sampled({"a", "b", "c"}, 20, 12, seed=7))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: rasp.SelectorWidth(rasp.SelectorAnd(
+        rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ),
+        rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT))),
+    lambda: rasp.numerical(rasp.Aggregate(rasp.SelectorAnd(
+        rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT),
+        rasp.SelectorNot(rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ))),
+        rasp.numerical(rasp.Map(lambda x: x, rasp.tokens)), default=0)),
+    lambda: rasp.Aggregate(rasp.SelectorAnd(rasp.SelectorAnd(
+        rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ),
+        rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == q - 1)),
+        rasp.Select(rasp.tokens, rasp.Full(1), rasp.Comparison.NEQ)), rasp.indices),
+])
+def test_an_and_of_tokens_and_indices_is_one_head_summing_their_logits(make):
+    # the keys' one-hot of (token, index) pairs would take 250 columns and an MLP a layer
+    # before the head at length 50; each conjunct's logits through its own one-hots take
+    # 5 + 50 (count_earlier_equal: 2 layers, d 494 -> 1 layer, d 64)
+    program = make()
+    vocab = set(range(5))
+    model = compile_rasp_to_model(program, vocab, 50, compiler_bos=BOS)
+    assert model.stats.n_layers == 1 and model.compiled.machine.d <= 64, model.stats
+    check(model, program, sampled(vocab, 50, 12, seed=50))
+    causal = compile_rasp_to_model(program, vocab, 8, causal=True, compiler_bos=BOS)
+    for x in sampled(vocab, 8, 24, seed=8):
+        want = [causal_evaluate(program, x[:i + 1])[i] for i in range(len(x))]
+        got = causal.apply([BOS, *x]).decoded[1:]
+        assert all(agrees(g, w) for g, w in zip(got, want)), (x, got, want)
 
 
 def test_a_noisy_key_is_read_as_a_number_where_equal_keys_hold_one_value():

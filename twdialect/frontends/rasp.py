@@ -310,7 +310,7 @@ class _Translator:
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
                  token_features: bool = True, narrow_indices: bool = True,
-                 analyses: dict | None = None, atol: float = ATOL):
+                 analyses: dict | None = None, atol: float = ATOL, tabled_sums=()):
         self.vocab = _ordered(vocab)
         if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
             raise RaspError(f"atol must be a positive number, got {atol!r}")
@@ -331,8 +331,10 @@ class _Translator:
         self.at_bos: dict[Value, np.ndarray] = {}
         # a table of steps: (input, points, rows, its number of MLPs)
         self.tables: dict[Value, tuple] = {}
-        # numerical SequenceMaps of numbers kept tables of their value pairs (`_sum_read_apart`)
-        self.tabled_sums: set = set()
+        # SequenceMaps kept tables of their value pairs (`_sum_read_apart`, `translate`'s
+        # retry), and those read as a number or through a sum instead (unique ids)
+        self.tabled_sums: set = set(tabled_sums)
+        self.numbered_sums: set = set()
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
         self.seen = 0
@@ -1016,6 +1018,8 @@ class _Translator:
         affine = self._linear_of(expr, fst, snd)
         if affine is not None:
             a, b, c, _ = affine
+            if not linear:
+                self.numbered_sums.add(expr.unique_id)
             # (a categorical input of numbers is read as its number: `m + indices`)
             fst, snd = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
             space = lambda: self._means_of_sum(expr) or \
@@ -1048,6 +1052,7 @@ class _Translator:
         through_sum = None if expr.unique_id in self.tabled_sums else \
             self._through_sum(expr, fst, snd)
         if through_sum is not None:
+            self.numbered_sums.add(expr.unique_id)
             return through_sum
         over_leaves = self._over_leaves(expr, pairs)
         if over_leaves is not None:
@@ -1092,6 +1097,8 @@ class _Translator:
         affine = self._sum_of_means(expr)
         if affine is None:
             return None
+        if not isinstance(expr, rasp.LinearSequenceMap):
+            self.numbered_sums.add(expr.unique_id)
         a, b, c, _ = affine
         (x1, m1, c1), (x2, m2, c2) = _through_linear(us.value), _through_linear(vs.value)
         if x1 is x2:  # (one linear of their common input: the head reads through it)
@@ -1312,13 +1319,102 @@ class _Translator:
     def head(self, selector, value: Encoded | None, bos_weight: float, wo: np.ndarray,
              value_sop=None) -> Value:
         """One attention head over `selector`: keys and queries one-hot (joint where the
-        selector reads several SOps), logits GAIN * [selected] + bos_weight * GAIN at the
-        BOS key, BOS queries pinned to BOS; it reads concat(value, BOS flag) (the flag alone
-        for None) through `wo`. A key, query or value that is a `tw.linear` of another value
+        selector reads several SOps, or an And's conjuncts' logits summed where that joint
+        would be a one-hot of value tuples: `_summed_parts`), logits GAIN * [selected] +
+        bos_weight * GAIN at the BOS key, BOS queries pinned to BOS; it reads concat(value,
+        BOS flag) (the flag alone for None) through `wo`. A key, query or value that is a `tw.linear` of another value
         is read through its matrix (folded into the head's projections), so a Map feeding a
         selector costs nothing of its own. `value_sop`: the RASP SOp the head averages (an
         Aggregate's), None for a SelectorWidth."""
         selector, prefix = _without_prefix(selector)
+        parts = self._summed_parts(selector)
+        if parts is None:
+            nk, q_read, k_read = self._joint_reads(selector, value, bos_weight, value_sop)
+        else:
+            nk, q_read, k_read = self._summed_reads(parts)
+        # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
+        q_in, q_w, q_bias, q_bos = q_read
+        wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
+        # the constant 1: BOS's fallback logit (above the rest of a sum's parts: `_summed_reads`)
+        wq[-2, nk] += (bos_weight + len(parts or [None]) - 1) * GAIN
+        wq[-1, nk] += GAIN  # BOS queries attend to BOS
+        # key [k, 1, bos] -> (k - bos ck) B | bos
+        k_in, k_w, k_bias, k_bos = k_read
+        wk = np.vstack([np.hstack([k_w, np.zeros((k_w.shape[0], 1))]),
+                        np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
+        query = tw.concat(q_in, self.one, self.bos_flag)
+        key = tw.concat(k_in, self.one, self.bos_flag)
+        mask = "causal" if self.causal or prefix else "full"
+        if mask == "causal" and q_in is self.one:
+            # every query but BOS's reads the same (a TRUE selector's), and BOS's sees only
+            # BOS: one dimension, the key's logit under that query
+            wk, wq = wk @ (wq[0] + wq[-2])[:, None], np.ones((1, 1))
+            query = self.one
+        if value is None:
+            v, wv = self.bos_flag, np.eye(1)
+        else:  # value [v, 1, bos] -> v | bos
+            v_in, v_mat, v_bias = _through_linear(value.value)
+            v_in, v_mat = self._narrow_read(v_in, v_mat)
+            w = v_mat.shape[1]
+            v = tw.concat(v_in, self.one, self.bos_flag)
+            wv = np.zeros((v_mat.shape[0] + 2, w + 1))
+            wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
+        return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
+
+    def _summed_parts(self, selector) -> list | None:
+        """The conjuncts of an And whose keys (or queries) would need a one-hot of their
+        value tuples (`joint`: |X| |Y| columns and an MLP a layer before the head), where
+        each conjunct alone needs none: the head then sums their logits (`_summed_reads`).
+        None where that does not apply."""
+        parts = _conjuncts(selector)
+        if len(parts) < 2:
+            return None
+        sides = [[self._sides(_leaves(p), side) for side in ("keys", "queries")] for p in parts]
+        if any(self._needs_product(s) for pair in sides for s in pair):
+            return None
+        whole = [self._sides(_leaves(selector), side) for side in ("keys", "queries")]
+        return parts if any(self._needs_product(s) for s in whole) else None
+
+    def _needs_product(self, sops: list) -> bool:
+        """Whether `_joint_of` reads these SOps through a one-hot of their value tuples
+        (`joint`), not one SOp's one-hot nor a table over one root's values."""
+        roots = {id(r) for r in (_root_or_constant(s, self.roots) for s in sops) if r is not None}
+        return len(sops) > 1 and len(roots) != 1
+
+    def _summed_reads(self, parts: list) -> tuple:
+        """(head dims, query read, key read) of an And's conjuncts as a sum of their logits:
+        conjunct i gives GAIN at its selected (query, key) pairs through its own one-hots
+        (`_factor`), so a key every conjunct selects has GAIN times their number and any
+        other at least GAIN less, as a plain head's unselected key (and BOS's fallback logit
+        sits as far below: `head`). The one-hots of tokens x indices (|X| |Y| columns, an MLP
+        to make them) become |X| + |Y| columns: count_earlier_equal at length 50, 2 layers
+        and d 494 -> 1 layer. The reads as `_read`'s, one value a column block."""
+        factors = []
+        for part in parts:
+            leaves = _leaves(part)
+            keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
+            k_enc, k_tuples = self._joint_of(keys, part)
+            q_enc, q_tuples = self._joint_of(queries, part)
+            pred = _selection(part, k_tuples, q_tuples,
+                              {s.unique_id: i for i, s in enumerate(keys)},
+                              {s.unique_id: i for i, s in enumerate(queries)})
+            factors.append((q_enc, k_enc, *_factor(GAIN * pred)))
+        nk = sum(a.shape[1] for _, _, a, _ in factors)
+        q_reads, k_reads, at = [], [], 0
+        for q_enc, k_enc, a, b in factors:
+            dims = a.shape[1]
+            aq, bk = np.zeros((a.shape[0], nk + 1)), np.zeros((b.shape[0], nk))
+            aq[:, at: at + dims], bk[:, at: at + dims] = a, b
+            q_reads.append(self._read(q_enc, aq))
+            k_reads.append(self._read(k_enc, bk))
+            at += dims
+        return nk, _summed(q_reads), _summed(k_reads)
+
+    def _joint_reads(self, selector, value: Encoded | None, bos_weight: float,
+                     value_sop) -> tuple:
+        """(head dims, query read, key read) of a selector through the one-hots of its keys'
+        and queries' value tuples (`_joint_of`), read through the key's number where that
+        applies (`_through_number`); the query's matrix has a last column of BOS's `lift`."""
         leaves = _leaves(selector)
         keys, queries = self._sides(leaves, "keys"), self._sides(leaves, "queries")
         k_enc, k_tuples = self._joint_of(keys, selector)
@@ -1346,33 +1442,7 @@ class _Translator:
             pred, keys_values, bos_weight, bos_error, k_enc, q_enc, width)
         nk = a.shape[1]
         a = np.hstack([a, np.zeros((a.shape[0], 1)) if lift is None else lift[:, None]])
-        # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
-        q_in, q_w, q_bias, q_bos = q_read or self._read(q_enc, a)
-        wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
-        wq[-2, nk] += bos_weight * GAIN  # the constant 1: BOS's fallback logit
-        wq[-1, nk] += GAIN  # BOS queries attend to BOS
-        # key [k, 1, bos] -> (k - bos ck) B | bos
-        k_in, k_w, k_bias, k_bos = k_read or self._read(k_enc, b)
-        wk = np.vstack([np.hstack([k_w, np.zeros((k_w.shape[0], 1))]),
-                        np.append(k_bias, 0.0)[None, :], np.append(-k_bos, 1.0)[None, :]])
-        query = tw.concat(q_in, self.one, self.bos_flag)
-        key = tw.concat(k_in, self.one, self.bos_flag)
-        mask = "causal" if self.causal or prefix else "full"
-        if mask == "causal" and q_in is self.one:
-            # every query but BOS's reads the same (a TRUE selector's), and BOS's sees only
-            # BOS: one dimension, the key's logit under that query
-            wk, wq = wk @ (wq[0] + wq[-2])[:, None], np.ones((1, 1))
-            query = self.one
-        if value is None:
-            v, wv = self.bos_flag, np.eye(1)
-        else:  # value [v, 1, bos] -> v | bos
-            v_in, v_mat, v_bias = _through_linear(value.value)
-            v_in, v_mat = self._narrow_read(v_in, v_mat)
-            w = v_mat.shape[1]
-            v = tw.concat(v_in, self.one, self.bos_flag)
-            wv = np.zeros((v_mat.shape[0] + 2, w + 1))
-            wv[:-2, :w], wv[-2, :w], wv[-1, w] = v_mat, v_bias, 1.0
-        return tw.attn(query, key, v, wq, wk, wv, wo, mask=mask)
+        return nk, q_read or self._read(q_enc, a), k_read or self._read(k_enc, b)
 
     def _through_number(self, pred, keys_values, bos_weight, bos_error, k_enc, q_enc,
                         width: bool) -> tuple:
@@ -2945,6 +3015,28 @@ def _without_prefix(selector) -> tuple:
     return selector, False
 
 
+def _conjuncts(selector) -> list:
+    """The selectors an And chain joins (the selector itself where it is no And)."""
+    if isinstance(selector, rasp.SelectorAnd):
+        return _conjuncts(selector.fst) + _conjuncts(selector.snd)
+    return [selector]
+
+
+def _summed(reads: list) -> tuple:
+    """One (x, W, bias, at_bos) read of several `_read`s whose sum a head takes: their
+    values side by side (one a value read twice), matrices stacked, biases summed."""
+    xs, ws = [], []
+    for x, w, _, _ in reads:
+        same = next((i for i, y in enumerate(xs) if y is x), None)
+        if same is None:
+            xs.append(x)
+            ws.append(w)
+        else:
+            ws[same] = ws[same] + w
+    x = xs[0] if len(xs) == 1 else tw.concat(*xs)
+    return x, np.vstack(ws), sum(r[2] for r in reads), sum(r[3] for r in reads)
+
+
 def _leaves(selector) -> list:
     if isinstance(selector, (rasp.Select, rasp.ConstantSelector)):
         return [selector]
@@ -3171,15 +3263,25 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     atol = ATOL if atol is None else atol
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
+    tabled: set = set()  # SequenceMaps whose number a refused translation read
 
     def build(narrow_indices: bool, features: bool) -> tuple:
-        """(translator, graph), or (None, None) where the token features do not pay."""
-        t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
-                        atol=atol)
-        try:
-            return t, t.build(program)
-        except _FeaturesNoNarrower:
-            return None, None
+        """(translator, graph), or (None, None) where the token features do not pay. A
+        translation refused after reading SequenceMaps as numbers (or through a sum) is
+        tried again with those as tables of their value pairs, whose one-hots keep apart
+        what a number may round together (RASP's a + 5/6 and b + 3/6, an ulp apart, that a
+        Select compares), until a refusal reads none (it stands)."""
+        while True:
+            t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
+                            atol=atol, tabled_sums=tabled)
+            try:
+                return t, t.build(program)
+            except _FeaturesNoNarrower:
+                return None, None
+            except RaspError:
+                if not t.numbered_sums - tabled:
+                    raise
+                tabled.update(t.numbered_sums)
 
     # narrow reads of the token one-hot through feature columns of the embedding where they
     # are fewer than its columns and nothing else reads it; else through the one-hot
