@@ -112,6 +112,19 @@ def test_a_curved_function_of_two_numbers(seed):
     check(seed, curved=True)
 
 
+def test_a_number_a_select_tells_apart_is_tried_again_as_the_pairs_table():
+    """mean + index / 6 as a number holds 0.5 + 2/6 and 0 + 5/6, an ulp apart, which a
+    Select comparing the key with itself tells apart: refused that way, the translation is
+    tried again with the sum a table of its value pairs, and compiles exactly."""
+    num = rasp.numerical
+    index = num(rasp.Map(lambda x: x, I))
+    mean = num(rasp.Aggregate(rasp.Select(I, I, C.LEQ), index, default=0))
+    key = num(rasp.SequenceMap(lambda a, b: a + b / 6, mean, I))
+    prog = rasp.SelectorWidth(rasp.Select(key, key, C.GT))
+    model = compile_rasp_to_model(prog, {0, 1}, 6, compiler_bos="BOS")
+    check_against_rasp(model, prog, inputs({0, 1}, 6, 0), False, "retry")
+
+
 def main(argv: list[str]) -> int:
     lo, hi = int(argv[0]), int(argv[1])
     curved = "--curved" in argv
