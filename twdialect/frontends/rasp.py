@@ -806,10 +806,8 @@ class _Translator:
                 not rasp.is_numerical(inner) or inner.fst is inner.snd or \
                 not (rasp.is_numerical(inner.fst) or rasp.is_numerical(inner.snd)):
             return False
-        if self._same_means(inner) and self.readers[id(inner.fst)] == 1 and \
-                self.readers[id(inner.snd)] == 1:
-            space = self._means_of_sum(inner) or \
-                _linear_space(*self._spaces_of_means(inner), inner.f)
+        if self._one_mean_of_sum(inner):
+            space = self._mean_sum_space(inner)
         else:
             space = _linear_space(self.sop(inner.fst).space, self.sop(inner.snd).space, inner.f)
         if space is None:
@@ -831,7 +829,7 @@ class _Translator:
         if not rasp.is_numerical(s) or s.unique_id in self.tabled_sums or \
                 not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
             return False
-        if self._same_means(s) and self.readers[id(s.fst)] == 1 and self.readers[id(s.snd)] == 1:
+        if self._one_mean_of_sum(s):
             return self._sum_of_means(s) is not None
         return self._linear_of(s, self.sop(s.fst), self.sop(s.snd)) is not None
 
@@ -1087,8 +1085,7 @@ class _Translator:
         (u, v what x and y average): one head, not two and a sum of them; None where it
         does not apply."""
         x, y = expr.fst, expr.snd
-        if not self._same_means(expr) or self.readers[id(x)] != 1 or \
-                self.readers[id(y)] != 1 or expr.unique_id in self.tabled_sums:
+        if not self._one_mean_of_sum(expr) or expr.unique_id in self.tabled_sums:
             return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
         if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
@@ -1113,8 +1110,18 @@ class _Translator:
                            magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude + abs(c))
         return self._mean(expr, x.selector, src, _call(expr.f, [self._default(x),
                                                                 self._default(y)]),
-                          True, None, space=lambda: self._means_of_sum(expr) or
-                          _linear_space(*self._spaces_of_means(expr), expr.f))
+                          True, None, space=lambda: self._mean_sum_space(expr))
+
+    def _one_mean_of_sum(self, expr) -> bool:
+        """Whether SequenceMap `expr` reads two numerical means over one selector that
+        nothing else reads (`_same_means`): one head may average the sum (`_mean_of_sum`)."""
+        return self._same_means(expr) and self.readers[id(expr.fst)] == 1 and \
+            self.readers[id(expr.snd)] == 1
+
+    def _mean_sum_space(self, expr) -> list | None:
+        """The value set of such a sum: the means of the same number of keys where f rounds
+        as numpy's (`_means_of_sum`), else f over every pair of the two means' values."""
+        return self._means_of_sum(expr) or _linear_space(*self._spaces_of_means(expr), expr.f)
 
     def _spaces_of_means(self, expr) -> list:
         """The value sets of the two means a SequenceMap reads (`_mean`'s, untranslated)."""
@@ -1322,10 +1329,10 @@ class _Translator:
         selector reads several SOps, or an And's conjuncts' logits summed where that joint
         would be a one-hot of value tuples: `_summed_parts`), logits GAIN * [selected] +
         bos_weight * GAIN at the BOS key, BOS queries pinned to BOS; it reads concat(value,
-        BOS flag) (the flag alone for None) through `wo`. A key, query or value that is a `tw.linear` of another value
-        is read through its matrix (folded into the head's projections), so a Map feeding a
-        selector costs nothing of its own. `value_sop`: the RASP SOp the head averages (an
-        Aggregate's), None for a SelectorWidth."""
+        BOS flag) (the flag alone for None) through `wo`. A key, query or value that is a
+        `tw.linear` of another value is read through its matrix (folded into the head's
+        projections), so a Map feeding a selector costs nothing of its own. `value_sop`: the
+        RASP SOp the head averages (an Aggregate's), None for a SelectorWidth."""
         selector, prefix = _without_prefix(selector)
         parts = self._summed_parts(selector)
         if parts is None:
@@ -1335,8 +1342,10 @@ class _Translator:
         # query [q, 1, bos] -> (q - bos cq) A | bos_weight GAIN + lift + GAIN bos
         q_in, q_w, q_bias, q_bos = q_read
         wq = np.vstack([q_w, q_bias[None, :], -q_bos[None, :]])
-        # the constant 1: BOS's fallback logit (above the rest of a sum's parts: `_summed_reads`)
-        wq[-2, nk] += (bos_weight + len(parts or [None]) - 1) * GAIN
+        # the constant 1: BOS's fallback logit, above all but one of a sum's parts (a key
+        # every part selects has GAIN times their number: `_summed_reads`)
+        above = len(parts) - 1 if parts else 0
+        wq[-2, nk] += (bos_weight + above) * GAIN
         wq[-1, nk] += GAIN  # BOS queries attend to BOS
         # key [k, 1, bos] -> (k - bos ck) B | bos
         k_in, k_w, k_bias, k_bos = k_read
@@ -2247,22 +2256,22 @@ def _affine_fit(f: Callable, xs: list | None, ys: list | None) -> tuple | None:
         return None
     X, Y = np.array([float(v) for v in xs]), np.array([float(v) for v in ys])
 
-    def fit(px: np.ndarray, py: np.ndarray):
+    def fit(px: np.ndarray, py: np.ndarray) -> tuple | None:  # ((a, b, c), f's grid)
         outs = [_call(f, [float(x), float(y)]) for x in px for y in py]
         if not all(_is_number(o) for o in outs):
-            return None, None
+            return None
+        values = np.array([float(o) for o in outs])
         grid = np.meshgrid(px, py, indexing="ij")
-        coef = _plane(grid[0].ravel(), grid[1].ravel(), [float(o) for o in outs])
-        return coef, np.array([float(o) for o in outs]).reshape(len(px), len(py))
+        coef = _plane(grid[0].ravel(), grid[1].ravel(), values)
+        if coef is None or max(abs(coef[0]), abs(coef[1])) > MAX_LINEAR_SLOPE:
+            return None
+        return coef, values.reshape(len(px), len(py))
 
     pick = lambda v: v[np.unique(np.linspace(0, v.size - 1, AFFINE_PROBES).astype(int))]  # noqa
-    coef, _ = fit(pick(X), pick(Y))
-    if coef is None or max(abs(coef[0]), abs(coef[1])) > MAX_LINEAR_SLOPE:
+    found = fit(pick(X), pick(Y)) and fit(X, Y)
+    if found is None:
         return None
-    coef, outs = fit(X, Y)
-    if coef is None or max(abs(coef[0]), abs(coef[1])) > MAX_LINEAR_SLOPE:
-        return None
-    a, b, c = coef
+    (a, b, c), outs = found
     return a, b, c, bool(np.array_equal(outs, a * X[:, None] + b * Y[None, :] + c))
 
 
