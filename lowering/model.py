@@ -38,8 +38,8 @@ from twdialect.inputs import (
     InputContract,
     InputSpec,
     check_feedback,
+    check_generate,
     check_inputs,
-    check_steps,
 )
 
 
@@ -769,7 +769,7 @@ class CompiledTransformer(nn.Module):
         from tw_lowering.decode import Decoder
 
         self.check_stepwise("generate")
-        steps = check_steps(steps)
+        steps = check_generate(steps, feedback)
         checked = self.check_batch(prompts, on_out_of_range, n_positions)
         longest = max(c.n_positions for c in checked) + steps
         dec = Decoder(self, len(checked), longest)

@@ -9,7 +9,13 @@
 
 The translation (`twdialect.frontends.rasp`) is exact by construction: every Map is a table
 over its input's value set, so tracr's `mlp_exactness` has nothing to approximate (it is
-accepted and ignored).
+checked as tracr's, a positive integer, and ignored).
+
+Arguments are checked before any work (`check_arguments`, shared with `tw-rasp`): a wrong type
+or value is one RaspError line naming the argument, and a `max_seq_len` or vocabulary whose
+tables would be wider than a tw table may be (`MAX_WIDTH` columns: the position table has
+max_seq_len + 1, the token table len(vocab) + 2) is refused with the size it would need, never
+attempted.
 """
 
 from __future__ import annotations
@@ -26,6 +32,149 @@ from twdialect.dialect import AttnOp
 
 COMPILER_BOS = "compiler_bos"
 COMPILER_PAD = "compiler_pad"
+
+
+# -- the arguments, checked before any work -------------------------------------------------
+
+def _max_width() -> int:
+    from twdialect.dialect import MAX_WIDTH
+
+    return MAX_WIDTH
+
+
+# The longest input and the most tokens a translation can take: its position table has
+# max_seq_len + 1 columns and its token table len(vocab) + 2 (BOS and pad), and no tw table is
+# wider than MAX_WIDTH (docs/dialect.md, Limits).
+MAX_SEQ_LEN = _max_width() - 1
+MAX_VOCAB = _max_width() - 2
+
+
+@dataclass(frozen=True)
+class RaspArguments:
+    """tracr's arguments of a compile, checked (`check_arguments`): the vocabulary as a set."""
+
+    vocab: frozenset
+    max_seq_len: int
+    causal: bool
+    compiler_bos: Any
+    compiler_pad: Any
+
+
+def check_arguments(vocab, max_seq_len, causal=False, compiler_bos: Any = COMPILER_BOS,
+                    compiler_pad: Any = COMPILER_PAD, mlp_exactness=100,
+                    where: str = "compile_rasp_to_model") -> RaspArguments:
+    """tracr's arguments of `compile_rasp_to_model`, checked before anything is built: each
+    bad one is a RaspError line, "<where>: <argument> ...", instead of a TypeError deep in the
+    translation or a MemoryError for a table no tw graph may hold. `where` names the caller
+    (`tw-rasp` gives the program file)."""
+    tokens = _check_vocab(vocab, where)
+    n = _check_max_seq_len(max_seq_len, where)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise _error(where, f"causal must be True or False, got {_shown(causal)}")
+    for name, token in (("compiler_bos", compiler_bos), ("compiler_pad", compiler_pad)):
+        _check_token(name, token, tokens, where)
+    if compiler_bos == compiler_pad:
+        raise _error(where, f"compiler_bos and compiler_pad are both {_shown(compiler_bos)}: "
+                            "the BOS and pad tokens must differ")
+    if isinstance(mlp_exactness, bool) or not isinstance(mlp_exactness, (int, np.integer)) \
+            or mlp_exactness < 1:
+        raise _error(where, "mlp_exactness must be a positive integer, as tracr's (tw's "
+                            f"tables are exact and ignore it), got {_shown(mlp_exactness)}")
+    return RaspArguments(tokens, n, bool(causal), compiler_bos, compiler_pad)
+
+
+def _check_vocab(vocab, where: str) -> frozenset:
+    """The vocabulary as a frozenset of hashable tokens, none of them NaN, at most MAX_VOCAB."""
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(vocab, (str, bytes, Mapping)) or not isinstance(vocab, Iterable):
+        raise _error(where, "vocab must be a set of tokens (numbers, strings, booleans or "
+                            f"tuples), e.g. {{1, 2, 3}}, got {_shown(vocab)}")
+    tokens = []
+    for token in vocab:
+        try:
+            hash(token)
+        except TypeError:
+            raise _error(where, f"vocab holds {_shown(token)}, which is not hashable: a token "
+                                "is a number, string, boolean or tuple") from None
+        if _is_nan(token):
+            raise _error(where, f"vocab holds {token!r}, which equals no token (not even "
+                                "itself)")
+        # a numpy scalar (a vocabulary from np.arange) as the Python number it equals, so
+        # that outputs decode as plain numbers
+        tokens.append(token.item() if isinstance(token, np.generic) else token)
+    tokens = frozenset(tokens)
+    if not tokens:
+        raise _error(where, "vocab must not be empty")
+    if len(tokens) > MAX_VOCAB:
+        rows = len(tokens) + 2
+        raise _error(where, f"vocab has {len(tokens):,} tokens: the token table would be "
+                            f"{rows:,} x {rows:,} ({_bytes(8 * rows * rows)} as float64), "
+                            f"wider than a tw table may be ({_max_width():,} columns, "
+                            f"MAX_WIDTH): at most {MAX_VOCAB:,} tokens")
+    return tokens
+
+
+def _check_max_seq_len(max_seq_len, where: str) -> int:
+    """A positive integer (not a bool, not a float) whose position table a tw graph can hold:
+    refused up front with the size it would take, never allocated."""
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, (int, np.integer)) \
+            or max_seq_len < 1:
+        raise _error(where, f"max_seq_len must be a positive integer, got {_shown(max_seq_len)}")
+    n = int(max_seq_len)
+    if n > MAX_SEQ_LEN:
+        raise _error(where, f"max_seq_len={_count(n)} needs a position table of "
+                            f"{_count(n + 1)} x {_count(n + 1)} "
+                            f"({_bytes(8 * (n + 1) ** 2)} as float64), wider than a tw table "
+                            f"may be ({_max_width():,} columns, MAX_WIDTH): max_seq_len is at "
+                            f"most {MAX_SEQ_LEN:,}")
+    return n
+
+
+def _check_token(name: str, token, vocab: frozenset, where: str) -> None:
+    """The BOS or pad token: hashable, not NaN, and no token of the vocabulary."""
+    try:
+        hash(token)
+    except TypeError:
+        raise _error(where, f"{name} {_shown(token)} is not hashable: a token is a number, "
+                            "string, boolean or tuple") from None
+    if _is_nan(token):
+        raise _error(where, f"{name} is {token!r}, which equals no token (not even itself)")
+    if token in vocab:
+        raise _error(where, f"{name}: the BOS/pad token {token!r} must not be in the "
+                            "vocabulary")
+
+
+def _is_nan(token) -> bool:
+    return isinstance(token, (float, np.floating)) and token != token
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A value as a message names it: its type and repr, cut to `limit` characters."""
+    text = " ".join(repr(value).split())
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _count(n: int) -> str:
+    """A count as people read it: 10,000,001, or 1e+30 where digits would not help."""
+    return f"{n:,}" if n < 10 ** 15 else f"{float(n):.3g}"
+
+
+def _bytes(n: int) -> str:
+    """A size as people read it: 728 TiB (2.0 KiB, 1.5e+30 EiB)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
+            return f"{n} B" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024
+    return ""
+
+
+def _error(where: str, message: str):
+    from twdialect.frontends.rasp import RaspError
+
+    return RaspError(f"{where}: {message}")
 
 
 @dataclass
@@ -147,13 +296,18 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     (values of many thousands, a softmax's mean of hundreds) is a RaspError saying so."""
     import tw_lowering.model  # noqa: F401 - torch's first import is not the compile's time
     from tw_lowering import check_pipeline, compile
+    from tw_lowering.machine import whole_number
     from twdialect.frontends.rasp import translate
 
-    del mlp_exactness  # every map is an exact table
+    args = check_arguments(vocab, max_seq_len, causal, compiler_bos, compiler_pad,
+                           mlp_exactness)  # (mlp_exactness: every map is an exact table)
+    if d_head is not None:  # (d and d_hidden: the Machine names them)
+        d_head = whole_number(d_head, "compile_rasp_to_model: d_head", 1)
     # the passes resolved (and their modules imported) before the clock starts, as torch is
     pipeline = check_pipeline("compile_rasp_to_model", pipeline)
     t0 = time.perf_counter()
-    rg = translate(program, vocab, max_seq_len, causal, compiler_bos, compiler_pad, atol=atol)
+    rg = translate(program, args.vocab, args.max_seq_len, args.causal, args.compiler_bos,
+                   args.compiler_pad, atol=atol)
     t1 = time.perf_counter()
     if d is None:
         from tw_lowering.sweep import Sweep

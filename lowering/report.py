@@ -407,11 +407,14 @@ def _locator(graph: GraphOp, locations: Mapping[Operation, str] | None
 
 
 def _op_name(op: Operation) -> str:
-    """How the page names an op: its kind and SSA name (an output: its output name)."""
+    """How the page names an op: its kind and SSA name; an output by its output name, an
+    input or a token input by its input name and SSA name (`tw.input "x" %x`)."""
     hint = op.results[0].name_hint if op.results else None
     if op.name == "tw.output":
         return f"tw.output \"{op.output_name.data}\""
-    return f"{op.name} %{hint}" if hint else op.name
+    kind = f"{op.name} \"{op.input_name.data}\"" if op.name in ("tw.input", "tw.embedding") \
+        else op.name
+    return f"{kind} %{hint}" if hint else kind
 
 
 def _annotation(op: Operation) -> str:
@@ -425,7 +428,18 @@ def _num(x: float) -> float | None:
     return float(f"{x:.{DIGITS}g}") if math.isfinite(x) else None
 
 
+# Characters the embedded JSON writes as \u escapes: `<`, `>` and `&` so that no "</script",
+# "<!--" or "<script" (which turn the HTML tokenizer's script states: "<!--<script>" in a
+# name kept a later "</script>" from closing the element, and the page drew nothing) can
+# appear inside the <script> element, whatever a graph, output, input, annotation or file
+# name holds; U+2028 and U+2029, which older JavaScript parsers read as line ends. JSON reads
+# the escapes back as the same characters, so the data is unchanged.
+_SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                "\u2029": "\\u2029"}
+
+
 def _embedded_json(data: dict) -> str:
-    """`data` as JSON safe inside a <script> element (no "</" can close it early)."""
+    """`data` as JSON safe inside a <script> element (`_SCRIPT_SAFE`): the element's text
+    holds none of `<`, `>`, `&`, so nothing in it is markup, and JSON.parse gives `data`."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.replace("</", "<\\/")
+    return re.sub("[<>&\u2028\u2029]", lambda m: _SCRIPT_SAFE[m.group(0)], text)

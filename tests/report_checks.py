@@ -3,6 +3,7 @@ page, and the small compiled models they report on."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import numpy as np
@@ -95,3 +96,46 @@ def calculator_inputs(prompt: str = CALCULATOR_PROMPT) -> dict:
     import tw_examples.primitive as primitive
 
     return {"tokens": np.asarray(primitive.load("calculator").encode(prompt), np.int64)}
+
+
+# -- hostile names: every string the page embeds ----------------------------------------
+
+# (no "-->": after "<!--" it would end the escape it began, hiding the break it tests)
+HOSTILE = ["<!--<script>", "</script>", "<!--", "<script", "</SCRIPT >",
+           '<img src=x onerror="window.twPwned=1">', "{{DATA}}", "&amp;", "\"'`",
+           "\u2028\u2029", "]]>", "\\u003c/script>"]
+
+
+def hostile_graph(tag: str = ""):
+    """(compiled model, feeds, locations, the hostile text): a graph whose graph, input,
+    token input, output and annotation names, and the file name of its ops' locations, all
+    hold every HOSTILE string (tests/test_report_browser.py opens its page)."""
+    import tw_lowering
+    from tw_lowering.report import source_locations
+    from twdialect import ops as tw
+
+    bad = tag + "".join(HOSTILE)
+    with tw.Graph("g" + bad) as g:
+        with tw.annotate("ann" + bad):
+            x = tw.input("in" + bad, 2, (-1.0, 1.0))
+            t = tw.embedding("tok" + bad, [[0.0, 1.0], [2.0, 3.0]])
+            h = tw.relu(tw.linear(tw.add(x, t), [[1.0, -1.0], [0.5, 2.0]], [0.1, 0.0]))
+        tw.output("out" + bad, h)
+        tw.output("out2" + bad, tw.attn(h, h, h, np.eye(2), np.eye(2), np.eye(2), np.eye(2)))
+    locations = source_locations({op: (k + 1, 5) for k, op in enumerate(g.op.block.ops)},
+                                 f"file{bad}.mlir")
+    ct = tw_lowering.compile(g.module, d=32, d_head=4, trace_passes=True, pipeline="default")
+    feeds = {"in" + bad: np.array([[0.5, -0.5], [0.25, 0.0], [-1.0, 1.0]]),
+             "tok" + bad: np.array([0, 1, 1])}
+    return ct, feeds, locations, bad
+
+
+def script_texts(page: str) -> list[str]:
+    """The text of each <script> element, cut where the HTML tokenizer would end it at the
+    simplest: the first "</script" after its start tag (a "<!--" or "<script" inside would
+    move that end, which `test_report_page_embeds_hostile_names_as_data` also refuses)."""
+    out = []
+    for m in re.finditer(r"<script\b[^>]*>", page, re.I):
+        end = page.lower().find("</script", m.end())
+        out.append(page[m.end():end])
+    return out

@@ -236,7 +236,7 @@ def test_locations_of_an_uncopied_graph_are_the_ops_own(tmp_path):
     ct, locations = compile_file(str(path), d=16, d_head=4)
     ops = report_data(ct, locations=locations)["ops"]
     assert dict(zip(ops["name"], ops["loc"])) == {
-        "tw.input %x": f"{path}:3:5", "tw.relu %r": f"{path}:4:5",
+        'tw.input "x" %x': f"{path}:3:5", "tw.relu %r": f"{path}:4:5",
         'tw.output "y"': f"{path}:5:5"}
 
 

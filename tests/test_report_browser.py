@@ -163,3 +163,57 @@ def test_10k_op_report_opens_fast(browser, tmp_path):
     assert browser.errors == []
     assert browser.evaluate("twReport.data.ops.name.length") == ct.stats.n_ops
     assert ready_ms < 3 * OPEN_BUDGET_MS
+
+
+def test_hostile_names_are_drawn_as_text(browser, tmp_path):
+    """`<!--<script>` (and `</script>`, `<!--`, `<script`, an `<img onerror>`, `{{DATA}}`,
+    U+2028...) in the graph, input, token input, output and annotation names and in the
+    source file's name: the page draws as the calculator's does (no console error, the
+    summary equals `ct.stats`, the map names the op under the mouse, the search finds it) and
+    every name is shown as the text it is, never as markup."""
+    from report_checks import hostile_graph
+
+    ct, feeds, locations, bad = hostile_graph()
+    path = tmp_path / "hostile.html"
+    ct.report(path, feeds, locations=locations)
+    browser.errors.clear()
+    browser.open(path.as_uri())
+    assert browser.errors == []
+    assert browser.evaluate("typeof twReport") == "object"  # the script ran to its end
+    assert browser.evaluate("document.querySelectorAll('script').length") == 2
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    assert browser.evaluate("window.twPwned === undefined")
+    assert browser.evaluate("document.title") == "tw compile report: @g" + bad
+    assert browser.evaluate("document.querySelector('h1 code').textContent") == "@g" + bad
+
+    shown = dict(browser.evaluate(
+        "Array.from(document.querySelectorAll('[data-stat]'), e => [e.dataset.stat, "
+        "e.textContent])"))
+    want = expected_summary(ct)
+    assert set(shown) == set(want)
+    for key, value in want.items():
+        assert shown_number(shown[key]) == pytest.approx(value, rel=1e-3), key
+    n = ct.stats.n_ops
+    assert browser.evaluate("document.getElementById('count').textContent") == f"{n} of {n} ops"
+
+    # the map: the attention op's cell, hovered, names it with its annotation
+    slot, col, op = cell_to_hover(ct)
+    at = browser.evaluate(f"twReport.cellCenter({slot}, {col})")
+    browser.mouse_move(at["x"], at["y"])
+    info = browser.evaluate("document.getElementById('cell-info').textContent")
+    assert f"#{op} tw.attn" in info and f"layer {slot // 2} attn" in info
+
+    # each hostile name, searched, is the one row whose cells hold it as text
+    search = ("(s => { s.value = %s; s.dispatchEvent(new Event('input')); return "
+              "Array.from(document.querySelectorAll('.trow'), r => Array.from(r.children, "
+              "c => c.textContent)); })(document.getElementById('search'))")
+    for name, column in [("tw.output \"out" + bad + "\"", 1), ("tw.output \"out2" + bad, 1),
+                         ("tw.input \"in" + bad + "\"", 1), ("tw.embedding \"tok" + bad, 1),
+                         ("ann" + bad, 2), ("file" + bad + ".mlir", 3)]:
+        rows = browser.evaluate(search % json.dumps(name))
+        assert rows, name
+        assert all(name.lower() in " ".join(r).lower() for r in rows), name
+        assert any(r[column].startswith(name) for r in rows), (name, rows[0])
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    assert browser.evaluate("window.twPwned === undefined")
+    assert browser.errors == []

@@ -13,25 +13,33 @@ module-level SOp that no other one there reads), and may define `vocab` (or `VOC
 words matched against the vocabulary by their text (`1` is the number 1 when the vocabulary
 holds numbers); trailing pad tokens pad the input, and decode as the pad token.
 
-Error contract (tools/cli.py): an unreadable file, a file that raises, no program in it, a
-token outside the vocabulary, too many tokens, or a RASP construct tw refuses ends the run with
-exit code 1 and one line on stderr, `tw-rasp: error: <message>`.
+Error contract (tools/cli.py): an unreadable file, a file that raises or exits (`sys.exit`,
+at its top level, in `program()` or in a RASP function tw calls while translating), a syntax
+error, no program in it, a setting of the wrong type or size (`vocab = 5`, `max_seq_len = 2.5`,
+`causal = "no"`: `tw_lowering.rasp.check_arguments`), a token outside the vocabulary, too many
+tokens, or a RASP construct tw refuses ends the run with exit code 1 and one line on stderr,
+`tw-rasp: error: <message>`, naming the file (and the line, where the file's own code raised).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import runpy
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 
 from tw_tools.cli import (ArgumentParser, ToolError, bounded_int, compiled_info, one_line,
                           positive_float, run_tool, size_line)
+from twdialect.errors import TwError
 
 PROG = "tw-rasp"
 
 
 def _parser() -> ArgumentParser:
     from tw_lowering.machine import MAX_DIM
+    from tw_lowering.rasp import MAX_SEQ_LEN
 
     p = ArgumentParser(prog=PROG, description="Compile a RASP program and run it.")
     p.add_argument("file", help="a Python file defining the RASP program")
@@ -39,7 +47,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--program", default=None,
                    help="the name of the program (an SOp, or a function returning one)")
     p.add_argument("--vocab", help="the vocabulary, comma-separated (default: the file's)")
-    p.add_argument("--max-seq-len", type=bounded_int("--max-seq-len", 1, 4096),
+    p.add_argument("--max-seq-len", type=bounded_int("--max-seq-len", 1, MAX_SEQ_LEN),
                    help="the longest input (default: the file's)")
     p.add_argument("--causal", action="store_true", default=None,
                    help="causal attention (default: the file's `causal`, else full)")
@@ -62,40 +70,121 @@ def _parser() -> ArgumentParser:
 
 
 def _load(args) -> dict:
-    """The program and its settings: the file's, overridden by the options."""
+    """The program and its settings: the file's, overridden by the options, checked."""
+    from tw_lowering.rasp import check_arguments
+
     try:
-        scope = runpy.run_path(args.file, run_name="__tw_rasp__")
-    except FileNotFoundError:
-        raise ToolError(f"cannot read {args.file}: no such file") from None
-    except SyntaxError as e:
-        raise ToolError(f"{args.file}:{e.lineno}: syntax error: {e.msg}") from None
-    except Exception as e:  # noqa: BLE001 - the user's code: one line, never a traceback
-        raise ToolError(f"{args.file} raised {type(e).__name__}: {one_line(e)}") from None
+        from tracr.rasp import rasp
+    except ImportError:
+        raise ToolError("the RASP frontend needs tracr: pip install 'tw[rasp]'") from None
+
+    scope = _run_file(args.file)
     name = args.program or ("program" if "program" in scope else _only_program(args.file, scope))
     if name not in scope:
         raise ToolError(f"{args.file} defines no `{name}` (name the program with "
                         "--program NAME)")
     program = scope[name]
     if callable(program) and not hasattr(program, "unique_id"):
-        try:
+        with _user_code(args.file, f"{name}()", owned=True):
             program = program()
-        except Exception as e:  # noqa: BLE001
-            raise ToolError(f"{args.file}: {name}() raised {type(e).__name__}: "
-                            f"{one_line(e)}") from None
+    if not isinstance(program, rasp.SOp):
+        made = f"{name}() returns" if program is not scope[name] else f"`{name}` is"
+        raise ToolError(f"{args.file}: {made} {type(program).__name__}, not a RASP SOp (the "
+                        "program: an expression of tracr's rasp)")
     scope = {k.lower(): v for k, v in scope.items() if k.isupper()} | scope  # VOCAB too
     vocab = scope.get("vocab")
     if args.vocab is not None:
-        vocab = {_word(w, scope.get("vocab")) for w in args.vocab.split(",") if w != ""}
-    if not vocab:
+        vocab = {_word(w, _words_of(vocab)) for w in args.vocab.split(",") if w != ""}
+    if vocab is None or (isinstance(vocab, (set, frozenset, list, tuple)) and not vocab):
         raise ToolError(f"no vocabulary: define `vocab` in {args.file} or pass --vocab")
     max_seq_len = args.max_seq_len or scope.get("max_seq_len")
-    if not max_seq_len:
+    if max_seq_len is None:
         raise ToolError(f"no max_seq_len: define it in {args.file} or pass --max-seq-len")
-    causal = bool(scope.get("causal", False)) if args.causal is None else True
-    bos = args.bos or scope.get("compiler_bos", "BOS")
-    pad = args.pad or scope.get("compiler_pad", "compiler_pad")
-    return dict(program=program, vocab=set(vocab), max_seq_len=int(max_seq_len),
-                causal=causal, bos=bos, pad=pad)
+    causal = scope.get("causal", False) if args.causal is None else True
+    bos = args.bos if args.bos is not None else scope.get("compiler_bos", "BOS")
+    pad = args.pad if args.pad is not None else scope.get("compiler_pad", "compiler_pad")
+    with _user_code(args.file, "the settings"):  # (a token's own __hash__ or __eq__ runs)
+        checked = check_arguments(vocab, max_seq_len, causal, bos, pad, where=args.file)
+    return dict(program=program, vocab=set(checked.vocab), max_seq_len=checked.max_seq_len,
+                causal=checked.causal, bos=bos, pad=pad)
+
+
+def _run_file(file: str) -> dict:
+    """The program file's top-level names, after running it: an unreadable file, a syntax
+    error, and an exception or a `sys.exit` the file raises are one error line each. The
+    interpreter's recursion limit is put back afterwards (a file may change it)."""
+    if not os.path.exists(file):
+        raise ToolError(f"cannot read {file}: no such file")
+    if os.path.isdir(file):
+        raise ToolError(f"cannot read {file}: it is a folder, not a Python file")
+    try:
+        with open(file, "rb") as f:
+            source = f.read()
+        compile(source, file, "exec", dont_inherit=True)  # (its syntax, apart from its run)
+    except SyntaxError as e:  # (a ValueError for NUL bytes, on some versions)
+        raise ToolError(f"{file}:{e.lineno}: syntax error: {one_line(e.msg)}") from None
+    except (OSError, ValueError) as e:
+        raise ToolError(f"cannot read {file}: {one_line(e)}") from None
+    limit = sys.getrecursionlimit()
+    try:
+        with _user_code(file, "the file", owned=True):
+            return runpy.run_path(file, run_name="__tw_rasp__")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@contextlib.contextmanager
+def _user_code(file: str, what: str, owned: bool = False) -> Iterator[None]:
+    """Run code that calls into the program file: its top level and `program()` (`owned`:
+    every exception there is the file's), or tw's translation, which calls the program's RASP
+    functions. A `SystemExit` is one error line (tw itself never exits there), and so is any
+    other exception raised inside the file's own code, naming the line. An exception raised
+    in tw's own code passes on: a deliberate error is its one line already, anything else is
+    tw's bug, which `run_tool` shows as an internal error. KeyboardInterrupt passes on (exit
+    130, as an interrupt)."""
+    try:
+        yield
+    except (TwError, KeyboardInterrupt):
+        raise
+    except SystemExit as e:
+        raise ToolError(f"{file}{_file_line(e, file)}: {what} exited "
+                        f"(sys.exit({_exit_code(e)})): a program file defines the program and "
+                        "its settings, it does not exit") from None
+    except BaseException as e:  # noqa: BLE001 - the user's code: one line, never a traceback
+        if owned or _file_line(e, file):
+            raise _raised(file, what, e) from None
+        raise
+
+
+def _raised(file: str, what: str, e: BaseException) -> ToolError:
+    """The error line for exception `e` raised by the file's code."""
+    return ToolError(f"{file}{_file_line(e, file)}: {what} raised {type(e).__name__}: "
+                     f"{one_line(e) or '(no message)'}")
+
+
+def _file_line(e: BaseException, file: str) -> str:
+    """":LINE" of the innermost frame of `e`'s traceback that runs the file's code, or ""."""
+    target = os.path.realpath(file)
+    line = ""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name == file or os.path.realpath(name) == target:
+            line = f":{tb.tb_lineno}"
+        tb = tb.tb_next
+    return line
+
+
+def _exit_code(e: SystemExit) -> str:
+    """The argument of the `sys.exit` call, as written (empty for none)."""
+    return "" if e.code is None else repr(e.code)
+
+
+def _words_of(vocab) -> list:
+    """The file's vocabulary, as far as it is a collection of tokens (for matching words)."""
+    if isinstance(vocab, (set, frozenset, list, tuple)):
+        return list(vocab)
+    return []
 
 
 def _only_program(file: str, scope: dict) -> str:
@@ -123,7 +212,7 @@ def _only_program(file: str, scope: dict) -> str:
 
 def _word(text: str, vocab) -> object:
     """A word as a vocabulary value: the one whose text it is, else a number, else itself."""
-    for v in vocab or ():
+    for v in vocab:
         if str(v) == text:
             return v
     for kind in (int, float):
@@ -136,13 +225,17 @@ def _word(text: str, vocab) -> object:
 
 def run(argv: Sequence[str] | None = None) -> int:
     from twdialect import print_module
-    from twdialect.frontends.rasp import translate
+    from twdialect.frontends.rasp import RaspError, translate
 
     args = _parser().parse_intermixed_args(argv)
     spec = _load(args)
     tokens = [_word(w, spec["vocab"]) for w in args.tokens]
-    rg = translate(spec["program"], spec["vocab"], spec["max_seq_len"], spec["causal"],
-                   spec["bos"], spec["pad"], atol=args.atol)
+    with _user_code(args.file, "the program"):  # (its RASP functions run as it is translated)
+        try:
+            rg = translate(spec["program"], spec["vocab"], spec["max_seq_len"], spec["causal"],
+                           spec["bos"], spec["pad"], atol=args.atol)
+        except RaspError as e:  # (the program's construct tw refuses: the file is the place)
+            raise ToolError(one_line(e), location=args.file) from None
     if args.emit_mlir:
         print(print_module(rg.module), end="")
         return 0
@@ -158,9 +251,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         from tw_lowering.rasp import compile_rasp_to_model
 
         try:
-            model = compile_rasp_to_model(spec["program"], spec["vocab"], spec["max_seq_len"],
-                                          spec["causal"], spec["bos"], spec["pad"], d=args.d,
-                                          d_head=args.d_head, atol=args.atol)
+            with _user_code(args.file, "the program"):
+                model = compile_rasp_to_model(spec["program"], spec["vocab"],
+                                              spec["max_seq_len"], spec["causal"], spec["bos"],
+                                              spec["pad"], d=args.d, d_head=args.d_head,
+                                              atol=args.atol)
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"the program does not compile: {one_line(e)}") from None
         out = model.apply([spec["bos"], *tokens])

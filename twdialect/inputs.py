@@ -196,6 +196,49 @@ def check_steps(steps) -> int:
     return int(steps)
 
 
+def check_generate(steps, feedback) -> int:
+    """`generate`'s own arguments (oracle and compiled model alike), checked before any work:
+    the step count (`check_steps`) and the feedback function (`check_feedback_function`).
+    Returns the step count as an int."""
+    steps = check_steps(steps)
+    check_feedback_function(feedback)
+    return steps
+
+
+def check_feedback_function(feedback) -> None:
+    """`generate`'s feedback must be callable with one argument, the last outputs: anything
+    else would fail only at the first step, as Python's TypeError about the call (a dict of
+    inputs passed where the function goes, `lambda: ...`). Checked even for `steps=0`, where
+    it is never called: the call is wrong either way. A callable whose signature Python
+    cannot read (some builtins) is taken on trust; an exception raised inside the feedback
+    is the caller's own and passes through unchanged."""
+    if not callable(feedback):
+        hint = " (a mapping of inputs: wrap it, lambda outputs: {...})" \
+            if isinstance(feedback, Mapping) else ""
+        raise EvaluationError("generate: feedback must be a function of the last outputs, "
+                              f"feedback(outputs) -> {{name: value}}, got "
+                              f"{type(feedback).__name__} {_short_repr(feedback)}{hint}")
+    import inspect
+
+    try:
+        signature = inspect.signature(feedback)
+    except (TypeError, ValueError):  # (no signature to read: trust it)
+        return
+    try:
+        signature.bind({})
+    except TypeError as e:
+        name = getattr(feedback, "__name__", type(feedback).__name__)
+        raise EvaluationError(f"generate: feedback must take one argument, the last outputs, "
+                              f"but {name}{signature} cannot be called so ({e})") from None
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    """repr(value) on one line, cut to `limit` characters (a message names what was given
+    without echoing a large object)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 # -- the checks, one promise each --------------------------------------------------------------
 
 

@@ -60,8 +60,8 @@ from twdialect.inputs import (  # noqa: F401 (EvaluationError is re-exported)
     EvaluationError,
     InputContract,
     check_feedback,
+    check_generate,
     check_inputs,
-    check_steps,
 )
 
 
@@ -455,7 +455,7 @@ def generate(module, inputs: Mapping[str, np.ndarray], steps: int,
     outputs at a position depend on later positions, so it runs on whole sequences only."""
     g = find_graph(module, graph)
     check_stepwise(g, "generate")
-    steps = check_steps(steps)
+    steps = check_generate(steps, feedback)
     contract = InputContract.of(g)
     checked = check_inputs(contract, inputs, on_out_of_range, n_positions)
     outputs = _outputs(g, checked)
