@@ -75,7 +75,8 @@ def check_pipeline(fn: str, pipeline) -> tuple:
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
             pipeline: str | tuple | None = None, graph: str = "main", verbose: bool = False,
-            on_margin: str = "error", trace_passes: bool = False, progress=None):
+            on_margin: str = "error", trace_passes: bool = False, progress=None,
+            dtype: str = "float32"):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
 
     An output that declares a margin (`tw.output(..., margin=...)`) is held to it: where its
@@ -90,6 +91,9 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
     `progress(stage, done, total)`, if given, hears how the compile goes: stages "passes"
     (passes run), "schedule" (tasks placed in the current trial schedule), "weights" (tasks
     written) and "module" (`lowering/progress.py`; the tools draw it as a terminal bar).
+
+    `dtype`: what every sublayer computes in, "float32" or "float64" (the weights the weight
+    writer's float64 sums, unrounded; `docs/runtime.md`); `ct.to(dtype)` changes it later.
 
     Every argument is checked before any work, each failure a TwError
     naming it: the module's kind, the graph name (one the module holds), the pipeline (a spec
@@ -110,11 +114,15 @@ def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A
         raise ArgumentError(f"compile: on_margin must be 'error', 'warn' or 'ignore', got "
                             f"{on_margin!r}")
     check_progress("compile", progress)
+    from tw_lowering.materialize import check_dtype
+
+    dtype = check_dtype("compile", dtype)
     pipeline = check_pipeline("compile", pipeline)
     machine = Machine(d=d, d_head=d_head, d_hidden=d_hidden)
     find_graph(module, graph)  # a graph the module lacks is named before the passes run
     with gc_paused(), reporting(progress):
-        return _compile(module, machine, pipeline, graph, verbose, on_margin, trace_passes)
+        return _compile(module, machine, pipeline, graph, verbose, on_margin, trace_passes,
+                        dtype)
 
 
 # Inputs declared beyond this magnitude make the compile check every value's range against
@@ -188,7 +196,8 @@ def _after_each_pass(trace, n_passes: int):
     return after
 
 
-def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace_passes=False):
+def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace_passes=False,
+             dtype=np.float32):
     from tw_lowering.stats import PassTrace
     from tw_lowering.tasks import TaskGraph
     from twdialect.interp import find_graph
@@ -206,16 +215,17 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     check_float32_magnitudes(g)
     tg = TaskGraph(g)
     return lower(tg, machine, pressure_of(module, tg, pipeline, graph), seconds, on_margin,
-                 verbose, trace.steps if trace is not None else [])
+                 verbose, trace.steps if trace is not None else [], dtype=dtype)
 
 
 def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=False,
-          passes=(), sched=None):
+          passes=(), sched=None, dtype=np.float32):
     """`compile`'s work after the passes: the schedule of a prepared task graph `tg` (with
     its residual `pressure`, `lowering.schedule.Pressure`), the weights, the torch module.
     A search that prepared its graph once (`lowering.sweep.Sweep`) compiles the width it
     picks with this, and never runs the pipeline again (`sched`: the schedule of `tg` at
-    `machine` it made already, written as is)."""
+    `machine` it made already, written as is; `dtype`: the model's, np.float32 or
+    np.float64)."""
     from tw_lowering.materialize import materialize
     from tw_lowering.model import CompiledTransformer
     from tw_lowering.precision import check_margins
@@ -229,7 +239,7 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     check_margins(sched, on_margin)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1
-    weights, sources, outputs = materialize(sched)
+    weights, sources, outputs = materialize(sched, dtype)
     t3 = time.perf_counter()
     seconds["weights"] = t3 - t2
     stats = make_stats(sched, weights, seconds)

@@ -6,7 +6,8 @@ may differ in length) and attends over a *bucket* of the cache (a power-of-two p
 covers every position so far), with a mask hiding each sequence's positions beyond its own.
 A step is therefore one CUDA graph per bucket on a GPU (captured on first use, replayed after;
 at most BUCKETS of them), optionally of the `torch.compile(fullgraph=True)`-compiled step.
-Inputs are copied into the graph's static buffers; only the output columns come back.
+Inputs are copied into the graph's static buffers; only the output columns come back. The
+cache and the masks are in the model's dtype (float32, or float64: `ct.to(torch.float64)`).
 
 A non-finite value reaching a row (unchecked inputs, a poisoned prompt) makes the decoder
 recompute everything so far with the exact attention rule (`lowering.model.attend`) and stay
@@ -77,7 +78,7 @@ class Decoder:
         size = min(self.capacity, max(n, 2 * self.allocated))
         dev, ct = self.device, self.ct
         old, self.allocated = self.caches, size
-        self.caches = [_cache(layer.attn, self.batch, size, dev) for layer in ct.layers]
+        self.caches = [_cache(layer.attn, self.batch, size, dev, ct.dtype) for layer in ct.layers]
         for new, was in zip(self.caches, old):
             if new is not None and was is not None:
                 new[:, :, : was.shape[2]] = was
@@ -199,7 +200,7 @@ class Decoder:
         x = ct.residual(feeds, at, self.pos_table).view(b, -1)
         # key j is visible to a sequence at position p when j <= p
         visible = (self._key_positions[:bucket] <= at).view(b, 1, 1, bucket)
-        mask = None if exact else additive_mask(visible)
+        mask = None if exact else additive_mask(visible, ct.dtype)
         rows = {h: (base + at).view(-1) for h, base in self._row_base.items()}
         for layer, cache in zip(ct.layers, self.caches):
             a = layer.attn
@@ -217,13 +218,14 @@ class Decoder:
         return ct.output_columns(x).view(b, 1, -1), finite_rows(x).view(b, 1)
 
 
-def _cache(attn, batch: int, capacity: int, device) -> torch.Tensor | None:
-    """One attention sublayer's keys and values, (batch, heads, capacity, 2 head_dim) (each
-    head's k and v side by side, as the projection gives them), or None where it has no heads
-    or writes nothing."""
+def _cache(attn, batch: int, capacity: int, device, dtype=torch.float32) -> torch.Tensor | None:
+    """One attention sublayer's keys and values, (batch, heads, capacity, 2 head_dim) in the
+    model's `dtype` (each head's k and v side by side, as the projection gives them), or None
+    where it has no heads or writes nothing."""
     if not attn.active:
         return None
-    return torch.zeros(batch, attn.n_heads, capacity, 2 * attn.head_dim, device=device)
+    return torch.zeros(batch, attn.n_heads, capacity, 2 * attn.head_dim, device=device,
+                       dtype=dtype)
 
 
 def _concat(parts: list[CheckedInputs]) -> CheckedInputs:

@@ -21,19 +21,19 @@ class Matrix:
     """A weight matrix as summed coordinates (rows, cols, vals) of a given shape.
 
     Kept sparse: compiled layers are mostly zeros (a self-attention head's Q has one entry);
-    `dense()` gives the (float32) array for exports and small models."""
+    `dense()` gives the array (in the values' dtype) for exports and small models."""
 
     shape: tuple[int, int]
     rows: np.ndarray
     cols: np.ndarray
-    vals: np.ndarray  # float32, duplicates already summed
+    vals: np.ndarray  # the model's dtype (float32, or float64), duplicates already summed
 
     @property
     def nnz(self) -> int:
         return len(self.vals)
 
     def dense(self) -> np.ndarray:
-        out = np.zeros(self.shape, np.float32)
+        out = np.zeros(self.shape, self.vals.dtype)
         out[self.rows, self.cols] = self.vals
         return out
 
@@ -68,6 +68,11 @@ class LayerWeights:
     # neuron that is not gated has a zero wu column and bu = 1. None: no neuron is gated.
     wu: Matrix | None = None  # (d, N)
     bu: np.ndarray | None = None  # (N,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """What the weights are stored in: float32, or float64 for a float64 model."""
+        return self.bo.dtype
 
     @property
     def plain_mlp(self) -> bool:
@@ -112,11 +117,12 @@ class Coo:
         self.c.append(cols.ravel())
         self.v.append(vals.ravel())
 
-    def matrix(self, shape) -> Matrix:
-        """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros."""
+    def matrix(self, shape, dtype=np.float32) -> Matrix:
+        """Sum duplicate coordinates (in float64, in a fixed order) and drop zeros; the sums
+        are stored in `dtype` (a float64 model keeps them as summed, a float32 one rounds)."""
         if not self.r:
             e = np.zeros(0, np.int64)
-            return Matrix(shape, e, e, np.zeros(0, np.float32))
+            return Matrix(shape, e, e, np.zeros(0, dtype))
         r, c, v = np.concatenate(self.r), np.concatenate(self.c), np.concatenate(self.v)
         key = r * shape[1] + c
         order = np.argsort(key, kind="stable")
@@ -127,7 +133,7 @@ class Coo:
         sums = np.add.reduceat(v, start) if 0 < len(start) < len(v) else v
         keep = sums != 0
         uniq = uniq[keep]
-        return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(np.float32))
+        return Matrix(shape, uniq // shape[1], uniq % shape[1], sums[keep].astype(dtype))
 
 
 def heads_needed(whole: int, pooled_dims: int, d_head: int) -> int:
@@ -188,7 +194,9 @@ class LayerBuilder:
     def heads_used(self) -> int:
         return heads_needed(self.heads, sum(len(p[0]) for p in self.pool), self.m.d_head)
 
-    def finish(self) -> LayerWeights:
+    def finish(self, dtype=np.float32) -> LayerWeights:
+        """The layer's trimmed weights: coordinates summed in float64, then stored in `dtype`
+        (np.float32, or np.float64 for a float64 model: the sums themselves, unrounded)."""
         m = self.m
         dh = m.d_head
         n_heads = self.heads_used
@@ -209,18 +217,18 @@ class LayerBuilder:
             self.k.add(m.POS_COL, h * dh, 1.0)
         H = n_heads * dh
         return LayerWeights(
-            wq=self.q.matrix((m.d, H)), wk=self.k.matrix((m.d, H)), wv=self.v.matrix((m.d, H)),
-            wo=self.o.matrix((H, m.d)), bo=self.bo.astype(np.float32),
-            w1=self.w1.matrix((m.d, self.neurons)),
-            b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(np.float32),
-            w2=self.w2.matrix((self.neurons, m.d)), b2=self.b2.astype(np.float32), d_head=dh,
+            wq=self.q.matrix((m.d, H), dtype), wk=self.k.matrix((m.d, H), dtype),
+            wv=self.v.matrix((m.d, H), dtype), wo=self.o.matrix((H, m.d), dtype),
+            bo=self.bo.astype(dtype), w1=self.w1.matrix((m.d, self.neurons), dtype),
+            b1=(np.concatenate(self.b1) if self.b1 else np.zeros(0)).astype(dtype),
+            w2=self.w2.matrix((self.neurons, m.d), dtype), b2=self.b2.astype(dtype), d_head=dh,
             full_heads=np.array(self.full + [False] * (n_heads - self.heads), bool),
             rope_heads=np.array(self.rope + [(0.0, 0)] * (n_heads - self.heads),
                                 np.float64).reshape(-1, 2),
             swish=np.concatenate(self.swish) if any(b.any() for b in self.swish)
             else np.zeros(0, bool),
-            wu=self.wu.matrix((m.d, self.neurons)) if self.gated else None,
-            bu=np.concatenate(self.bu).astype(np.float32) if self.gated else None)
+            wu=self.wu.matrix((m.d, self.neurons), dtype) if self.gated else None,
+            bu=np.concatenate(self.bu).astype(dtype) if self.gated else None)
 
 
 def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:

@@ -4,6 +4,9 @@ Every task writes a few rows/columns of its layer's matrices through its op kind
 (`lowering/rules.py`), collected as coordinate lists and summed into dense arrays once per
 layer (`lowering/layer.py`). The heads and neurons written per layer are checked against the
 schedule's plan.
+
+Weights come out in the model's dtype: the rules' coordinates are float64 and summed in
+float64, then a float32 model rounds each sum once, where a float64 model keeps it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,28 @@ from twdialect.dense import to_numpy
 from twdialect.interp import position_features
 
 
+# The dtypes a compiled model runs in (`compile(dtype=...)`, `CompiledTransformer.to`).
+DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+def check_dtype(fn: str, dtype) -> np.dtype:
+    """`dtype` as the numpy dtype a model runs in: "float32" or "float64", or the numpy or
+    torch dtype of either; anything else is one ArgumentError naming `fn`'s argument."""
+    from twdialect import ArgumentError
+
+    name = dtype if isinstance(dtype, str) else None
+    if isinstance(dtype, type) and dtype in (np.float32, np.float64):
+        name = np.dtype(dtype).name
+    elif isinstance(dtype, np.dtype):
+        name = dtype.name
+    elif type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        name = str(dtype).removeprefix("torch.")  # (torch.float32 -> "float32"; no torch import)
+    if name not in DTYPES:
+        raise ArgumentError(f"{fn}: dtype must be \"float32\" or \"float64\" (or "
+                            f"torch.float32 / torch.float64), got {dtype!r}")
+    return DTYPES[name]
+
+
 @dataclass
 class SourceSlot:
     kind: str  # "input", "embedding", "pos" (pos_encoding) or "pos_table"
@@ -38,7 +63,10 @@ class OutputSlot:
     scale: np.ndarray  # multiplier per component (1, or the literal's value)
 
 
-def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], list[OutputSlot]]:
+def materialize(sched: Schedule, dtype=np.float32
+                ) -> tuple[list[LayerWeights], list[SourceSlot], list[OutputSlot]]:
+    """Per-layer weights, source slots and output slots of `sched`, weights and source
+    tables in `dtype` (np.float32, or np.float64 for a float64 model)."""
     m = sched.machine
     tg = sched.tg
     layers = [LayerBuilder(m) for _ in range(sched.n_layers)]
@@ -66,8 +94,8 @@ def materialize(sched: Schedule) -> tuple[list[LayerWeights], list[SourceSlot], 
         write_cancel(layers[layer_of(s)], sched.cols[g], is_attention_slot(s),
                      sched.cancel_signs[g])
     _check_plan(sched, layers)
-    weights = [layer.finish() for layer in layers]
-    return weights, _sources(sched), _outputs(sched)
+    weights = [layer.finish(dtype) for layer in layers]
+    return weights, _sources(sched, dtype), _outputs(sched)
 
 
 def _check_plan(sched: Schedule, layers: list[LayerBuilder]) -> None:
@@ -81,7 +109,7 @@ def _check_plan(sched: Schedule, layers: list[LayerBuilder]) -> None:
                                  f"the weight writer wrote {written}")
 
 
-def _sources(sched: Schedule) -> list[SourceSlot]:
+def _sources(sched: Schedule, dtype=np.float32) -> list[SourceSlot]:
     from twdialect.dialect import EmbeddingOp, InputOp, PosTableOp
 
     out = []
@@ -92,10 +120,10 @@ def _sources(sched: Schedule) -> list[SourceSlot]:
             out.append(SourceSlot("input", op.input_name.data, sched.cols[g]))
         elif isinstance(op, EmbeddingOp):
             out.append(SourceSlot("embedding", op.input_name.data, sched.cols[g],
-                                  table=to_numpy(op.table, np.float32)))
+                                  table=to_numpy(op.table, dtype)))
         elif isinstance(op, PosTableOp):
             out.append(SourceSlot("pos_table", "", sched.cols[g],
-                                  table=to_numpy(op.table, np.float32)))
+                                  table=to_numpy(op.table, dtype)))
         else:
             out.append(SourceSlot("pos", "", sched.cols[g], pos_width=grp.width + 1))
     return out

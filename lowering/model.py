@@ -15,14 +15,18 @@ standard matrices. Heads keep only the head dimensions some head uses (a self-at
 head's q has one entry). `docs/runtime.md` says why each choice.
 
 `run` / `run_batch` evaluate whole sequences; `generate` / `generate_batch` step with the
-static KV cache of `lowering/decode.py` and match `run` on the same sequences to fp32
-round-off. Attention uses `scaled_dot_product_attention(scale=1)`; where a row comes out
+static KV cache of `lowering/decode.py` and match `run` on the same sequences to the model's
+round-off. A model runs in float32 (the default) or float64 (`compile(dtype="float64")`,
+`ct.to(torch.float64)`): every weight, the residual, the position tables, attention and the
+KV cache in that dtype, the float64 weights the sums the weight writer made before any
+rounding (`ct.to` writes them again from the schedule). Attention uses `scaled_dot_product_attention(scale=1)`; where a row comes out
 non-finite, the rows are recomputed with the exact rule of `weighted_values` (a masked
 position's inf or nan must not reach earlier positions, as in the oracle).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -32,6 +36,7 @@ from torch.nn import functional as F
 
 from tw_lowering.machine import Machine
 from tw_lowering.materialize import LayerWeights, Matrix, OutputSlot, SourceSlot, position_rows
+from twdialect import ArgumentError
 from twdialect.inputs import (
     CheckedInputs,
     EvaluationError,
@@ -47,8 +52,8 @@ def _index(values) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values, np.int64))
 
 
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, np.float32))
+def _tensor(a: np.ndarray, dtype=np.float32) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype))
 
 
 def _used(*index_arrays) -> np.ndarray:
@@ -59,8 +64,8 @@ def _used(*index_arrays) -> np.ndarray:
 def _block(m: Matrix, row_of: np.ndarray, col_of: np.ndarray, shape) -> np.ndarray:
     """The entries of `m` whose row and column survive trimming, as a dense (rows, cols) block;
     `row_of`/`col_of` map old indices to new ones (-1: dropped, only where the other factor of
-    every product it enters is zero)."""
-    out = np.zeros(shape, np.float32)
+    every product it enters is zero). In the dtype of `m`'s values."""
+    out = np.zeros(shape, m.vals.dtype)
     r, c = row_of[m.rows], col_of[m.cols]
     keep = (r >= 0) & (c >= 0)
     out[r[keep], c[keep]] = m.vals[keep]
@@ -78,7 +83,7 @@ def _padded(block: np.ndarray) -> np.ndarray:
     """`block` with zero columns appended up to MIN_OUT (see there)."""
     if 0 < block.shape[1] < MIN_OUT:
         block = np.concatenate([block, np.zeros((block.shape[0], MIN_OUT - block.shape[1]),
-                                                np.float32)], axis=1)
+                                                block.dtype)], axis=1)
     return block
 
 
@@ -148,12 +153,13 @@ class Attention(nn.Module):
         wqkv = (_block(w.wq, row_of, q_col, shape) + _block(w.wk, row_of, k_col, shape)
                 + _block(w.wv, row_of, v_col, shape))
         o_row = np.where(v_at >= 0, head * e + v_at, -1)  # heads' outputs: (heads, head_dim)
+        dt = w.dtype
         self.register_buffer("read", _index(read))
-        self.register_buffer("w_qkv", _tensor(wqkv))
+        self.register_buffer("w_qkv", _tensor(wqkv, dt))
         self.register_buffer("write", _index(write))
         self.register_buffer("w_o", _tensor(_padded(_block(w.wo, o_row, _position_map(write, d),
-                                                           (h * e, len(write))))))
-        self.register_buffer("b_o", _tensor(_padded(w.bo[write][None])[0]))
+                                                           (h * e, len(write)))), dt))
+        self.register_buffer("b_o", _tensor(_padded(w.bo[write][None])[0], dt))
         self.register_buffer("qk_dims", _index(qk), persistent=False)
         self.register_buffer("v_dims", _index(v), persistent=False)
         self.n_write = len(write)
@@ -169,9 +175,9 @@ class Attention(nn.Module):
             self.register_buffer("causal_heads", _index(causal_idx), persistent=False)
             self.register_buffer("full_heads", _index(full_idx), persistent=False)
             self.register_buffer("head_order", _index(order), persistent=False)
-        self._rope_tables(rope, qk)
+        self._rope_tables(rope, qk, dt)
 
-    def _rope_tables(self, rope: np.ndarray, qk: list[int]) -> None:
+    def _rope_tables(self, rope: np.ndarray, qk: list[int], dtype=np.float32) -> None:
         """Per rotary head and kept head dim: its plane's frequency base^(-2p/dims) (float64;
         0 where the dim is not rotated), its partner in the plane (rotate_half: dim c < dims/2
         pairs with c + dims/2, signs -1 and +1) and whether it turns at all. A layer without
@@ -184,7 +190,7 @@ class Attention(nn.Module):
         at = _position_map(np.array(qk, np.int64), self.d_head)
         freq = np.zeros((len(rot), e))
         partner = np.tile(np.arange(e), (len(rot), 1))
-        sign = np.zeros((len(rot), e), np.float32)
+        sign = np.zeros((len(rot), e), dtype)
         for r, head in enumerate(rot):
             base, dims = float(rope[head, 0]), int(rope[head, 1])
             half = dims // 2
@@ -199,13 +205,14 @@ class Attention(nn.Module):
         self.register_buffer("rope_freq", torch.from_numpy(freq), persistent=False)
         self.register_buffer("rope_partner", _index(partner + np.arange(len(rot))[:, None] * e
                                                      ).reshape(-1), persistent=False)
-        self.register_buffer("rope_sign", _tensor(sign), persistent=False)
+        self.register_buffer("rope_sign", _tensor(sign, dtype), persistent=False)
         self.register_buffer("rope_turns", torch.from_numpy(sign != 0), persistent=False)
 
     def _turn(self, y: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """y (n, rotary heads, head_dim) rotated by each row's absolute position: cos and sin
-        of the angle pos * freq computed in float64, rounded to float32 (torchwright rounds the
-        angle itself to float32, tw the result only); unrotated dims pass unchanged."""
+        of the angle pos * freq computed in float64, rounded to the model's dtype (torchwright
+        rounds the angle itself to float32, tw the result only); unrotated dims pass
+        unchanged."""
         ang = positions.to(torch.float64)[:, None, None] * self.rope_freq
         cos, sin = torch.cos(ang).to(y.dtype), torch.sin(ang).to(y.dtype)
         partner = y.reshape(y.shape[0], -1).index_select(1, self.rope_partner).view_as(y)
@@ -326,7 +333,7 @@ def attend(q, k, v, visible: torch.Tensor | None, exact: bool,
     values whose non-finite entries are zeroed (a row that sees none of them gets the very
     same numbers), and the oracle's rule (`weighted_values`) for the rows that do see one."""
     if visible is not None and mask is None:
-        mask = additive_mask(visible)
+        mask = additive_mask(visible, q.dtype)
     if not exact:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               is_causal=visible is None, scale=1.0)
@@ -344,9 +351,11 @@ def attend(q, k, v, visible: torch.Tensor | None, exact: bool,
     return torch.where(sees_bad[..., None], weighted_values(p, v), fast)
 
 
-def additive_mask(visible: torch.Tensor) -> torch.Tensor:
-    """0 where visible, -inf elsewhere (what the fused kernel takes without converting)."""
-    return torch.where(visible, 0.0, float("-inf"))
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """0 where visible, -inf elsewhere, in the queries' `dtype` (what the fused kernel takes
+    without converting)."""
+    return torch.where(visible, torch.zeros((), dtype=dtype, device=visible.device),
+                       float("-inf"))
 
 
 def weighted_values(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -386,15 +395,16 @@ class Mlp(nn.Module):
         read = _used(w.w1.rows, w.wu.rows if gated else [])
         write = _used(w.w2.cols if n else [], np.nonzero(w.b2)[0])
         everyone = np.arange(n, dtype=np.int64)
+        dt = w.dtype
         self.register_buffer("read", _index(read))
         self.register_buffer("w1", _tensor(_padded(_block(w.w1, _position_map(read, d), everyone,
-                                                          (len(read), n)))))
-        self.register_buffer("b1", _tensor(_padded(w.b1[None])[0]))
+                                                          (len(read), n))), dt))
+        self.register_buffer("b1", _tensor(_padded(w.b1[None])[0], dt))
         self.register_buffer("write", _index(write))
         self.register_buffer("w2", _tensor(_padded(np.concatenate([_block(
             w.w2, everyone, _position_map(write, d), (n, len(write))), np.zeros(
-                (len(self.b1) - n, len(write)), np.float32)]))))  # (rows of padded neurons)
-        self.register_buffer("b2", _tensor(_padded(w.b2[write][None])[0]))
+                (len(self.b1) - n, len(write)), dt)])), dt))  # (rows of padded neurons)
+        self.register_buffer("b2", _tensor(_padded(w.b2[write][None])[0], dt))
         self.n_write = len(write)
         padded = len(self.b1)
         # swish: (padded neurons,) bool, or None for an all-relu layer; wu/bu: None unless
@@ -405,13 +415,13 @@ class Mlp(nn.Module):
         swish[:len(w.swish)] = w.swish[:n] if len(w.swish) else False
         self.register_buffer("swish", torch.from_numpy(swish) if self.n_swish else None)
         if gated:
-            bu = np.ones(padded, np.float32)
+            bu = np.ones(padded, dt)
             bu[:n] = w.bu
             wu = _block(w.wu, _position_map(read, d), everyone, (len(read), n))
             self.n_gated = int(np.count_nonzero((wu != 0).any(axis=0) | (w.bu != 1.0)))
             self.register_buffer("wu", _tensor(np.concatenate(
-                [wu, np.zeros((len(read), padded - n), np.float32)], axis=1)))
-            self.register_buffer("bu", _tensor(bu))
+                [wu, np.zeros((len(read), padded - n), dt)], axis=1), dt))
+            self.register_buffer("bu", _tensor(bu, dt))
         else:
             self.register_buffer("wu", None)
             self.register_buffer("bu", None)
@@ -467,31 +477,32 @@ class Layer(nn.Module):
         a, m = self.attn, self.mlp
         d, dh, h, e = a.d, a.d_head, a.n_heads, a.head_dim
         dev = a.w_qkv.device
+        zeros = functools.partial(torch.zeros, device=dev, dtype=a.w_qkv.dtype)
         out = {}
         head = torch.arange(h, device=dev)[:, None]
         at = {"wq": head * e, "wk": h * e + head * 2 * e, "wv": h * e + head * 2 * e + e}
         for name, dims in (("wq", a.qk_dims), ("wk", a.qk_dims), ("wv", a.v_dims)):
-            full = torch.zeros(d, h * dh, device=dev)
+            full = zeros(d, h * dh)
             cols = (head * dh + dims[None, :]).reshape(-1)
             block = a.w_qkv[:, (at[name] + torch.arange(e, device=dev)[None, :]).reshape(-1)]
             full[a.read[:, None], cols[None, :]] = block
             out[name] = full.T.contiguous()
-        wo = torch.zeros(h * dh, d, device=dev)
+        wo = zeros(h * dh, d)
         rows = (head * dh + a.v_dims[None, :]).reshape(-1)
         ca, cm, n = len(a.write), len(m.write), m.n_neurons
         wo[rows[:, None], a.write[None, :]] = a.w_o[:, :ca]
         out["wo"] = wo.T.contiguous()
-        out["bo"] = torch.zeros(d, device=dev).index_copy(0, a.write, a.b_o[:ca])
-        w1 = torch.zeros(d, n, device=dev)
+        out["bo"] = zeros(d).index_copy(0, a.write, a.b_o[:ca])
+        w1 = zeros(d, n)
         w1[m.read] = m.w1[:, :n]
-        w2 = torch.zeros(n, d, device=dev)
+        w2 = zeros(n, d)
         w2[:, m.write] = m.w2[:n, :cm]
         out.update(w1=w1.T.contiguous(), b1=m.b1[:n].clone(), w2=w2.T.contiguous(),
-                   b2=torch.zeros(d, device=dev).index_copy(0, m.write, m.b2[:cm]))
+                   b2=zeros(d).index_copy(0, m.write, m.b2[:cm]))
         if m.swish is not None:  # (n,) bool: swish neurons (relu elsewhere)
             out["swish"] = m.swish[:n].clone()
         if m.wu is not None:  # gated lanes: act(z) * (x wu + bu), bu = 1 where not gated
-            wu = torch.zeros(d, n, device=dev)
+            wu = zeros(d, n)
             wu[m.read] = m.wu[:, :n]
             out.update(wu=wu.T.contiguous(), bu=m.bu[:n].clone())
         return out
@@ -520,12 +531,22 @@ class CompiledTransformer(nn.Module):
                  contract: InputContract | None = None):
         super().__init__()
         self.machine = machine
-        self.layers = nn.ModuleList(Layer(w, machine) for w in weights)
-        self.sources = sources
         self.outputs = outputs
         self.stats = stats
         self.schedule = schedule
         self.contract = contract or _contract_of(schedule, sources)
+        self._pos_table: torch.Tensor | None = None
+        self._forward_graphs: dict[tuple, tuple] = {}
+        self._shapes_seen: dict[tuple, int] = {}
+        self._build(weights, sources, _dtype_of(weights, sources))
+
+    def _build(self, weights: list[LayerWeights], sources: list[SourceSlot], dtype) -> None:
+        """The layers and the input stage's tables from `weights` and `sources`, stored in
+        `dtype` (np.float32 or np.float64), on the CPU; what `to` redoes for another dtype."""
+        machine = self.machine
+        self._np_dtype = np.dtype(dtype)
+        self.layers = nn.ModuleList(Layer(w, machine) for w in weights)
+        self.sources = sources
         # (plain Python for traced code: torch.compile guards on numpy arrays it touches)
         self._source_plan = [(s.kind, s.name, len(s.cols)) for s in sources]
         # the most positions a graph's own position tables hold (None: no such table)
@@ -534,13 +555,17 @@ class CompiledTransformer(nn.Module):
         for i, s in enumerate(sources):  # (device copies: the residual is built on the device)
             self.register_buffer(f"source_cols_{i}", _index(s.cols), persistent=False)
             if s.kind in ("embedding", "pos_table"):
-                self.register_buffer(f"source_table_{i}", _tensor(s.table), persistent=False)
-        blank = np.zeros(machine.d, np.float32)
+                self.register_buffer(f"source_table_{i}", _tensor(s.table, dtype),
+                                     persistent=False)
+        blank = np.zeros(machine.d, dtype)
         blank[machine.CONST_COL] = 1.0
-        self.register_buffer("blank_row", _tensor(blank), persistent=False)
+        self.register_buffer("blank_row", _tensor(blank, dtype), persistent=False)
         self.register_buffer("out_rows", _index(np.concatenate(
-            [o.rows for o in outputs]) if outputs else []), persistent=False)
-        self._pos_table: torch.Tensor | None = None
+            [o.rows for o in self.outputs]) if self.outputs else []), persistent=False)
+        self._pos_table = None
+        self._forward_graphs, self._shapes_seen = {}, {}
+        if self.stats is not None:
+            self.stats.dtype = self._np_dtype.name
         # full-mask heads anywhere: the model runs on whole sequences only (no KV-cache steps),
         # and a padded batch tells those heads which positions are real
         self.full_heads = sum(layer.attn.n_full for layer in self.layers)
@@ -549,12 +574,68 @@ class CompiledTransformer(nn.Module):
         # swish and gated neurons (tw.mlp act swish / up): not the stock relu MLP
         self.swish_neurons = sum(layer.mlp.n_swish for layer in self.layers)
         self.gated_neurons = sum(layer.mlp.n_gated for layer in self.layers)
-        self._forward_graphs: dict[tuple, tuple] = {}
-        self._shapes_seen: dict[tuple, int] = {}
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What every sublayer computes in: torch.float32 (the default) or torch.float64."""
+        return TORCH_DTYPES[self._np_dtype.name]
+
+    def to(self, *args, **kwargs):
+        """`nn.Module.to` (a device, a dtype, or both: `ct.to("cuda", torch.float64)`), where a
+        dtype is the model's: torch.float32 or torch.float64 (or their names), and changing it
+        writes the weights again in it from the schedule (a float64 model gets the weight
+        writer's float64 sums, not float32 numbers widened). A model built without its
+        schedule casts its weights. Anything else is one ArgumentError."""
+        device, dtype, non_blocking = _parse_to(args, kwargs)
+        if dtype is not None and dtype != self._np_dtype:
+            where = self.device
+            self._redo_in(dtype)
+            device = where if device is None else device
+        if device is not None:
+            super().to(device=device, non_blocking=non_blocking)
+        return self
+
+    def double(self):
+        """The model in float64 (`to(torch.float64)`)."""
+        return self.to(torch.float64)
+
+    def float(self):  # noqa: A003
+        """The model in float32 (`to(torch.float32)`)."""
+        return self.to(torch.float32)
+
+    def half(self):
+        raise ArgumentError("half: a compiled model runs in float32 or float64 only; float16 "
+                            "cannot hold its exact constructions")
+
+    def bfloat16(self):
+        raise ArgumentError("bfloat16: a compiled model runs in float32 or float64 only; "
+                            "bfloat16 cannot hold its exact constructions")
+
+    def _redo_in(self, dtype: np.dtype) -> None:
+        """The layers and tables in `dtype`, on the CPU: written again from the schedule where
+        the model has it (the weight writer's float64 sums, rounded once for float32, exactly
+        as a compile in that dtype writes them), else its own weights cast."""
+        if self.schedule is not None:
+            from tw_lowering.materialize import materialize
+
+            weights, sources, _ = materialize(self.schedule, dtype)
+            self._build(weights, sources, dtype)
+            return
+        self._np_dtype = np.dtype(dtype)
+        if self.stats is not None:
+            self.stats.dtype = self._np_dtype.name
+        torch_dtype = TORCH_DTYPES[self._np_dtype.name]
+        for mod in self.modules():
+            for name, buf in mod._buffers.items():  # (rope_freq stays float64: it is angles)
+                if buf is not None and buf.is_floating_point() and name != "rope_freq":
+                    mod._buffers[name] = buf.to(torch_dtype)
+        self.sources = [SourceSlot(s.kind, s.name, s.cols, None if s.table is None else
+                                   s.table.astype(dtype), s.pos_width) for s in self.sources]
+        self._pos_table, self._forward_graphs, self._shapes_seen = None, {}, {}
 
     def _apply(self, fn, *args, **kwargs):
         # (moving the weights leaves captured graphs pointing at the old ones)
@@ -568,22 +649,23 @@ class CompiledTransformer(nn.Module):
 
     # -- the input stage ------------------------------------------------------------------
     def position_table(self, n: int) -> torch.Tensor:
-        """pos_encoding features (computed in float64, stored float32, without the machine's
-        position column) for positions 0..n-1 or more, on the model's device. Kept, and grown
+        """pos_encoding features (computed in float64, stored in the model's dtype, without the
+        machine's position column) for positions 0..n-1 or more, on the model's device. Kept, and grown
         to the next power of two when a longer one is asked for."""
         width = max((s.pos_width for s in self.sources if s.kind == "pos"), default=1)
         t = self._pos_table
-        if t is None or t.shape[0] < n or t.device != self.device:
+        if t is None or t.shape[0] < n or t.device != self.device or t.dtype != self.dtype:
             size = max(64, 1 << max(0, n - 1).bit_length())
             with torch.inference_mode(False):  # (an ordinary tensor, whoever asks first)
-                self._pos_table = _tensor(position_rows(0, size, width)[:, 1:]).to(self.device)
+                self._pos_table = _tensor(position_rows(0, size, width)[:, 1:],
+                                          self._np_dtype).to(self.device)
         return self._pos_table
 
     def residual(self, feeds: Mapping[str, torch.Tensor], positions: torch.Tensor,
                  pos_table: torch.Tensor) -> torch.Tensor:
         """The residual stream before layer 0, built on the device: `positions` (b, t) absolute
         positions, `pos_table` from `position_table` (covering them), `feeds` {name: (b, t,
-        width) float32 values, or (b, t) int64 token ids}."""
+        width) values in the model's dtype, or (b, t) int64 token ids}."""
         m = self.machine
         n = positions.numel()
         flat = positions.reshape(n)
@@ -616,7 +698,7 @@ class CompiledTransformer(nn.Module):
                 rows.append(np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) if pad else a)
             stacked = np.stack(rows)
             out[spec.name] = (torch.from_numpy(stacked.astype(np.int64)) if spec.kind == "embedding"
-                              else torch.from_numpy(stacked.astype(np.float32)))
+                              else torch.from_numpy(stacked.astype(self._np_dtype)))
             out[spec.name] = out[spec.name].to(self.device, non_blocking=True)
         return out
 
@@ -833,6 +915,37 @@ class CompiledTransformer(nn.Module):
 
 
 FORWARD_GRAPHS = 4
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _dtype_of(weights: list[LayerWeights], sources: list[SourceSlot]) -> np.dtype:
+    """The dtype a model's weights were written in (float32 where nothing says)."""
+    for w in weights:
+        return w.dtype
+    for s in sources:
+        if s.table is not None:
+            return s.table.dtype
+    return np.dtype(np.float32)
+
+
+def _parse_to(args: tuple, kwargs: dict) -> tuple[object, np.dtype | None, bool]:
+    """`to`'s arguments as (device or None, model dtype or None, non_blocking): torch's own
+    reading (`Tensor.to`'s forms), plus a dtype given by name ("float64"); a dtype other than
+    float32 / float64, or arguments torch cannot read, are one ArgumentError."""
+    from tw_lowering.materialize import DTYPES, check_dtype
+
+    args = list(args)
+    if args and isinstance(args[-1], str) and args[-1] in DTYPES:
+        kwargs = {**kwargs, "dtype": TORCH_DTYPES[args.pop()]}
+    if isinstance(kwargs.get("dtype"), str):
+        kwargs = {**kwargs, "dtype": TORCH_DTYPES.get(kwargs["dtype"], kwargs["dtype"])}
+    try:
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+    except (TypeError, RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArgumentError(f"to: expected a device and/or a dtype (torch.float32 or "
+                            f"torch.float64): {first}") from None
+    return device, None if dtype is None else check_dtype("to", dtype), non_blocking
 
 
 def cuda_graph(fn) -> tuple[torch.cuda.CUDAGraph, object]:

@@ -51,6 +51,7 @@ class Stats:
     # what each pass changed, where the compile recorded it (`PassTrace`): per step its pass
     # ("input": the graph as given), the graph's ops, critical-path floor and layers after it
     passes: list = field(default_factory=list)
+    dtype: str = "float32"  # what the model computes in: "float32" or "float64"
 
     @property
     def depth_ratio(self) -> float:
@@ -67,7 +68,8 @@ class Stats:
     def report(self) -> str:
         lines = [
             f"layers {self.n_layers} (floor {self.floor}, ratio {self.depth_ratio:.3f})  "
-            f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}",
+            f"d={self.d} d_head={self.d_head} d_hidden={self.d_hidden}  ops {self.n_ops}  "
+            f"{self.dtype}",
             f"params: graph {self.graph_params}  allocated {self.allocated_params}  "
             f"capacity {self.total_capacity}  cancels {self.cancels}"
             + (f"  full-mask heads {self.full_heads}" if self.full_heads else "")

@@ -60,6 +60,11 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
     elif (d, d_head, d_hidden, pipeline) != (None, None, None, None):
         raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
                           "pipeline apply to a graph only")
+    if str(model.dtype) != "torch.float32":  # (every format's stock kernels run float32)
+        raise ExportError(f"export: the model runs in {str(model.dtype).removeprefix('torch.')}"
+                          f"; the {format} format stores float32 weights, so its stock tool "
+                          "would not compute what this model does: export a float32 compile "
+                          "(ct.to(torch.float32) converts this one)")
     check_causal(model, format)  # (before the writer's own library is even imported)
     if format not in SWIGLU_ROPE_FORMATS:  # (ONNX rotates q and k itself, llama checks)
         check_unrotated(model, format)
