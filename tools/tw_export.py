@@ -7,8 +7,11 @@ stock tools load.
     tw-export adder -f gguf -o out/adder.gguf             # llama.cpp
 
 A bundled program brings its geometry and vocabulary (its characters; the end token is
-generation's eos); a .mlir file needs `--d` and `--d-head`. Prints the writer's report (one
-JSON object with `--json`). For a graph of 10^4 ops or more, a progress bar (compile stages,
+generation's eos); a .mlir file needs `--d` and `--d-head`. `-o`'s missing parent folders are
+created (as the directory formats create their own folder); a parent that is a file, or one
+that cannot be created, is refused naming it. Prints the writer's report (one JSON object with
+`--json`). A stock library of the export extra that is missing is named with the install
+line (`pip install 'tw[export]'`, llama.cpp's `'tw[llama]'`). For a graph of 10^4 ops or more, a progress bar (compile stages,
 layers written) is drawn on stderr while stdout is a terminal; `--quiet` turns it off. Error contract (tools/cli.py): any error is one stderr line,
 `tw-export: error: <message>`, and exit code 1.
 """
@@ -67,11 +70,43 @@ def _source(args):
     return parse_file(args.source), (args.d, args.d_head, args.d_hidden), None, None
 
 
+# The extra that installs each stock library an export imports (pyproject.toml).
+EXTRAS = {"llama_cpp": "llama"}
+
+
+def _missing(e: ImportError, fmt: str) -> ToolError:
+    """A stock library the export needs is not installed: the line that installs it."""
+    top = (e.name or "").split(".")[0] or "a stock library"
+    extra = EXTRAS.get(top, "export")
+    return ToolError(f"the {fmt} export needs {top!r}, which is not installed: "
+                     f"pip install 'tw[{extra}]'")
+
+
+def _output_parent(output: str) -> None:
+    """Create `-o`'s missing parent folders, or refuse naming the one in the way."""
+    parent = os.path.dirname(os.path.abspath(output))
+    if os.path.isdir(parent):
+        return
+    at = parent
+    while at and not os.path.exists(at):
+        at = os.path.dirname(at)
+    if at and not os.path.isdir(at):
+        raise ToolError(f"-o {output}: {at} is a file, not a folder")
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise ToolError(f"-o {output}: cannot create the folder {parent} "
+                        f"({e.strerror or type(e).__name__})") from None
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     from tw_lowering import GeometryError, LoweringError, compile  # noqa: A004
-    from tw_lowering.export import export
 
     args = _parser().parse_args(argv)
+    try:
+        from tw_lowering.export import export
+    except ImportError as e:
+        raise _missing(e, args.format) from None
     if args.pipeline:
         check_pipeline_names(args.pipeline)
     module, (d, d_head, d_hidden), vocab, end = _source(args)
@@ -87,7 +122,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         options = {"n_positions": args.n_positions}
         if args.format in ("transformers", "gguf", "llama"):
             options.update(vocab=vocab, end=end)
-        report = export(model, args.output, args.format, **options)
+        _output_parent(args.output)
+        try:
+            report = export(model, args.output, args.format, **options)
+        except ImportError as e:
+            raise _missing(e, args.format) from None
+        except OSError as e:  # (a read-only folder, a full disk, -o naming a folder for gguf)
+            where = e.filename or args.output
+            raise ToolError(f"-o {args.output}: cannot write {where} "
+                            f"({e.strerror or type(e).__name__})") from None
     report = {k: v for k, v in report.items() if isinstance(v, (int, float, str, dict, list))}
     if args.json:
         print(json.dumps(report, sort_keys=True))

@@ -43,13 +43,17 @@ each tensor's bytes as its layer is built).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
 
 import numpy as np
 
-from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata
+from tw_lowering.export.metadata import (PLACEHOLDER, ExportError, check_config, check_digests,
+                                         check_metadata, config_record, digests_json,
+                                         export_metadata, file_digests, graph_of,
+                                         recorded_digests, show)
 from tw_lowering.export.stock import StockPlan, end_id, power_of_four, token_strings
 from tw_lowering.export.streaming import ensure_space
 
@@ -65,6 +69,8 @@ SMALLEST_LOG2 = -100  # |W_out| / S_n >= 2^-100 (float32 normals reach 2^-126)
 GGML_TYPE_F32 = 0
 TOKEN_NORMAL, TOKEN_UNUSED = 1, 5
 SPACE = "\u2581"  # SentencePiece's space, so llama.cpp's own tokenizer maps ' ' to it
+DIGESTS_KEY = "tw.tensor_sha256"  # {tensor name: sha256}, filled in after the tensors
+FILE_KEY = "tw.file_sha256"  # the file's own sha256, read with this value as PLACEHOLDER
 
 
 def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
@@ -126,29 +132,42 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
     w.add_add_space_prefix(False)
     if end_id is not None:
         w.add_eos_token_id(end_id)
+    config = {  # (what the key/values above are: the loader compares each, `tw.config`)
+        f"{ARCH}.context_length": g.n_ctx, f"{ARCH}.embedding_length": g.d_model,
+        f"{ARCH}.feed_forward_length": g.d_mlp, f"{ARCH}.block_count": g.n_layers,
+        f"{ARCH}.attention.head_count": g.n_heads, f"{ARCH}.attention.head_count_kv": g.n_heads,
+        f"{ARCH}.attention.layer_norm_epsilon": eps, "general.architecture": ARCH,
+        "general.file_type": 0, "tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": [0.0] * n_tok,
+        "tokenizer.ggml.token_type": [TOKEN_NORMAL] * g.vocab + [TOKEN_UNUSED] * (n_tok - g.vocab),
+        "tokenizer.ggml.add_bos_token": False, "tokenizer.ggml.add_eos_token": False,
+        "tokenizer.ggml.add_space_prefix": False}
+    if end_id is not None:
+        config["tokenizer.ggml.eos_token_id"] = end_id
+    meta["tw.config"] = json.dumps(config_record(config), sort_keys=True)
+    meta[DIGESTS_KEY] = digests_json({n: PLACEHOLDER for n, _ in tensor_infos(g, n_tok)})
+    meta[FILE_KEY] = PLACEHOLDER
     for key, value in meta.items():
         w.add_string(key, value)
 
     try:
         _write_tensors(w, plan, n_tok, eps, q_gain, scales)
-    except BaseException:
         w.close()
+        _seal(path)
+    except BaseException:
+        w.close()  # (a second close does nothing)
         with contextlib.suppress(OSError):
             os.remove(path)
         raise
-    w.close()
     return {"path": os.fspath(path), "bytes": os.path.getsize(path), "n_positions": g.n_ctx,
             "params": g.params(), "trimmed_params": ct.stored_params(),
             "seconds": time.perf_counter() - t0,
             "norm_eps": eps, "gelu_error_bound": float(sum(gelu_bounds))}
 
 
-def _write_tensors(w, plan: StockPlan, n_tok: int, eps: float, q_gain: float,
-                   scales: list[np.ndarray]) -> None:
-    """Tensor infos, then each tensor's bytes, a layer at a time (see the module docstring)."""
-    g = plan.geometry
+def tensor_infos(g, n_tok: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every tensor of an export of geometry `g`, in the file's order."""
     dm = g.d_model
-    f32 = np.dtype(np.float32)
     infos = [("token_embd.weight", (n_tok, dm)), ("position_embd.weight", (g.n_ctx, dm))]
     for i in range(g.n_layers):
         p = f"blk.{i}."
@@ -158,9 +177,17 @@ def _write_tensors(w, plan: StockPlan, n_tok: int, eps: float, q_gain: float,
                   (p + "ffn_norm.weight", (dm,)), (p + "ffn_norm.bias", (dm,)),
                   (p + "ffn_up.weight", (g.d_mlp, dm)), (p + "ffn_up.bias", (g.d_mlp,)),
                   (p + "ffn_down.weight", (dm, g.d_mlp)), (p + "ffn_down.bias", (dm,))]
-    infos += [("output_norm.weight", (dm,)), ("output_norm.bias", (dm,)),
-              ("output.weight", (n_tok, dm))]
-    for tname, shape in infos:
+    return infos + [("output_norm.weight", (dm,)), ("output_norm.bias", (dm,)),
+                    ("output.weight", (n_tok, dm))]
+
+
+def _write_tensors(w, plan: StockPlan, n_tok: int, eps: float, q_gain: float,
+                   scales: list[np.ndarray]) -> None:
+    """Tensor infos, then each tensor's bytes, a layer at a time (see the module docstring)."""
+    g = plan.geometry
+    dm = g.d_model
+    f32 = np.dtype(np.float32)
+    for tname, shape in tensor_infos(g, n_tok):
         w.add_tensor_info(tname, shape, f32, int(np.prod(shape)) * 4)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -259,34 +286,90 @@ def _ffn_scales(plan: StockPlan) -> tuple[list[np.ndarray], list[float]]:
 # -- loading ----------------------------------------------------------------------------
 
 
-def read_gguf_metadata(path) -> tuple[dict[str, str], dict]:
-    """(the file's tw.* key/values as strings, its gpt2 hyperparameters)."""
+def _seal(path) -> None:
+    """Fill in, in place, the records written as placeholders of their final length: each
+    tensor's sha256 (DIGESTS_KEY), then the file's own (FILE_KEY, hashed with its value
+    still the placeholder, as the loader reads it)."""
+    layout = _read(path, "export gguf")
+    _, found = file_digests(path, layout.tensors)
+    value = digests_json({name: found[name] for name, _, _ in layout.tensors}).encode()
+    at, length = layout.spans[DIGESTS_KEY]
+    if len(value) != length:
+        raise AssertionError("the tensor digests' record changed length")
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(value)
+        f.flush()
+        whole, _ = file_digests(path)
+        f.seek(layout.spans[FILE_KEY][0])
+        f.write(whole.encode())
+
+
+class _Layout:
+    """What a loader reads of a GGUF file: its tw.* values (str), its other key/values
+    ({key: contents}), its tensors' byte regions [(name, start, end)] and where each tw.*
+    string value lies ({key: (offset, length)})."""
+
+    def __init__(self, meta, fields, tensors, spans):
+        self.meta, self.fields, self.tensors, self.spans = meta, fields, tensors, spans
+
+
+def _read(path, where: str) -> _Layout:
+    """The file's layout, or one ExportError line: GGUFReader's own errors on a damaged file
+    (IndexError, ValueError, a short memmap...) never escape."""
     import gguf
 
     try:
         reader = gguf.GGUFReader(os.fspath(path))
-    except (OSError, ValueError) as e:
-        raise ExportError(f"load gguf: cannot read {os.fspath(path)!r}: {e}") from None
-    meta, hp = {}, {}
-    for key, field in reader.fields.items():
-        if key.startswith("tw."):
-            meta[key] = str(field.contents())
-        elif key.startswith(ARCH + ".") or key == "general.architecture":
-            hp[key] = field.contents()
-    hp["token_count"] = len(reader.fields["tokenizer.ggml.tokens"].data) \
-        if "tokenizer.ggml.tokens" in reader.fields else None
-    return meta, hp
+        meta, fields, spans = {}, {}, {}
+        for key, field in reader.fields.items():
+            value = field.contents()
+            if key.startswith("tw."):
+                meta[key] = value if isinstance(value, str) else str(value)
+                if isinstance(value, str) and len(field.parts) == 5:  # key len/data, type, len, value
+                    spans[key] = (int(field.offset) + sum(int(p.nbytes) for p in field.parts[:4]),
+                                  int(field.parts[4].nbytes))
+            else:
+                fields[key] = value
+        tensors = [(str(t.name), int(t.data_offset), int(t.data_offset) + int(t.n_bytes))
+                   for t in reader.tensors]
+    except OSError as e:
+        raise ExportError(f"{where}: cannot read {os.fspath(path)!r} "
+                          f"({show(e.strerror or str(e), quote=False)})") from None
+    except Exception:  # noqa: BLE001 (the reader's errors on a damaged file are many)
+        raise ExportError(f"{where}: cannot read {os.fspath(path)!r} as a GGUF file (damaged, "
+                          "truncated or not GGUF: its key/values or tensor infos do not "
+                          "parse); export it again") from None
+    return _Layout(meta, fields, tensors, spans)
+
+
+def read_gguf_metadata(path) -> tuple[dict[str, str], dict]:
+    """(the file's tw.* key/values as strings, its gpt2 hyperparameters)."""
+    layout = _read(path, "load gguf")
+    return layout.meta, _hyperparameters(layout.fields)
+
+
+def _hyperparameters(fields: dict) -> dict:
+    hp = {k: v for k, v in fields.items()
+          if k.startswith(ARCH + ".") or k == "general.architecture"}
+    tokens = fields.get("tokenizer.ggml.tokens")
+    hp["token_count"] = len(tokens) if isinstance(tokens, list) else None
+    return hp
 
 
 def check_gguf(path, graph=None) -> dict:
     """A tw GGUF export's metadata, checked (`check_metadata`: tw version, format, `graph`'s
     hash when given: the tw.graph or the CompiledTransformer; the geometry against the file's
-    own hyperparameters) and decoded."""
-    meta, hp = read_gguf_metadata(path)
+    own hyperparameters), then every key/value llama.cpp reads against the recorded ones
+    (`tw.config`), each tensor's sha256 (naming the tensor) and the file's own (any other
+    byte); decoded. Each refusal is one ExportError line naming the file."""
+    where = f"load gguf {os.fspath(path)}"
+    layout = _read(path, where)
+    meta, hp = layout.meta, _hyperparameters(layout.fields)
     if not meta:
-        raise ExportError(f"load gguf: {os.fspath(path)!r} is not a tw export (no tw metadata)")
+        raise ExportError(f"{where}: not a tw export (no tw metadata)")
     if hp.get("general.architecture") != ARCH:
-        raise ExportError(f"load gguf: architecture {hp.get('general.architecture')!r}, "
+        raise ExportError(f"{where}: architecture {show(hp.get('general.architecture'))}, "
                           f"expected {ARCH!r}")
     try:
         n_heads = int(hp[f"{ARCH}.attention.head_count"])
@@ -295,26 +378,53 @@ def check_gguf(path, graph=None) -> dict:
                     "n_heads": n_heads, "head_dim": d_model // n_heads,
                     "d_mlp": int(hp[f"{ARCH}.feed_forward_length"]),
                     "n_ctx": int(hp[f"{ARCH}.context_length"])}
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
-        raise ExportError(f"load gguf: hyperparameter {e} missing or malformed") from None
-    if graph is not None and hasattr(graph, "schedule"):  # (a CompiledTransformer)
-        if graph.schedule is None:
-            raise ExportError("load gguf: the model carries no schedule, so its graph is "
-                              "unknown; pass the tw.graph")
-        graph = graph.schedule.tg.graph
-    decoded = check_metadata(meta, "gguf", graph=graph, geometry=geometry, where="load gguf")
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
+        raise ExportError(f"{where}: hyperparameter {show(str(e), quote=False)} missing or "
+                          "malformed") from None
+    decoded = check_metadata(meta, "gguf", graph=graph_of(graph, where), geometry=geometry,
+                             where=where)
     if hp["token_count"] != decoded.get("gguf_vocab"):
-        raise ExportError(f"load gguf: metadata and weights disagree (gguf_vocab: metadata "
-                          f"{decoded.get('gguf_vocab')}, file {hp['token_count']})")
+        raise ExportError(f"{where}: metadata and weights disagree (gguf_vocab: metadata "
+                          f"{show(decoded.get('gguf_vocab'))}, file {hp['token_count']})")
+    check_config(layout.fields, decoded.get("config"), where, "its key/values", extra_ok=True)
+    _check_bytes(path, layout, where)
     return decoded
+
+
+def _check_bytes(path, layout: _Layout, where: str) -> None:
+    """Each tensor's sha256 against DIGESTS_KEY, then the whole file's against FILE_KEY."""
+    name = os.path.basename(os.fspath(path))
+    recorded = recorded_digests(layout.meta.get(DIGESTS_KEY), where, name)
+    own = layout.meta.get(FILE_KEY)
+    if not isinstance(own, str) or len(own) != 64 or FILE_KEY not in layout.spans \
+            or layout.spans[FILE_KEY][1] != 64:
+        raise ExportError(f"{where}: {name} carries no readable sha256 of itself ({FILE_KEY}; "
+                          "not a tw export of this version, or a damaged one); export it again")
+    try:
+        whole, found = file_digests(path, layout.tensors, blank=layout.spans[FILE_KEY])
+    except OSError as e:
+        raise ExportError(f"{where}: cannot read {name} ({type(e).__name__}: "
+                          f"{show(str(e), quote=False)})") from None
+    check_digests(recorded, found, where, name)
+    if whole != own:
+        raise ExportError(f"{where}: {name} changed since it was exported (sha256 recorded "
+                          f"{own[:12]}..., found {whole[:12]}...; its tensors are as recorded, "
+                          "a key/value or the padding is not); export it again")
 
 
 def load_gguf(path, graph=None, n_threads: int | None = None, verbose: bool = False
               ) -> GGUFModel:
     """Open a tw GGUF export with llama.cpp (llama-cpp-python) after checking its tw metadata
     (`check_gguf`; `graph`: refuse a file exported from another graph)."""
-    return GGUFModel(os.fspath(path), check_gguf(path, graph), n_threads=n_threads,
-                     verbose=verbose)
+    meta = check_gguf(path, graph)
+    try:
+        return GGUFModel(os.fspath(path), meta, n_threads=n_threads, verbose=verbose)
+    except ImportError as e:
+        raise ExportError(f"load gguf {os.fspath(path)}: running a GGUF export needs "
+                          f"{e.name!r}: pip install 'tw[llama]'") from None
+    except Exception as e:  # noqa: BLE001 (llama.cpp's binding raises ValueError and more)
+        raise ExportError(f"load gguf {os.fspath(path)}: llama.cpp cannot load it "
+                          f"({type(e).__name__}: {show(str(e), quote=False)})") from None
 
 
 class GGUFModel:

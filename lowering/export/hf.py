@@ -29,11 +29,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tw_lowering.export.metadata import ExportError, check_metadata, export_metadata
+from tw_lowering.export.metadata import (CONFIG_ONLY, PREFIX, SELF_KEY, ExportError,
+                                         check_config, check_digests, check_metadata,
+                                         check_sealed_json, config_record, digests_json,
+                                         export_metadata, file_digests, graph_of, read_config,
+                                         recorded_digests, sealed_json, show)
 from tw_lowering.export.stock import StockPlan, end_id, token_strings
-from tw_lowering.export.streaming import Tensor, ensure_space, write_safetensors
+from tw_lowering.export.streaming import (DIGESTS_KEY, Tensor, check_safetensors, ensure_space,
+                                       read_safetensors_header, write_safetensors)
 
 FORMAT = "transformers"
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
 
 
 def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
@@ -129,9 +136,10 @@ def _rows_padded(a: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> None:
+def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> list[str]:
     """One token per character (or per given token string): WordLevel over the vocabulary,
-    split into single characters when every token is one, joined back without spaces."""
+    split into single characters when every token is one, joined back without spaces.
+    Returns the names of the files written."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -146,28 +154,38 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> No
     special = {} if eos is None else {"eos_token": tokens[eos], "pad_token": tokens[eos]}
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
                                    clean_up_tokenization_spaces=False, **special)
-    fast.save_pretrained(path)
+    return [os.path.basename(os.fspath(f)) for f in fast.save_pretrained(path)
+            if os.path.isfile(f)]
 
 
 def write_checkpoint(path, config: dict, groups, meta: dict, tokens, eos, n_ctx: int) -> int:
-    """A transformers checkpoint in `path`: config.json, generation_config.json (greedy, ending
-    at `eos`), model.safetensors (the tensors of `groups`, with tw's metadata) and the
-    tokenizer; returns the safetensors file's size. The one writer of every transformers
-    architecture tw exports."""
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-    with open(os.path.join(path, "generation_config.json"), "w") as f:
+    """A transformers checkpoint in `path`: generation_config.json (greedy, ending at `eos`),
+    model.safetensors (the tensors of `groups`, with tw's metadata, the config's fields
+    (`tw.config`) and each tensor's sha256), the tokenizer, then config.json, whose "tw" entry
+    is that metadata plus each other file's sha256 (`files_sha256`); returns the safetensors
+    file's size. The one writer of every transformers architecture tw exports."""
+    meta = {**meta, PREFIX + "config": json.dumps(config_record(config), sort_keys=True)}
+    config_path = os.path.join(path, CONFIG)
+    if os.path.exists(config_path):  # (a crash below must not leave an old config beside)
+        os.remove(config_path)
+    files = ["generation_config.json", WEIGHTS]
+    with open(os.path.join(path, files[0]), "w") as f:
         json.dump({"do_sample": False, "eos_token_id": eos, "pad_token_id": eos,
                    "bos_token_id": eos, "max_length": n_ctx}, f, indent=2, sort_keys=True)
-    size = write_safetensors(os.path.join(path, "model.safetensors"), groups,
-                             {"format": "pt", **meta})
-    _write_tokenizer(path, tokens, eos, n_ctx)
+    digests: dict[str, str] = {}
+    size = write_safetensors(os.path.join(path, WEIGHTS), groups, {"format": "pt", **meta},
+                             digests)
+    meta[DIGESTS_KEY] = digests_json(digests)
+    files += [f for f in _write_tokenizer(path, tokens, eos, n_ctx) if f not in files + [CONFIG]]
+    tw = {k[len(PREFIX):]: v for k, v in meta.items()}
+    tw["files_sha256"] = {f: file_digests(os.path.join(path, f))[0] for f in sorted(files)}
+    with open(config_path, "w") as f:
+        f.write(sealed_json({**config, "tw": tw}))
     return size
 
 
 def load_transformers(path, graph=None, device: str = "cpu"):
-    """The export at `path` as (model, tokenizer), its tw metadata checked first (format,
-    version, graph hash when `graph` is given, geometry against the config)."""
+    """The export at `path` as (model, tokenizer), checked first (`load_checked`)."""
     return load_checked(path, FORMAT, lambda config: {
         "n_layers": config.get("n_layer"), "d_model": config.get("n_embd"),
         "n_heads": config.get("n_head"), "d_mlp": config.get("n_inner"),
@@ -175,19 +193,55 @@ def load_transformers(path, graph=None, device: str = "cpu"):
 
 
 def load_checked(path, fmt: str, geometry_of, graph=None, device: str = "cpu"):
-    """A transformers export at `path` (format `fmt`) as (model, tokenizer), after its tw
-    metadata in config.json is checked (`check_metadata`; `geometry_of(config)` reads the
-    geometry in the architecture's own config names): the one loader of every transformers
-    architecture tw writes."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """A transformers export at `path` (format `fmt`) as (model, tokenizer), after
+    `check_checkpoint`: the one loader of every transformers architecture tw writes. Whatever
+    transformers still raises on a checked export is one ExportError line too."""
+    where = str(path)
+    check_checkpoint(path, fmt, geometry_of, graph_of(graph, where), where)
     try:
-        with open(os.path.join(path, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ExportError(f"{path}: no readable config.json ({e.__class__.__name__})") from None
-    meta = {"tw." + k: v if isinstance(v, str) else json.dumps(v, sort_keys=True)
-            for k, v in config.get("tw", {}).items()}
-    check_metadata(meta, fmt, graph, geometry_of(config), where=str(path))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
-    return model, AutoTokenizer.from_pretrained(path)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32").to(device).eval()
+        return model, AutoTokenizer.from_pretrained(path)
+    except ImportError as e:
+        raise ExportError(f"{where}: loading a {fmt} export needs {e.name!r}: pip install "
+                          "'tw[export]'") from None
+    except Exception as e:  # noqa: BLE001 (transformers raises many classes; none may escape)
+        raise ExportError(f"{where}: transformers cannot load it ({type(e).__name__}: "
+                          f"{show(str(e), quote=False, limit=160)})") from None
+
+
+def check_checkpoint(path, fmt: str, geometry_of, graph=None, where: str = "export") -> dict:
+    """Refuse, one ExportError line naming the file and what differs, a transformers export
+    that is not what tw wrote: config.json's tw metadata (`check_metadata`; `geometry_of(config)`
+    reads the geometry in the architecture's own config names), the weights header's copy of
+    it, every config field against the recorded ones (an edited activation or norm constant),
+    each tensor's sha256 (naming the tensor) and each file's. Returns the decoded metadata."""
+    config, raw = read_config(os.path.join(path, CONFIG), where)
+    tw = config["tw"]
+    cfg_meta = {PREFIX + str(k): v for k, v in tw.items() if k not in CONFIG_ONLY}
+    check_metadata(cfg_meta, fmt, graph, geometry_of(config), where=f"{where} {CONFIG}")
+    weights = os.path.join(path, WEIGHTS)
+    meta, _ = read_safetensors_header(weights, where)
+    decoded = check_metadata(meta, fmt, graph, geometry_of(config), where=where)
+    off = sorted(k for k in set(meta) | set(cfg_meta)
+                 if k.startswith(PREFIX) and meta.get(k) != cfg_meta.get(k))
+    if off:
+        raise ExportError(f"{where}: {CONFIG} and {WEIGHTS} come from different exports "
+                          f"({off[0]} differs); export it again")
+    check_config(config, decoded.get("config"), where, CONFIG)
+    files = recorded_digests(tw.get("files_sha256"), where, f"{CONFIG}'s tw.files_sha256")
+    if WEIGHTS not in files:
+        raise ExportError(f"{where}: {CONFIG} records no sha256 of {WEIGHTS}; export it again")
+    check_safetensors(weights, meta, where, files[WEIGHTS])
+    found = {}
+    for name in files:
+        if name != WEIGHTS and os.path.isfile(os.path.join(path, name)):
+            try:
+                found[name] = file_digests(os.path.join(path, name))[0]
+            except OSError as e:
+                raise ExportError(f"{where}: cannot read {name} ({type(e).__name__})") from None
+    check_digests({k: v for k, v in files.items() if k != WEIGHTS}, found, where,
+                  "the export", kind="file")
+    check_sealed_json(raw, tw.get(SELF_KEY), where, CONFIG)
+    return decoded

@@ -56,6 +56,7 @@ given, the file's KV geometry against the recorded one) and offers `run` and `ge
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import Counter
@@ -64,10 +65,17 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tw_lowering.export.metadata import (
+    PLACEHOLDER,
     ExportError,
     check_causal,
+    check_digests,
     check_metadata,
+    digest,
+    digests_json,
     export_metadata,
+    file_digests,
+    recorded_digests,
+    show,
     tw_version,
 )
 from tw_lowering.progress import report
@@ -79,6 +87,7 @@ IR_VERSION = 8  # the IR of opset 18 (onnx 1.13): loadable by older runtimes too
 ALIGN = 64  # byte alignment of every tensor in the data file
 MAX_POSITIONS = 1 << 24  # float32 holds every position index below this exactly
 RESERVED = ("position_offset", "new_positions")
+MODEL_KEY = "tw.model_sha256"  # model.onnx's own sha256, read with its value as PLACEHOLDER
 
 
 # -- the graph writer ----------------------------------------------------------------------
@@ -94,6 +103,7 @@ class _Builder:
         self.nodes, self.inits = [], []
         self.data, self.offset = data, 0
         self.floats = 0
+        self.digests, self.data_hash = {}, hashlib.sha256()  # (what the loader checks)
 
     def const(self, name: str, array) -> str:
         """A small constant (shapes, indices of one element, scalars), kept in the graph."""
@@ -108,6 +118,7 @@ class _Builder:
             self.floats += a.size
         pad = (-self.offset) % ALIGN
         self.data.write(b"\0" * pad)
+        self.data_hash.update(b"\0" * pad)
         self.offset += pad
         t = self.TensorProto()
         t.name = name
@@ -119,6 +130,8 @@ class _Builder:
             entry = t.external_data.add()
             entry.key, entry.value = key, value
         self.data.write(a.tobytes())
+        self.data_hash.update(a.tobytes())
+        self.digests[name] = digest(a)
         self.offset += a.nbytes
         self.inits.append(t)
         return name
@@ -410,8 +423,10 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="tw", producer_version=tw_version())
     model.ir_version = IR_VERSION
+    meta = {**meta, "tw.data_sha256": b.data_hash.hexdigest(),
+            "tw.tensor_sha256": digests_json(b.digests), MODEL_KEY: PLACEHOLDER}
     helper.set_model_props(model, meta)
-    blob = model.SerializeToString(deterministic=True)
+    blob = _sealed(model.SerializeToString(deterministic=True))
     with open(model_path, "wb") as f:
         f.write(blob)
     onnx.checker.check_model(model_path)
@@ -419,6 +434,21 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
     return {"format": "onnx", "path": path, "files": files, "bytes": sum(files.values()),
             "params": b.floats, "trimmed_params": ct.stored_params(),
             "dense_params": ct.allocated_params(), "seconds": time.perf_counter() - start_time}
+
+
+def _seal(value: str) -> bytes:
+    """The serialized metadata entry {MODEL_KEY: value} (StringStringEntryProto: key field 1,
+    value field 2, both length-delimited): where model.onnx holds its own sha256."""
+    key = MODEL_KEY.encode()
+    return b"\x0a" + bytes([len(key)]) + key + b"\x12" + bytes([len(value)]) + value.encode()
+
+
+def _sealed(blob: bytes) -> bytes:
+    """`blob` (a model whose MODEL_KEY is PLACEHOLDER) with that value replaced by the sha256
+    of `blob` itself: any later change of a byte of model.onnx is seen by the loader."""
+    if blob.count(_seal(PLACEHOLDER)) != 1:
+        raise AssertionError("model.onnx's digest entry is not where it was put")
+    return blob.replace(_seal(PLACEHOLDER), _seal(hashlib.sha256(blob).hexdigest()))
 
 
 def _rope_arrays(a) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -513,6 +543,9 @@ class OnnxModel:
         if not os.path.isfile(model_file):
             raise ExportError(f"{self.where}: no {MODEL_FILE} there (export_onnx writes a "
                               f"directory with {MODEL_FILE} and {DATA_FILE})")
+        if graph is not None and getattr(graph, "schedule", None) is not None:
+            graph = graph.schedule.tg.graph  # (a CompiledTransformer: its compiled graph)
+        verify_onnx(model_file, graph, self.where)
         try:
             self.session = ort.InferenceSession(model_file,
                                                 providers=providers or ["CPUExecutionProvider"])
@@ -520,8 +553,6 @@ class OnnxModel:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ExportError(f"{self.where}: onnxruntime cannot load it ({first})") from None
         self.path = path
-        if graph is not None and getattr(graph, "schedule", None) is not None:
-            graph = graph.schedule.tg.graph  # (a CompiledTransformer: its compiled graph)
         meta = self.session.get_modelmeta().custom_metadata_map
         self.kv = {}
         for i in self.session.get_inputs():
@@ -603,6 +634,75 @@ class OnnxModel:
             rows.append(outs)
             at += 1
         return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
+
+
+def verify_onnx(model_file: str, graph, where: str) -> dict:
+    """Refuse, one ExportError line naming the file and what differs, an ONNX export that is
+    not what tw wrote, before onnxruntime reads it: model.onnx's tw metadata
+    (`check_metadata`, its KV geometry against the graph's past_kv inputs), model.onnx's own
+    sha256 (MODEL_KEY: an edited node, initializer or attribute), each external tensor's
+    sha256 in the data file (naming the tensor) and the data file's (another graph's data,
+    damage in the padding). Returns the decoded metadata."""
+    name = os.path.basename(model_file)
+    try:
+        from google.protobuf.message import DecodeError
+        from onnx import ModelProto
+    except ImportError as e:
+        raise ExportError(f"{where}: loading an onnx export needs {e.name!r}: pip install "
+                          "'tw[export]'") from None
+    try:
+        with open(model_file, "rb") as f:
+            blob = f.read()
+        model = ModelProto()
+        model.ParseFromString(blob)
+        props = {p.key: p.value for p in model.metadata_props}
+        kv = {}
+        for i in model.graph.input:
+            if i.name.startswith("past_kv_"):
+                dims = i.type.tensor_type.shape.dim
+                kv[str(int(i.name[len("past_kv_"):]))] = [dims[1].dim_value,
+                                                           dims[3].dim_value // 2]
+    except (OSError, DecodeError, ValueError, IndexError, RuntimeError) as e:
+        raise ExportError(f"{where}: {name} is not a readable ONNX model "
+                          f"({type(e).__name__}); onnxruntime cannot load it") from None
+    meta = check_metadata(props, "onnx", graph, geometry={"kv_layers": kv},
+                          where=f"{where} {name}")
+    recorded = props.get(MODEL_KEY)
+    if not isinstance(recorded, str) or len(recorded) != 64 or blob.count(_seal(recorded)) != 1:
+        raise ExportError(f"{where}: {name} carries no readable sha256 of itself "
+                          f"({MODEL_KEY}; not a tw export of this version, or a damaged one); "
+                          "export it again")
+    found = hashlib.sha256(blob.replace(_seal(recorded), _seal(PLACEHOLDER))).hexdigest()
+    if found != recorded:
+        raise ExportError(f"{where}: {name} changed since it was exported (sha256 recorded "
+                          f"{recorded[:12]}..., found {found[:12]}...: an edited node, "
+                          "initializer or attribute); export it again")
+    _verify_data(model, props, os.path.dirname(model_file), where)
+    return meta
+
+
+def _verify_data(model, props: Mapping[str, str], folder: str, where: str) -> None:
+    """The data file's tensors and bytes against model.onnx's records (model.onnx itself
+    already checked, so its initializers' offsets are tw's)."""
+    regions = []
+    for t in model.graph.initializer:
+        ext = {e.key: e.value for e in t.external_data}
+        if ext:
+            start = int(ext["offset"])
+            regions.append((t.name, start, start + int(ext["length"])))
+    tensors = recorded_digests(props.get("tw.tensor_sha256"), where, MODEL_FILE)
+    whole = props.get("tw.data_sha256")
+    data_path = os.path.join(folder, DATA_FILE)
+    try:
+        got, found = file_digests(data_path, regions)
+    except OSError as e:
+        raise ExportError(f"{where}: no readable {DATA_FILE} beside {MODEL_FILE} "
+                          f"({type(e).__name__}: {show(str(e), quote=False)})") from None
+    check_digests(tensors, found, where, DATA_FILE)
+    if got != whole:
+        raise ExportError(f"{where}: {DATA_FILE} changed since it was exported (sha256 "
+                          f"recorded {show(str(whole)[:12], quote=False)}..., found {got[:12]}..."
+                          f"; its tensors are as recorded, its padding is not); export it again")
 
 
 def load_onnx(path, graph=None) -> OnnxModel:

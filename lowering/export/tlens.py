@@ -40,10 +40,13 @@ import time
 
 import numpy as np
 
-from tw_lowering.export.metadata import PREFIX, ExportError, check_metadata, export_metadata
+from tw_lowering.export.metadata import (CONFIG_ONLY, PREFIX, SELF_KEY, ExportError,
+                                         check_config, check_metadata, check_sealed_json,
+                                         config_record, digests_json, export_metadata, graph_of,
+                                         read_config, sealed_json, show)
 from tw_lowering.export.stock import StockGeometry, StockPlan
-from tw_lowering.export.streaming import (Tensor, ensure_space, read_safetensors_header,
-                                       write_safetensors)
+from tw_lowering.export.streaming import (DIGESTS_KEY, Tensor, check_safetensors, ensure_space,
+                                       read_safetensors_header, write_safetensors)
 
 FORMAT = "tlens"
 CONFIG = "config.json"
@@ -73,13 +76,17 @@ def export_tlens(ct, path, n_positions: int | None = None) -> dict:
     config_path, weights_path = os.path.join(path, CONFIG), os.path.join(path, WEIGHTS)
     if os.path.exists(config_path):  # (a crash below must not leave an old config beside)
         os.remove(config_path)
-    size = write_safetensors(weights_path, _groups(plan), {"format": "pt", **meta})
+    name = getattr(getattr(ct.schedule.tg.graph, "sym_name", None), "data", "main")
+    config = {**tl_config(g), "model_name": f"tw-{name}"}
+    meta[PREFIX + "config"] = json.dumps(config_record(config), sort_keys=True)
+    digests: dict[str, str] = {}
+    size = write_safetensors(weights_path, _groups(plan), {"format": "pt", **meta}, digests)
+    meta[DIGESTS_KEY] = digests_json(digests)
     tw = {k[len(PREFIX):]: v for k, v in meta.items()}
     tw["weights_sha256"] = _sha256(weights_path)
-    name = getattr(getattr(ct.schedule.tg.graph, "sym_name", None), "data", "main")
-    config = {**tl_config(g), "model_name": f"tw-{name}", "tw": tw}
+    config["tw"] = tw
     with open(config_path, "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
+        f.write(sealed_json(config))
     files = {CONFIG: os.path.getsize(config_path), WEIGHTS: size}
     return {"format": FORMAT, "path": str(path), "files": files, "bytes": sum(files.values()),
             "padded_params": g.params(), "trimmed_params": ct.stored_params(),
@@ -166,7 +173,7 @@ def load_tlens(path, graph=None, device: str = "cpu"):
     against the tensors' shapes), the config's copy of it and its fields, and the weights
     file's sha256 against the config's."""
     where = str(path)
-    config = _read_config(path, where)
+    config, raw = _read_config(path, where)
     weights_path = os.path.join(path, WEIGHTS)
     meta, shapes = read_safetensors_header(weights_path, where)
     recorded = check_metadata(meta, FORMAT, where=where)["geometry"]
@@ -175,34 +182,22 @@ def load_tlens(path, graph=None, device: str = "cpu"):
     geometry = _geometry_of(shapes, recorded, where)
     check_metadata(meta, FORMAT, _graph_of(graph), geometry.as_dict(), where=where)
     _check_config(config, meta, geometry, where)
-    if _sha256(weights_path) != config["tw"]["weights_sha256"]:
-        raise ExportError(f"{where}: {WEIGHTS} changed since it was exported (sha256 differs "
-                          f"from config.json's); export it again")
+    check_config(config, check_metadata(meta, FORMAT, where=where).get("config"), where, CONFIG)
+    check_safetensors(weights_path, meta, where, config["tw"]["weights_sha256"])
+    check_sealed_json(raw, config["tw"].get(SELF_KEY), where, CONFIG)
     return _build(config, geometry, weights_path, device, where)
 
 
 def _graph_of(graph):
     """A graph to hash: a CompiledTransformer stands for the graph it was compiled from."""
-    if graph is None or not hasattr(graph, "schedule"):
-        return graph
-    if graph.schedule is None:
-        raise ExportError("load_tlens: the model given as graph carries no schedule (build it "
-                          "with lowering.compile), so its graph is unknown")
-    return graph.schedule.tg.graph
+    return graph_of(graph, "load_tlens")
 
 
-def _read_config(path, where: str) -> dict:
+def _read_config(path, where: str) -> tuple[dict, bytes]:
     if not os.path.isdir(path):
         raise ExportError(f"{where}: not a directory (a tlens export is a directory holding "
                           f"{CONFIG} and {WEIGHTS})")
-    try:
-        with open(os.path.join(path, CONFIG)) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ExportError(f"{where}: no readable {CONFIG} ({e.__class__.__name__})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("tw"), dict):
-        raise ExportError(f"{where}: {CONFIG} carries no tw metadata (not a tw export)")
-    return config
+    return read_config(os.path.join(path, CONFIG), where)
 
 
 def _geometry_of(shapes: dict[str, tuple], recorded, where: str) -> StockGeometry:
@@ -239,7 +234,7 @@ def _check_config(config: dict, meta: dict[str, str], g: StockGeometry, where: s
     """config.json's tw entry is the weights' metadata, and its model fields are the ones an
     export of this geometry writes (an edited activation, scale or size is refused)."""
     tw = config["tw"]
-    theirs = {PREFIX + k: v for k, v in tw.items() if k != "weights_sha256"}
+    theirs = {PREFIX + k: v for k, v in tw.items() if k not in CONFIG_ONLY}
     ours = {k: v for k, v in meta.items() if k.startswith(PREFIX)}
     if theirs != ours or not isinstance(tw.get("weights_sha256"), str):
         off = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
@@ -262,13 +257,17 @@ def _build(config: dict, g: StockGeometry, weights_path: str, device, where: str
         raise ExportError(f"{where}: loading a tlens export needs {e.name!r} "
                           "(TransformerLens 4): pip install transformer-lens") from None
     fields = tl_config(g)
-    fields.update(model_name=config.get("model_name") or "tw", init_weights=False,
+    fields.update(model_name=str(config.get("model_name") or "tw"), init_weights=False,
                   device=str(device))
-    cfg = TransformerBridgeConfig(**fields)
-    with torch.random.fork_rng(devices=[]):  # (the unused default init draws random numbers)
-        bridge = TransformerBridge.boot_native(cfg, device=device)
-    state = convert_tl_checkpoint(load_file(weights_path, device="cpu"), cfg)
-    result = bridge.load_state_dict(state, strict=True)
+    try:
+        cfg = TransformerBridgeConfig(**fields)
+        with torch.random.fork_rng(devices=[]):  # (the unused default init draws random numbers)
+            bridge = TransformerBridge.boot_native(cfg, device=device)
+        state = convert_tl_checkpoint(load_file(weights_path, device="cpu"), cfg)
+        result = bridge.load_state_dict(state, strict=True)
+    except Exception as e:  # noqa: BLE001 (a checked file still fails: one line, not theirs)
+        raise ExportError(f"{where}: TransformerLens cannot load it ({type(e).__name__}: "
+                          f"{show(str(e), quote=False, limit=160)})") from None
     if result.missing_keys or result.unexpected_keys:  # (strict raises first; kept as a guard)
         raise ExportError(f"{where}: the state dict does not fit TransformerLens's model "
                           f"(missing {result.missing_keys[:3]}, unexpected "
