@@ -42,6 +42,7 @@ F32_TOLERANCE = 1e-5
 SAMPLE_POSITIONS = 16  # positions of sampled inputs `FoldCheck.sampled_magnitude` runs
 EXACT_INTEGERS = 2.0 ** 24  # float32 adds integers exactly below this
 ROUNDING_SUMS = 2.0 ** 27  # above this even multiples of 8 round (see grows_past_exact)
+VACUOUS_BOX = 2.0 ** 40  # a box wider than this bounds nothing (see FoldCheck.box_measures)
 
 _RESIDUALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -175,17 +176,24 @@ class FoldCheck:
         if before is None or not isinstance(op, MlpOp):
             return False
         old_w2, old_b2, gain, gain_bias = before
-        w1, b1 = to_numpy(op.w1), _vec(op, "b1", shape_of(op.w1)[1])
         old_b2 = np.zeros(old_w2.shape[1]) if old_b2 is None else old_b2
         # On a fixed sample of the input box: the sums |hidden| |W2| + |b2| of the new mlp;
         # before, the old mlp's, then its readers' over its outputs.
-        hidden = np.maximum(_sample(*self.box(op.operands[0])) @ w1 + b1, 0.0)
-        new = hidden @ np.abs(to_numpy(op.w2)) + np.abs(_vec(op, "b2", shape_of(op.w2)[1]))
-        old_mlp = hidden @ np.abs(old_w2) + np.abs(old_b2)
-        old_readers = np.abs(hidden @ old_w2 + old_b2) @ np.abs(gain) + np.abs(gain_bias)
-        with np.errstate(invalid="ignore"):
-            old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
-            return bool(old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS)
+        w2 = np.abs(to_numpy(op.w2))
+        b2 = np.abs(_vec(op, "b2", shape_of(op.w2)[1]))
+        if significant_bits(w2) > significant_bits(old_w2) and \
+                not self.box_measures(op.operands[0]):
+            return True  # wider products of an mlp whose sums no range can bound
+        for x in self.input_samples(op.operands[0]):
+            with np.errstate(over="ignore", invalid="ignore"):
+                lane = lanes(op, x)
+                new = np.abs(lane) @ w2 + b2
+                old_mlp = np.abs(lane) @ np.abs(old_w2) + np.abs(old_b2)
+                old_readers = np.abs(lane @ old_w2 + old_b2) @ np.abs(gain) + np.abs(gain_bias)
+                old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
+                if old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS:
+                    return True
+        return False
 
     def integer(self, v: SSAValue) -> np.ndarray:
         """Which components of `v` are integers whenever the inputs keep their promises."""
@@ -216,7 +224,7 @@ class FoldCheck:
         without them, whether its sums stay below 2^24 if they did before (`grows_past_exact`)."""
         if not isinstance(op, (LinearOp, MlpOp)):
             return True
-        if isinstance(op, MlpOp) and is_plain_mlp(op):  # (float32 checks of relu hinges)
+        if isinstance(op, MlpOp):  # (every kind of lane: relu, swish, gated)
             if op in _BEFORE and self.grows_past_exact(op):
                 return False
             if replaced is not None and (self.input_grows_past_exact(op, replaced)
@@ -293,16 +301,51 @@ class FoldCheck:
                 or not isinstance(replaced[1], MlpOp) or replaced[1].x is not replaced[0].out:
             return False
         lin, old = replaced
-        x = _sample(*self.box(lin.x))
         a = to_numpy(lin.weight)
         a_b = _vec(lin, "bias", a.shape[1])
-        w1, b1, _, _ = self._mlp_arrays(old)
-        nw1, nb1, _, _ = self._mlp_arrays(op)
-        with np.errstate(over="ignore", invalid="ignore"):
-            before = max((np.abs(x) @ np.abs(a) + np.abs(a_b)).max(initial=0.0),
-                         (np.abs(x @ a + a_b) @ np.abs(w1) + np.abs(b1)).max(initial=0.0))
-            after = (np.abs(x) @ np.abs(nw1) + np.abs(nb1)).max(initial=0.0)
-            return bool(before < EXACT_INTEGERS and after >= ROUNDING_SUMS)
+        widens = max(significant_bits(w) for w, _ in _input_matrices(op)) > max(
+            significant_bits(a), *(significant_bits(w) for w, _ in _input_matrices(old)))
+        if widens and not self.box_measures(lin.x):
+            return True  # wider products over an input no range can bound
+        for x in self.input_samples(lin.x):
+            with np.errstate(over="ignore", invalid="ignore"):
+                y = x @ a + a_b
+                before = (np.abs(x) @ np.abs(a) + np.abs(a_b)).max(initial=0.0)
+                after = 0.0
+                for w, b in _input_matrices(old):  # w1 and, for a gated mlp, its up matrix
+                    before = max(before, (np.abs(y) @ np.abs(w) + np.abs(b)).max(initial=0.0))
+                for w, b in _input_matrices(op):
+                    after = max(after, (np.abs(x) @ np.abs(w) + np.abs(b)).max(initial=0.0))
+            if before < EXACT_INTEGERS and after >= ROUNDING_SUMS:
+                return True
+        return False
+
+    def box_measures(self, v: SSAValue) -> bool:
+        """Whether `v`'s interval box says anything about the sums the growth checks measure:
+        every component within VACUOUS_BOX. Beyond it a float32 value carries absolute errors
+        over 10^5, so no output read to 1e-4 from it could be exact: such a box is one the
+        analysis lost track of (the products and heads of a deep graph widen it to 1e22
+        where the values stay below 2e4), not a range the values reach. There the growth
+        checks cannot tell exact sums from rounding ones, and a fold that widens the
+        significands of the products is refused rather than trusted."""
+        return bool(np.all(self.magnitude(v) < VACUOUS_BOX))
+
+    def input_samples(self, v: SSAValue) -> list[np.ndarray]:
+        """Points of `v` the growth checks measure: a fixed sample of its interval box and,
+        where the oracle can tell, its values on the graph's sampled inputs. An interval box
+        can be vacuous (products and heads of a deep graph widen it to 1e22 where the values
+        stay below 2e4): a growth past 2^24 must not hide behind it."""
+        out = [_sample(*self.box(v))]
+        seen = self._sample_of_inputs(v)
+        if seen is not None and seen.size and np.all(np.isfinite(seen)):
+            out.append(seen)
+        return out
+
+    def _sample_of_inputs(self, v: SSAValue) -> np.ndarray | None:
+        """`v` on the graph's sampled inputs (run once, shared with `sampled_magnitude`)."""
+        if self._samples is None:
+            self.sampled_magnitude(v)
+        return self._sample_of(v)
 
     def keeps_float32(self, op: MlpOp, replaced: list[Operation]) -> bool:
         """Whether float32 evaluation of the candidate mlp strays from its exact value by no
@@ -321,9 +364,14 @@ class FoldCheck:
 
     def own_error(self, op: MlpOp) -> np.ndarray:
         """The float32 rounding of `op` itself over its input box (exact inputs)."""
-        from twdialect.f32_error import mlp_error_bound
+        from twdialect.f32_error import ffn_error_bound, mlp_error_bound
 
-        return mlp_error_bound(*self._mlp_arrays(op), *self._input(op))
+        if is_plain_mlp(op):
+            return mlp_error_bound(*self._mlp_arrays(op), *self._input(op))
+        lo, hi, ints = self._input(op)
+        return ffn_error_bound(*self._mlp_arrays(op), lo, hi, mlp_activation(op),
+                               to_numpy(op.up) if op.up is not None else None,
+                               to_numpy(op.ub) if op.ub is not None else None, ints)
 
     def float32_clean(self, op: MlpOp) -> bool:
         """Whether float32 evaluation of `op` stays within F32_TOLERANCE * max(1, |output|)
@@ -333,7 +381,9 @@ class FoldCheck:
         lo, hi, _ = self._input(op)
         with np.errstate(all="ignore"):
             x = np.maximum(np.abs(lo), np.abs(hi))
-            hidden = x @ np.abs(w1) + np.abs(b1)
+            hidden = x @ np.abs(w1) + np.abs(b1)  # |act(z)| <= |z| for relu and swish
+            if op.up is not None:  # a gated lane: times its up projection
+                hidden = hidden * (x @ np.abs(to_numpy(op.up)) + np.abs(_vec(op, "ub", len(b1))))
             coarse = 2.0 ** -24 * ((w1.shape[0] + 2) * hidden @ np.abs(w2)
                                    + (w2.shape[0] + 2) * (hidden @ np.abs(w2) + np.abs(b2)))
         if np.all(coarse <= allowed):
@@ -401,3 +451,39 @@ def _sampled_magnitude(w1, b1, w2, b2, lo: np.ndarray, hi: np.ndarray) -> np.nda
     with np.errstate(over="ignore", invalid="ignore"):
         y = np.maximum(_sample(lo, hi) @ w1 + b1, 0.0) @ w2 + b2
     return np.nan_to_num(np.abs(y), nan=np.inf).max(axis=0)
+
+
+def lanes(op: MlpOp, x: np.ndarray) -> np.ndarray:
+    """The hidden lanes of mlp `op` on inputs `x` (rows), exactly as the oracle computes them:
+    act(x W1 + b1), times (x Wu + bu) for a gated mlp; relu or swish."""
+    from twdialect.interp import swish
+
+    w1 = to_numpy(op.w1)
+    z = x @ w1 + _vec(op, "b1", w1.shape[1])
+    h = swish(z) if mlp_activation(op) == "swish" else np.maximum(z, 0.0)
+    if op.up is not None:
+        h = h * (x @ to_numpy(op.up) + _vec(op, "ub", w1.shape[1]))
+    return h
+
+
+def _input_matrices(op: MlpOp) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (matrix, |bias|) pairs an mlp applies to its input: W1, and Wu where it is gated."""
+    w1 = to_numpy(op.w1)
+    out = [(w1, np.abs(_vec(op, "b1", w1.shape[1])))]
+    if op.up is not None:
+        out.append((to_numpy(op.up), np.abs(_vec(op, "ub", w1.shape[1]))))
+    return out
+
+
+def significant_bits(a: np.ndarray) -> int:
+    """The most significant bits any finite entry of `a` needs (1 for a power of two, 53 for
+    0.1; 0 for an array of zeros). Products of an input grid by weights of b bits need b more
+    bits than the grid: a fold that multiplies a gain into exact power-of-two weights widens
+    every product by the gain's bits."""
+    a = np.asarray(a, np.float64).reshape(-1)
+    a = a[np.isfinite(a) & (a != 0.0)]
+    if not a.size:
+        return 0
+    mant = (np.abs(np.frexp(a)[0]) * 2.0 ** 53).astype(np.int64)
+    low = mant & -mant  # the lowest set bit
+    return int(53 - np.log2(low.astype(np.float64)).min())
