@@ -29,7 +29,8 @@ attention, library ops and scoped loops through every pass singly, the default p
 compiled at two geometries), `api` (misuses of the Python API), `cli` (random argv for tw-opt,
 tw-stats and tw-run as subprocesses: exit code 0 or 1, one stderr line on error, no traceback),
 `determinism` (the same graphs compiled in two interpreters with different PYTHONHASHSEED give
-byte-identical IR and weights).
+byte-identical IR and weights), `export` (small programs exported in every format, damaged at
+random and loaded by tw's loaders: `fuzz_exports.py`).
 """
 
 from __future__ import annotations
@@ -1178,6 +1179,15 @@ def run_determinism(payload: dict, timeout: float) -> tuple[str, str, str]:
 MAKERS = {"ir": make_ir_payload, "graph": make_graph_payload, "api": make_api_payload,
           "cli": make_cli_payload, "determinism": make_determinism_payload}
 
+# Category `export`: damaged exports through tw's loaders (`fuzz_exports.py`: a clean refusal,
+# a masked crash, or a wrong answer where a damaged export loads and answers differently).
+import fuzz_exports  # noqa: E402
+
+CATEGORIES += ("export",)
+DEFAULT_WEIGHTS["export"] = 0.002
+TIME_LIMITS["export"] = 120.0
+MAKERS["export"] = fuzz_exports.make_payload
+
 
 def plan(n_cases: int, seed: int, weights: dict[str, float] | None = None) -> list[tuple[str, int]]:
     """(category, index) of every case: deterministic given the seed."""
@@ -1220,6 +1230,8 @@ def run_payload(category: str, payload: dict, time_limit: float) -> tuple[str, s
                 return run_api(payload)
             if category == "cli":
                 return run_cli(payload, time_limit)
+            if category == "export":
+                return fuzz_exports.run(payload, classify)
             return run_determinism(payload, time_limit)
     except CaseTimeout:
         return "hang", "", f"no result within {time_limit:.0f} s"

@@ -446,3 +446,45 @@ def test_cli_names_the_missing_extra(tmp_path, capsys, monkeypatch, module, fmt)
     monkeypatch.setitem(sys.modules, module, None)  # (an import of it fails, as uninstalled)
     err = _cli_error(capsys, ["adder", "-f", fmt, "-o", str(tmp_path / "out")])
     assert f"needs '{module}'" in err and "pip install 'tw[export]'" in err
+
+
+# -- tw's metadata check takes values of any type ---------------------------------------------
+
+
+def test_check_metadata_refuses_malformed_values_of_any_type(exports):
+    """Every tw.* value replaced by null, numbers, bools, lists, objects and strings that are
+    not what tw writes: one ExportError line naming the export, never another exception."""
+    import onnx
+
+    from tw_lowering.export.metadata import check_metadata
+
+    _, good, _ = exports["onnx"]
+    meta = {p.key: p.value for p in onnx.load(str(good / MODEL_FILE),
+                                              load_external_data=False).metadata_props}
+    values = [None, 0, -1, 2.5, float("nan"), True, [], [1], {}, {"a": 1}, "", "x", "null",
+              "[]", "{}", "5", '"x"', b"x", object()]
+    for key in sorted(meta):
+        for bad in values:
+            try:
+                check_metadata({**meta, key: bad}, "onnx", geometry={"n_layers": 1},
+                               where="the export")
+            except ExportError as e:
+                assert "\n" not in str(e) and str(e).startswith("the export: "), str(e)
+            except Exception as e:  # noqa: BLE001
+                pytest.fail(f"{key} = {bad!r}: {type(e).__name__} escaped: {e}")
+    for bad in (None, 5, "x", [], [("tw.version", "0.1")]):
+        with pytest.raises(ExportError, match="the export"):
+            check_metadata(bad, where="the export")
+
+
+def test_the_harness_export_surface_finds_nothing(tmp_path):
+    """A short run of the reliability harness's `export` surface (`fuzz_exports.py`): every
+    damaged export refused cleanly, every undamaged one exact (the long run: `--runslow` in
+    test_fuzz.py's mixes, or `fuzz_harness.py --cases`)."""
+    import fuzz_harness as fh
+
+    summary = fh.run_campaign(fh.plan_counts({"export": 12}, 11), 11, tmp_path)
+    per = summary["per_category"]["export"]
+    assert per["masked_crash"] == per["hang"] == per["wrong_answer"] == 0, \
+        summary["distinct_failures"]
+    assert per["clean_error"] > 0 and sum(per.values()) == 12
