@@ -30,7 +30,10 @@ compiled at two geometries), `api` (misuses of the Python API), `cli` (random ar
 tw-stats and tw-run as subprocesses: exit code 0 or 1, one stderr line on error, no traceback),
 `determinism` (the same graphs compiled in two interpreters with different PYTHONHASHSEED give
 byte-identical IR and weights), `export` (small programs exported in every format, damaged at
-random and loaded by tw's loaders: `fuzz_exports.py`).
+random and loaded by tw's loaders: `fuzz_exports.py`), `rasp` (RASP program files, sound or
+broken, through tw-rasp as a console script: exit 1 and one line, or RASP's own answer:
+`fuzz_rasp.py`), `report` (graphs named with hostile text, their HTML report well-formed:
+`fuzz_report.py`).
 """
 
 from __future__ import annotations
@@ -875,6 +878,8 @@ def small():
 """
 
 # Each template is a body run after API_PRELUDE; {V} and {W} take a random bad value.
+RASP_CALL = ("from tracr.rasp import rasp\nfrom tw_lowering import compile_rasp_to_model\n"
+             "compile_rasp_to_model(rasp.Map(lambda x: x + 1, rasp.tokens), {args})")
 BAD_VALUES = ("nan", "inf", "-1", "0", "2.5", "'3'", "None", "[]", "[[nan]]", "10**12", "-10**30",
               "np.zeros((0, 2))", "np.ones((2, 2, 2))", "[[1, 2], [3]]", "'abc'", "(1, 2)",
               "np.array([[1e39]])", "object()", "True", "{'a': 1}", "1e308", "2**63", "[1e400]")
@@ -949,6 +954,16 @@ API_TEMPLATES = (
     'parse_module({V})',
     'parse_module("builtin.module {{ tw.graph @main {{ %x = tw.input \\"x\\" <" + str({V}) + ", 1.0> : !tw.vec<1> }} }}")',
     'print_module({V})',
+    # generate's feedback (a function of the last outputs) and tracr's arguments
+    'generate(small(), {{"x": np.zeros((1, 2)), "t": np.zeros(1)}}, 2, {V})',
+    'compile(small(), d=64, d_head=8).generate({{"x": np.zeros((1, 2)), "t": np.zeros(1)}}, 1, {V})',
+    'compile(small(), d=64, d_head=8).generate_batch([{{"x": np.zeros((1, 2)), "t": np.zeros(1)}}], {S}, {V})',
+    RASP_CALL.format(args="{V}, 4"),
+    RASP_CALL.format(args="{{1, 2}}, {V}"),
+    RASP_CALL.format(args="{{1, 2}}, 4, causal={V}"),
+    RASP_CALL.format(args="{{1, 2}}, 4, compiler_bos={V}"),
+    RASP_CALL.format(args="{{1, 2}}, 4, compiler_pad={V}"),
+    RASP_CALL.format(args="{{1, 2}}, 4, mlp_exactness={V}"),
 )
 
 
@@ -1188,6 +1203,17 @@ DEFAULT_WEIGHTS["export"] = 0.002
 TIME_LIMITS["export"] = 120.0
 MAKERS["export"] = fuzz_exports.make_payload
 
+# Category `rasp`: program files, sound or broken, through tw-rasp as a console script
+# (`fuzz_rasp.py`); category `report`: graphs named with hostile text, their HTML report
+# checked to be well-formed (`fuzz_report.py`).
+import fuzz_rasp  # noqa: E402
+import fuzz_report  # noqa: E402
+
+CATEGORIES += ("rasp", "report")
+DEFAULT_WEIGHTS.update(rasp=0.002, report=0.01)
+TIME_LIMITS.update(rasp=120.0, report=60.0)
+MAKERS.update(rasp=fuzz_rasp.make_payload, report=fuzz_report.make_payload)
+
 
 def plan(n_cases: int, seed: int, weights: dict[str, float] | None = None) -> list[tuple[str, int]]:
     """(category, index) of every case: deterministic given the seed."""
@@ -1232,6 +1258,10 @@ def run_payload(category: str, payload: dict, time_limit: float) -> tuple[str, s
                 return run_cli(payload, time_limit)
             if category == "export":
                 return fuzz_exports.run(payload, classify)
+            if category == "rasp":
+                return fuzz_rasp.run(payload, time_limit, judge_cli)
+            if category == "report":
+                return fuzz_report.run(payload, classify)
             return run_determinism(payload, time_limit)
     except CaseTimeout:
         return "hang", "", f"no result within {time_limit:.0f} s"

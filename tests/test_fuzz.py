@@ -11,6 +11,8 @@ one line per distinct failure with the saved case to replay:
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,8 @@ import fuzz_harness as fh
 
 # About 30 s of two cores: the categories' costs differ by 100x (an IR mutant ~0.1 s, a CLI
 # case two interpreters, a determinism case two interpreters compiling four graphs).
-SHORT_MIX = {"ir": 200, "graph": 12, "api": 120, "cli": 6, "determinism": 1}
+SHORT_MIX = {"ir": 200, "graph": 12, "api": 120, "cli": 6, "determinism": 1, "rasp": 2,
+             "report": 8}
 SHORT_SEED = 20240610
 
 
@@ -110,3 +113,41 @@ def test_cases_are_deterministic_given_the_seed():
         assert fh.make_payload(category, 3, 17) == fh.make_payload(category, 3, 17)
     assert fh.plan(50, 3) == fh.plan(50, 3)
     assert fh.make_payload("ir", 3, 17) != fh.make_payload("ir", 3, 18)
+
+
+def test_rasp_surface_judges_refusals_and_answers(tmp_path):
+    """A file tw-rasp must refuse but runs is a wrong answer, an answer RASP does not give
+    is a wrong answer, a clean refusal is a clean error (the surface can fail)."""
+    import fuzz_rasp
+
+    payload = fuzz_rasp.make_payload(np.random.default_rng([3, 0]))
+    sound = dict(payload, kind="sound", expect="answer", argv=["prog.py", "--oracle", "--json"],
+                 tokens=[], file=fuzz_rasp.HEADER + payload["program"] + "\nvocab = {0, 1}\n"
+                 "max_seq_len = 3\ncompiler_bos = 'BOS'\n")
+    assert fuzz_rasp.run(dict(sound, expect="refuse"), 120, fh.judge_cli)[0] == "wrong_answer"
+    assert fuzz_rasp.run(sound, 120, fh.judge_cli)[0] == "accepted"
+    exits = dict(sound, expect="refuse", file=sound["file"] + "import sys\nsys.exit(3)\n")
+    assert fuzz_rasp.run(exits, 120, fh.judge_cli)[0] == "clean_error"
+    one = dict(sound, tokens=[1])
+    assert fuzz_rasp._check_answer(one, '{"decoded": ["BOS", "no such value"]}', "s")[0] \
+        == "wrong_answer"
+    assert fuzz_rasp._check_answer(one, "", "s")[0] == "wrong_answer"
+
+
+def test_report_surface_finds_broken_pages():
+    """The checks of a report page fail on the pages hostile names used to make."""
+    import fuzz_report
+
+    payload = fuzz_report.make_payload(np.random.default_rng([3, 1]))
+    assert fuzz_report.run(payload, fh.classify)[0] in ("accepted", "clean_error")
+    names = {slot: slot for slot in fuzz_report.SLOTS}
+    data = {"ops": {"name": ["input token output output2"], "ann": ["annotation"],
+                    "loc": ["file"]}}
+    good = ("<title>tw compile report: @graph</title><script type=\"application/json\">"
+            + json.dumps(data) + "</script><script>window.twReport = 1;})();</script>")
+    assert fuzz_report.page_problem(good, data, names) == ""
+    for bad in [good.replace('"file"', '"<!--<script>file"'),
+                good.replace("@graph", "@other"),
+                good.replace('"annotation"', '"annotation</script><script>"'),
+                good.replace("window.twReport", "")]:
+        assert fuzz_report.page_problem(bad, data, names), bad

@@ -358,11 +358,15 @@ def test_tw_rasp_refusals_of_the_translation_name_the_file(tmp_path, capsys):
 @needs_tracr
 def test_tw_rasp_exits_and_bad_settings_as_a_console_script(tmp_path):
     """The issue's two cases through a real interpreter: the exit code is 1 (not the file's
-    3) and stderr is the one line."""
-    for body, message in [(PROGRAM + "vocab = 5\nmax_seq_len = 3\n", "vocab must be a set"),
-                          ("import sys\nsys.exit(3)\n", "the file exited (sys.exit(3))")]:
+    3) and stderr is the one line (no library's log line beside it)."""
+    seqmap = "program = rasp.SequenceMap(lambda x, y: x + y, rasp.tokens, rasp.tokens)\n"
+    for body, message, token in [
+            (PROGRAM + "vocab = 5\nmax_seq_len = 3\n", "vocab must be a set", "1"),
+            ("import sys\nsys.exit(3)\n", "the file exited (sys.exit(3))", "1"),
+            # tracr's absl WARNING for a SequenceMap of one SOp twice was a second line
+            (seqmap + SETTINGS, "token 7 is not in the vocabulary", "7")]:
         f = _file(tmp_path, body)
-        r = subprocess.run([sys.executable, "-m", "tw_tools.tw_rasp", str(f), "1"],
+        r = subprocess.run([sys.executable, "-m", "tw_tools.tw_rasp", str(f), token],
                            capture_output=True, text=True, timeout=300)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1 and len(lines) == 1 and message in lines[0], r.stderr

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import runpy
 import sys
@@ -125,6 +126,9 @@ def _run_file(file: str) -> dict:
         raise ToolError(f"{file}:{e.lineno}: syntax error: {one_line(e.msg)}") from None
     except (OSError, ValueError) as e:
         raise ToolError(f"cannot read {file}: {one_line(e)}") from None
+    # tracr logs through absl (a SequenceMap of one SOp twice: a WARNING on stderr), which
+    # would add lines to the one a failing run may print: only absl's errors pass
+    logging.getLogger("absl").setLevel(logging.ERROR)
     limit = sys.getrecursionlimit()
     try:
         with _user_code(file, "the file", owned=True):
