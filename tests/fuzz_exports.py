@@ -31,12 +31,14 @@ def make_payload(rng: np.random.Generator) -> dict:
     return {"format": FORMATS[int(rng.integers(len(FORMATS)))],
             "damage": DAMAGES[int(rng.integers(len(DAMAGES)))],
             "vocab": int(rng.integers(2, 9)), "hidden": int(rng.integers(1, 9)),
-            "width": int(rng.integers(1, 7)), "seeds": [int(s) for s in rng.integers(0, 2**31, 3)]}
+            "width": int(rng.integers(1, 7)), "pipeline": ("none", "default")[int(rng.integers(2))],
+            "seeds": [int(s) for s in rng.integers(0, 2**31, 3)]}
 
 
 def _program(payload: dict, seed: int):
     """A compiled program of the payload's shape: tokens through a relu layer (swish and a
-    rotary head for llama, which carries only rotary heads)."""
+    rotary head for llama, which carries only rotary heads), compiled with the payload's
+    pipeline (as written, or the default one, which may leave a layer without heads)."""
     import tw_lowering as lowering
     from twdialect import ops as tw
 
@@ -56,9 +58,10 @@ def _program(payload: dict, seed: int):
             hid = tw.relu(tw.linear(tok, rng.normal(size=(3, h)).round(3),
                                     rng.normal(size=h) * 1e-3))
             tw.output("logits", tw.linear(hid, rng.normal(size=(h, w)).round(3)))
+    pipeline = payload.get("pipeline", "none")
     if rotary:
-        return lowering.compile(g.module, d=32, d_head=16, d_hidden=32)
-    return lowering.compile(g.module, d=32, d_head=4, d_hidden=16)
+        return lowering.compile(g.module, d=32, d_head=16, d_hidden=32, pipeline=pipeline)
+    return lowering.compile(g.module, d=32, d_head=4, d_hidden=16, pipeline=pipeline)
 
 
 def _export(ct, path: str, fmt: str) -> None:

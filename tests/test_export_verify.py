@@ -47,13 +47,14 @@ LAUNDERED = re.compile(r"Traceback|internal error|\b(KeyError|IndexError|Attribu
 
 
 def _token_program(seed: int):
-    """Tokens (5) through a relu layer to 4 logits: every format carries it."""
+    """Tokens (5) through a relu layer to 4 logits, compiled as written (two layers, each
+with heads and neurons): every format carries it."""
     rng = np.random.default_rng(seed)
     with tw.Graph("main") as g:
         tok = tw.embedding("tokens", rng.normal(size=(5, 3)).round(3))
         h = tw.relu(tw.linear(tok, rng.normal(size=(3, 6)).round(3), rng.normal(size=6) * 1e-3))
         tw.output("logits", tw.linear(h, rng.normal(size=(6, 4)).round(3)))
-    return lowering.compile(g.module, d=32, d_head=4, d_hidden=16)
+    return lowering.compile(g.module, d=32, d_head=4, d_hidden=16, pipeline="none")
 
 
 def _rotary_program(seed: int):
@@ -212,6 +213,11 @@ def _file_campaign(c: Campaign) -> None:
                      graph=c.ct if not name else None)
     if not c.good.is_file():
         c.refused(c.tmp / "missing", "a missing export")
+    if c.fmt in ("transformers", "llama"):  # (a file transformers would read beside them)
+        for name in ("added_tokens.json", "special_tokens_map.json", "chat_template.jinja"):
+            path = c.copy()
+            (path / name).write_text('{"x": 1}')
+            c.refused(path, f"{name} added")
 
 
 def _json_values():

@@ -136,6 +136,25 @@ def _rows_padded(a: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+# Files beside a checkpoint that transformers may read (weights, configs, tokenizer parts,
+# chat templates): one tw did not write is refused, as it could change the answers.
+READ_BY_TRANSFORMERS = re.compile(r".*\.(json|safetensors|bin|pt|pth|h5|msgpack|model|jinja|"
+                                  r"gguf)|merges\.txt|vocab\.txt")
+
+
+def _check_no_foreign_files(path, written: set[str], where: str) -> None:
+    """Refuse a file in the export's folder that tw did not write and transformers reads."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise ExportError(f"{where}: cannot list the export's folder ({e.strerror})") from None
+    for name in names:
+        if name not in written and READ_BY_TRANSFORMERS.fullmatch(name) \
+                and os.path.isfile(os.path.join(path, name)):
+            raise ExportError(f"{where}: holds {show(name)}, which tw did not write and "
+                              "transformers would read; remove it or export again")
+
+
 def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> list[str]:
     """One token per character (or per given token string): WordLevel over the vocabulary,
     split into single characters when every token is one, joined back without spaces.
@@ -243,5 +262,6 @@ def check_checkpoint(path, fmt: str, geometry_of, graph=None, where: str = "expo
                 raise ExportError(f"{where}: cannot read {name} ({type(e).__name__})") from None
     check_digests({k: v for k, v in files.items() if k != WEIGHTS}, found, where,
                   "the export", kind="file")
+    _check_no_foreign_files(path, set(files) | {CONFIG}, where)
     check_sealed_json(raw, tw.get(SELF_KEY), where, CONFIG)
     return decoded

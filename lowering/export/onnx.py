@@ -685,11 +685,17 @@ def _verify_data(model, props: Mapping[str, str], folder: str, where: str) -> No
     """The data file's tensors and bytes against model.onnx's records (model.onnx itself
     already checked, so its initializers' offsets are tw's)."""
     regions = []
-    for t in model.graph.initializer:
-        ext = {e.key: e.value for e in t.external_data}
-        if ext:
-            start = int(ext["offset"])
-            regions.append((t.name, start, start + int(ext["length"])))
+    try:
+        for t in model.graph.initializer:
+            ext = {e.key: e.value for e in t.external_data}
+            if ext:
+                if ext.get("location") != DATA_FILE:
+                    raise ValueError(ext.get("location"))
+                start = int(ext["offset"])
+                regions.append((t.name, start, start + int(ext["length"])))
+    except (KeyError, ValueError):
+        raise ExportError(f"{where}: {MODEL_FILE}'s external tensors are not where tw puts them "
+                          f"(in {DATA_FILE}, at an offset and length); export it again") from None
     tensors = recorded_digests(props.get("tw.tensor_sha256"), where, MODEL_FILE)
     whole = props.get("tw.data_sha256")
     data_path = os.path.join(folder, DATA_FILE)
