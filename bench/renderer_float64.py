@@ -9,7 +9,7 @@ every output there, rounded, equals the renderer's plain-Python reference (every
 integer). The oracle (`twdialect.evaluate`, float64) is scored the same way, and each model's
 largest |model - oracle| over every output and position is reported beside its count.
 
-    python3 bench/renderer_float64.py [--scenes 16] [--widths 1024,2048] [--seed 0]
+    python3 bench/renderer_float64.py [--scenes 16] [--widths 1024,2048] [--seed 0] [--device cuda]
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--widths", default="1024,2048")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pipeline", default="default")
+    ap.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     args = ap.parse_args()
 
     import tw_lowering as lowering
@@ -87,12 +88,13 @@ def main() -> None:
     summary = {"graph": r.name, "answer_positions": total, "oracle_right": oracle_right,
                "oracle_wrong": oracle_wrong, "oracle_seconds": round(oracle_s, 2)}
     for d in (int(w) for w in args.widths.split(",")):
-        row = {"d": d, "d_head": r.d_head, "d_hidden": 4 * d, "pipeline": args.pipeline,
+        row = {"d": d, "device": args.device, "d_head": r.d_head, "d_hidden": 4 * d,
+               "pipeline": args.pipeline,
                "answer_positions": total, "oracle_right": oracle_right}
         for dtype in ("float32", "float64"):
             t = time.perf_counter()
             ct = lowering.compile(r.module, d=d, d_head=r.d_head, d_hidden=4 * d,
-                                  pipeline=args.pipeline, dtype=dtype)
+                                  pipeline=args.pipeline, dtype=dtype).to(args.device)
             compile_s = time.perf_counter() - t
             t = time.perf_counter()
             outputs = [ct.run(xs) for xs in batch]

@@ -596,7 +596,11 @@ class CompiledTransformer(nn.Module):
             self._redo_in(dtype)
             device = where if device is None else device
         if device is not None:
-            super().to(device=device, non_blocking=non_blocking)
+            try:
+                super().to(device=device, non_blocking=non_blocking)
+            except (RuntimeError, AssertionError) as e:  # (a device this machine lacks)
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ArgumentError(f"to: cannot move the model to {device}: {first}") from None
         return self
 
     def double(self):
@@ -935,6 +939,11 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[object, np.dtype | None, bool]
     from tw_lowering.materialize import DTYPES, check_dtype
 
     args = list(args)
+    # (torch reads a float as a dtype, to(2.5) is float64, and a bool as a device ordinal)
+    for a in [*args[:1], kwargs.get("device"), kwargs.get("dtype")]:
+        if isinstance(a, (bool, float, complex)):
+            raise ArgumentError(f"to: expected a device and/or a dtype (torch.float32 or "
+                                f"torch.float64), got {a!r}")
     if args and isinstance(args[-1], str) and args[-1] in DTYPES:
         kwargs = {**kwargs, "dtype": TORCH_DTYPES[args.pop()]}
     if isinstance(kwargs.get("dtype"), str):
