@@ -150,7 +150,7 @@ def test_10k_op_report_opens_fast(browser, tmp_path):
     from twdialect.random_graphs import layered_graph
 
     module, _ = layered_graph(10_000, seed=0)
-    ct = tw_lowering.compile(module, d=512, d_head=16)
+    ct = tw_lowering.compile(module, d=512, d_head=16, pipeline=None)  # (every op kept)
     path = tmp_path / "big.html"
     ct.report(path)
     browser.errors.clear()
