@@ -326,7 +326,7 @@ def _read(path, where: str) -> _Layout:
             value = field.contents()
             if key.startswith("tw."):
                 meta[key] = value if isinstance(value, str) else str(value)
-                if isinstance(value, str) and len(field.parts) == 5:  # key len/data, type, len, value
+                if isinstance(value, str) and len(field.parts) == 5:  # (key, type, length, value)
                     spans[key] = (int(field.offset) + sum(int(p.nbytes) for p in field.parts[:4]),
                                   int(field.parts[4].nbytes))
             else:

@@ -24,12 +24,16 @@ What the bytes must be (every format; `docs/exports.md`, "What a loader checks")
 * a sha256 of each whole file, so damage anywhere (a header's padding included) is refused:
   beside the tensors in config.json (`files_sha256`, tlens' `weights_sha256`), in the ONNX
   model for its data file (`tw.data_sha256`), and inside the file itself for the files that
-  hold their own records (`tw.file_sha256` of a GGUF, `tw.model_sha256` of model.onnx: the
-  hash of the file with that value read as `PLACEHOLDER`).
+  hold their own records (`tw.file_sha256` of a GGUF, `tw.model_sha256` of model.onnx,
+  `config_sha256` in config.json's "tw" entry: the hash of the file with that value read as
+  `PLACEHOLDER`).
 
-`tensor digests` are filled in after the tensors are written (the records sit in headers that
-precede the data), by rewriting a placeholder of the same length in place, so an export stays
-one pass over its layers and byte-identical from run to run.
+The tensor digests of a safetensors or GGUF file are filled in after its tensors are written
+(the records sit in headers that precede the data), by rewriting a placeholder of the same
+length in place, so an export stays one pass over its layers and byte-identical from run to
+run. `check_config`, `check_digests`, `file_digests`, `read_config` and `check_sealed_json` are
+the loaders' shared checks: each refusal is one ExportError line naming the file and what
+differs.
 """
 
 from __future__ import annotations
