@@ -153,12 +153,46 @@ def test_random_graph_with_real_inputs(tmp_path, seed, kwargs):
     _close(model.generate({k: v[:5] for k, v in feeds.items()}, 7, feedback), want)
 
 
-def test_layered_graph(tmp_path):
+def test_literal_outputs_load_in_onnxruntime(tmp_path):
+    """Two literal outputs read the constant column: two equal one-element index tensors,
+    which onnxruntime's constant sharing merges and may lend to a shape input (Unsqueeze's
+    axes [0]); an external one could not be read there, so none is external."""
+    with tw.Graph("main") as g:
+        x = tw.input("x", 2, value_range=(-1.0, 1.0))
+        tw.output("y", tw.relu(x))
+        tw.output("c", tw.literal([3.0]))
+        tw.output("e", tw.literal([5.0]))
+    ct = compile(g.module, d=64, d_head=8, d_hidden=64)
+    export_onnx(ct, tmp_path / "m")
+    written = onnx.load(str(tmp_path / "m" / MODEL_FILE), load_external_data=False)
+    assert all(int(np.prod(t.dims)) > 1 for t in written.graph.initializer if t.external_data)
+    feeds = {"x": np.array([[0.5, -0.5], [-1.0, 1.0], [0.25, 0.0]])}
+    _close(load_onnx(tmp_path / "m", ct).run(feeds), ct.run(feeds))
+
+
+def _tables(ct) -> int:
+    """The floats an ONNX export stores beside the runtime's trimmed blocks: the pos_encoding
+    feature table (max_len rows of its features past the position column), each pos_table
+    and embedding table, and each output's literal scale."""
+    n = 0
+    for s in ct.sources:
+        if s.kind == "pos" and s.pos_width > 1:
+            n += ct.contract.max_len * (s.pos_width - 1)
+        elif s.kind in ("pos_table", "embedding"):
+            n += s.table.size
+    return n + sum(np.size(o.scale) for o in ct.outputs if not np.all(np.asarray(o.scale) == 1))
+
+
+@pytest.mark.parametrize("pipeline, table", [("none", 4096), ("default", 0)])
+def test_layered_graph(tmp_path, pipeline, table):
+    """The runtime's trimmed blocks and nothing more but the tables the model reads: as written
+    the graph's pos_encoding (4096 x 1 features) rides along; the default pipeline drops it,
+    since no attention at this size reads it (the op is dead), and with it the table."""
     module, _ = layered_graph(300)
-    ct = compile(module, d=256, d_head=16, d_hidden=1024)
+    ct = compile(module, d=256, d_head=16, d_hidden=1024, pipeline=pipeline)
     info = export_onnx(ct, tmp_path / "m")
-    # the runtime's trimmed blocks and nothing more but the position table (4096 x 1)
-    assert info["params"] == info["trimmed_params"] + 4096
+    assert _tables(ct) == table
+    assert info["params"] == info["trimmed_params"] + table
     feeds = sample_inputs(module, 20, 4)
     _close(load_onnx(tmp_path / "m", ct).run(feeds), ct.run(feeds))
 

@@ -3,7 +3,8 @@ KV cache, weights streamed to an external data file, and a loader that checks tw
 
 `export_onnx(ct, path)` writes a directory `path` holding `model.onnx` (the graph, ~KB) and
 `model.onnx.data` (every weight, written a layer at a time: nothing but the compiled model and
-one array is held while writing). The graph is built node by node with `onnx.helper` (no
+one array is held while writing; a one-element tensor stays in model.onnx, where onnxruntime's
+constant sharing may lend it to a shape input that must be readable at load). The graph is built node by node with `onnx.helper` (no
 tracing), so two exports of one model are byte-identical. onnxruntime's CPU provider runs it
 with default session options and gives `ct.run`'s numbers to float32 round-off.
 
@@ -85,6 +86,7 @@ DATA_FILE = "model.onnx.data"
 OPSET = 18  # ScatterElements(reduction="add") needs 16, Split's sizes as an input 13
 IR_VERSION = 8  # the IR of opset 18 (onnx 1.13): loadable by older runtimes too
 ALIGN = 64  # byte alignment of every tensor in the data file
+INLINE_MAX = 1  # tensors of at most this many elements stay in model.onnx (`_Builder.weight`)
 MAX_POSITIONS = 1 << 24  # float32 holds every position index below this exactly
 RESERVED = ("position_offset", "new_positions")
 MODEL_KEY = "tw.model_sha256"  # model.onnx's own sha256, read with its value as PLACEHOLDER
@@ -111,11 +113,16 @@ class _Builder:
         return name
 
     def weight(self, name: str, array) -> str:
-        """An array written to the data file now (aligned), referenced by offset."""
+        """An array written to the data file now (aligned), referenced by offset; one of at
+        most one element stays in the graph (`INLINE_MAX`: onnxruntime's constant sharing
+        merges equal one-element initializers, and a shape input such as Unsqueeze's axes
+        that it points at an external one cannot be read at load)."""
         a = np.asarray(array)
         a = np.ascontiguousarray(a, a.dtype.newbyteorder("<"))
         if a.dtype.kind == "f":
             self.floats += a.size
+        if a.size <= INLINE_MAX:  # (model.onnx's own sha256 covers it)
+            return self.const(name, a)
         pad = (-self.offset) % ALIGN
         self.data.write(b"\0" * pad)
         self.data_hash.update(b"\0" * pad)
