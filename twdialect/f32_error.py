@@ -349,6 +349,10 @@ def ffn_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
     w1, w2 = np.asarray(w1, np.float64), np.asarray(w2, np.float64)
     h = w1.shape[1]
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    if activation == "swish" and up is None:
+        hinged = swish_hinge_bound(w1, b1, w2, b2, lo, hi, integer, e_in)
+        if hinged is not None:
+            return hinged
     x_mag = np.maximum(np.abs(lo), np.abs(hi))
     eps = 2.0 ** -MANTISSA
     with np.errstate(over="ignore", invalid="ignore"):
@@ -370,3 +374,97 @@ def ffn_error_bound(w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray,
         sums = lane @ np.abs(w2) + b2_mag
         err = e_l @ np.abs(w2) + eps * (h + 2) * sums
     return np.nan_to_num(err, nan=np.inf)
+
+
+# Beyond this |z|, float32's swish is relu's: z / (1 + exp(-z)) divides by exactly 1 (exp(-32)
+# is far below half an ulp of 1) and z * exp(z) / (1 + exp(z)) is below 32 e^-32 = 4e-13.
+SWISH_HINGE = 32.0
+
+
+def _nearest_to_zero(n: _Neuron, w: np.ndarray, integer: np.ndarray, e_z: float) -> float:
+    """The smallest |z| neuron `n` (weights `w`) reaches over its box, its pre-activation
+    moved by up to `e_z`: z = p + b with p on the grid of an exact dot product of integer
+    inputs (p a multiple of its weights' greatest common divisor), else over the interval."""
+    z_lo, z_hi = n.p_lo + n.b - e_z, n.p_hi + n.b + e_z
+    if z_lo > 0.0 or z_hi < 0.0:
+        return min(abs(z_lo), abs(z_hi))
+    nz = np.nonzero(w)[0]
+    if not n.dot_exact or not nz.size or not np.all(integer[nz]):
+        return 0.0
+    g = _weights_gcd([float(w[i]) for i in nz.tolist()])  # every p is a multiple of g
+    k_lo, k_hi = math.ceil(n.p_lo / g), math.floor(n.p_hi / g)
+    k = -n.b / g  # z = k g + b is 0 here
+    ks = [c for c in (math.floor(k), math.ceil(k), k_lo, k_hi) if k_lo <= c <= k_hi]
+    nearest = min((abs(c * g + n.b) for c in ks), default=math.inf)
+    return max(nearest - e_z, 0.0)
+
+
+def _weights_gcd(ws: list[float]) -> float:
+    """The largest g with every w / g an integer, for dyadic floats `ws` (all are): each w
+    is an odd integer times a power of two, so scaled by the smallest grid they are integers."""
+    unit = min(lowbit(w) for w in ws)
+    g = 0
+    for w in ws:
+        g = math.gcd(g, int(abs(w) / unit))
+    return g * unit
+
+
+def swish_hinge_bound(w1, b1, w2, b2, lo, hi, integer=None, e_in=None) -> np.ndarray | None:
+    """The float32 error bound of an ungated swish mlp whose every pre-activation stays at
+    least SWISH_HINGE from 0 over the box (on its grid: torchwright's thermometers put a gain
+    of 1280 on integers, z = 1280 (x + 0.5)): there float32 swish is relu to 4e-13 a lane,
+    so `mlp_error_bound`'s hinge and exactness analysis applies, plus that tail. None where
+    some pre-activation can come near 0 (the lanes curve: `ffn_error_bound` bounds those)."""
+    w1, w2 = np.asarray(w1, np.float64), np.asarray(w2, np.float64)
+    n_in, n_hidden = w1.shape
+    b1v = np.zeros(n_hidden) if b1 is None else np.asarray(b1, np.float64).reshape(-1)
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return None
+    ints = np.zeros(n_in, bool) if integer is None else np.asarray(integer, bool)
+    e_z = np.zeros(n_hidden) if e_in is None else \
+        np.abs(np.asarray(e_in, np.float64)) @ np.abs(w1)
+    nzs = _column_nonzeros(w1)
+    for j in range(n_hidden):
+        n = _Neuron(w1[:, j], b1v[j], lo, hi, ints, nzs[j])
+        if _nearest_to_zero(n, w1[:, j], ints, float(e_z[j])) < SWISH_HINGE:
+            return None
+    tail = 2.0 * SWISH_HINGE * math.exp(-SWISH_HINGE) * np.abs(w2).sum(axis=0)
+    return mlp_error_bound(w1, b1, w2, b2, lo, hi, integer, e_in) + tail
+
+
+def mlp_exact(w1, b1, w2, b2, lo, hi, integer, swish: bool = False) -> bool:
+    """Whether relu(x @ w1 + b1) @ w2 + b2 (swish: an ungated swish mlp whose pre-activations
+    stay SWISH_HINGE from 0, relu's to 4e-13) is exact in float32 in ANY summation order over
+    the box: every hidden unit exact on its grid (`_Neuron.exact`), and every output's terms
+    h_j w2[j, k] exact products on a common grid whose absolute sum, bias included, stays
+    below 2^24 of it (a blocked or threaded kernel may add them in any order)."""
+    w1, w2 = np.asarray(w1, np.float64), np.asarray(w2, np.float64)
+    n_in, n_hidden = w1.shape
+    b1 = np.zeros(n_hidden) if b1 is None else np.asarray(b1, np.float64).reshape(-1)
+    b2 = np.zeros(w2.shape[1]) if b2 is None else np.asarray(b2, np.float64).reshape(-1)
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    ints = np.asarray(integer, bool)
+    nzs = _column_nonzeros(w1)
+    h_mag, h_grid = np.zeros(n_hidden), np.zeros(n_hidden)
+    for j in range(n_hidden):
+        n = _Neuron(w1[:, j], b1[j], lo, hi, ints, nzs[j])
+        if not n.exact:
+            return False
+        if swish and _nearest_to_zero(n, w1[:, j], ints, 0.0) < SWISH_HINGE:
+            return False
+        h_mag[j], h_grid[j] = n.z_pos, n.grid if n.grid > 0 else math.inf
+    for k in range(w2.shape[1]):
+        rows = np.nonzero(w2[:, k])[0]
+        grid, total = lowbit(float(b2[k])), abs(float(b2[k]))
+        for j in rows.tolist():
+            if h_mag[j] == 0.0:
+                continue  # a unit that never fires adds nothing
+            w = float(w2[j, k])
+            if _odd_part(w) * h_mag[j] / h_grid[j] >= 2.0 ** MANTISSA:
+                return False  # the product itself rounds
+            grid = min(grid, h_grid[j] * lowbit(w))
+            total += h_mag[j] * abs(w)
+        if total > 0.0 and not total < 2.0 ** MANTISSA * grid:
+            return False
+    return True
