@@ -55,12 +55,12 @@ def check_module(fn: str, module) -> None:
 
 
 def check_pipeline(fn: str, pipeline) -> tuple:
-    """`pipeline` as the passes to run, checked before any work: None or "" for none,
-    "default" for DEFAULT_PIPELINE, a spec string such as "canonicalize,cse", or a tuple of
-    pass objects. A bad one is a PipelineError naming `fn`, or the pass or option."""
+    """`pipeline` as the passes to run, checked before any work: "none" (or None, or "")
+    for none, "default" for DEFAULT_PIPELINE, a spec string such as "canonicalize,cse", or a
+    tuple of pass objects. A bad one is a PipelineError naming `fn`, or the pass or option."""
     from tw_passes import PipelineError, pipeline_passes
 
-    if pipeline is None:
+    if pipeline is None or (isinstance(pipeline, str) and pipeline.strip() == "none"):
         return ()
     if not isinstance(pipeline, (str, tuple, list)):
         raise PipelineError(f"{fn}: pipeline must be a string such as \"default\" or "
@@ -74,10 +74,14 @@ def check_pipeline(fn: str, pipeline) -> tuple:
 
 
 def compile(module, d: int, d_head: int, d_hidden: int | None = None,  # noqa: A001
-            pipeline: str | tuple | None = None, graph: str = "main", verbose: bool = False,
+            pipeline: str | tuple | None = "default", graph: str = "main", verbose: bool = False,
             on_margin: str = "error", trace_passes: bool = False, progress=None,
             dtype: str = "float32"):
     """Compile graph `graph` of `module` to a CompiledTransformer (a torch.nn.Module).
+
+    `pipeline`: the passes run first, the default pipeline unless told otherwise
+    (`passes/optimize.py`); "none" (or None) compiles the graph as written, a spec string
+    ("canonicalize,cse") or a tuple of passes runs those (`check_pipeline`).
 
     An output that declares a margin (`tw.output(..., margin=...)`) is held to it: where its
     static float32 error estimate exceeds the margin, `on_margin="error"` raises a
@@ -208,14 +212,19 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     trace = PassTrace(name, machine) if trace_passes else None
     if trace is not None:
         trace.record("input", module)
+    from tw_lowering.stats import ramp_zones
+
+    ramps = ramp_zones(find_graph(module, name))
     prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)))
     report_progress("passes", max(len(pipeline), 1), max(len(pipeline), 1))
     g = find_graph(prepared, name)
     seconds["passes"] = time.perf_counter() - t0
     check_float32_magnitudes(g)
     tg = TaskGraph(g)
-    return lower(tg, machine, pressure_of(module, tg, pipeline, graph), seconds, on_margin,
-                 verbose, trace.steps if trace is not None else [], dtype=dtype)
+    model = lower(tg, machine, pressure_of(module, tg, pipeline, graph), seconds, on_margin,
+                  verbose, trace.steps if trace is not None else [], dtype=dtype)
+    model.stats.ramps = ramps
+    return model
 
 
 def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=False,
@@ -228,7 +237,7 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     np.float64)."""
     from tw_lowering.materialize import materialize
     from tw_lowering.model import CompiledTransformer
-    from tw_lowering.precision import check_margins
+    from tw_lowering.precision import check_margins, check_outputs
     from tw_lowering.schedule import schedule
     from tw_lowering.stats import make_stats
 
@@ -236,7 +245,8 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     t1 = time.perf_counter()
     if sched is None:
         sched = schedule(tg, machine, pressure=pressure)
-    check_margins(sched, on_margin)
+    check_margins(sched, on_margin, dtype)
+    check_outputs(sched, on_margin, dtype)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1
     weights, sources, outputs = materialize(sched, dtype)

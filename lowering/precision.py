@@ -73,8 +73,9 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
     tg = sched.tg
     mag = GroupRanges(tg) if mag is None else mag
     err = [0.0] * len(tg.groups)
+    exact = _ExactOps(tg, mag)
     for g in tg.sources:  # inputs and embedding tables are rounded to float32 on the way in
-        err[g] = EPS * mag[g]
+        err[g] = 0.0 if exact.source_is_exact(g) else EPS * mag[g]
     per_op = {}
     # Per column, what a cancel adds to the value that refills it: half an ulp of a dead
     # value cancelled in the same sublayer; a one-neuron cancel's possible leftover.
@@ -99,7 +100,9 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
         op = t.op
         refs = tg.in_refs(t)
         e_in, m_in = _in_error(err, refs), _in_magnitude(mag, refs)
-        if isinstance(op, LinearOp):
+        if e_in == 0.0 and exact.computes_exactly(op, m_in):
+            e = 0.0  # exact inputs, an exact computation (integers on a grid below 2^24)
+        elif isinstance(op, LinearOp):
             w = to_numpy(op.weight)
             e = _affine_bound(w, to_numpy(op.bias) if op.bias is not None else None, m_in, e_in)
         elif isinstance(op, AddOp):
@@ -153,8 +156,8 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
                      + _in_error(err, k_refs) * float(m_q @ s_k))
                 v_max = float(np.max(m_v @ np.abs(wvo), initial=0.0))
                 e += float(np.expm1(min(2.0 * d, 700.0))) * 2.0 * v_max
-        else:  # relu: exact on its input
-            e = e_in + EPS * float(m_in.max() if len(m_in) else 0.0)
+        else:  # relu: exact on its input (it only zeroes negatives)
+            e = e_in
         g = t.out_group
         if g not in started:  # the group's columns: whatever their last cancel left
             started.add(g)
@@ -167,6 +170,66 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
         err[g] += e
         per_op[op] = err[g]
     return per_op, err
+
+
+class _ExactOps:
+    """Which computations float32 carries out exactly, whatever order a kernel sums in:
+    integer inputs (and dyadic weights) whose every product and partial sum stays on a common
+    grid below 2^24 of it (`twdialect.f32_error`'s grids). A token program's arithmetic is
+    such: its ids, digits and positions are integers and its sums small, so its values carry
+    no rounding at all until an op that really rounds (a softmax, a non-dyadic weight);
+    without this, first-order bounds compound through every large gain and say nothing."""
+
+    def __init__(self, tg, mag: GroupRanges):
+        self.tg, self.mag = tg, mag
+        self._ints = None
+
+    def integer(self, v) -> np.ndarray:
+        from twdialect.ranges import integer_components
+
+        if self._ints is None:
+            try:
+                self._ints = integer_components(self.tg.graph)
+            except TwError:
+                self._ints = {}
+        got = self._ints.get(v)
+        return np.zeros(_width(v), bool) if got is None else np.asarray(got, bool)
+
+    def source_is_exact(self, g: int) -> bool:
+        """A source whose values float32 holds exactly: integers below 2^24."""
+        v = self.tg.groups[g].value
+        return v is not None and bool(np.all(self.integer(v))) and self.mag[g] < 2.0 ** 24
+
+    def computes_exactly(self, op, m_in: np.ndarray) -> bool:
+        from twdialect.f32_error import mlp_exact, linear_error_bound
+
+        if not isinstance(op, (LinearOp, AddOp, MlpOp)) or not op.operands:
+            return False
+        x = op.operands[0]
+        ints = self.integer(x)
+        if len(ints) != len(m_in) or not np.all(ints) or not np.all(np.isfinite(m_in)):
+            return False
+        with np.errstate(all="ignore"):
+            if isinstance(op, AddOp):
+                both = np.all(self.integer(op.operands[1]))
+                return bool(both and float(m_in.sum()) < 2.0 ** 24)
+            if isinstance(op, LinearOp):
+                w = to_numpy(op.weight)
+                b = to_numpy(op.bias) if op.bias is not None else None
+                return bool(np.all(linear_error_bound(w, b, -m_in, m_in, ints) == 0.0))
+            if not is_plain_mlp(op) and (op.up is not None or mlp_activation(op) != "swish"):
+                return False
+            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
+            b1 = to_numpy(op.b1) if op.b1 is not None else None
+            b2 = to_numpy(op.b2) if op.b2 is not None else None
+            return mlp_exact(w1, b1, w2, b2, -m_in, m_in, ints,
+                             swish=not is_plain_mlp(op))
+
+
+def _width(v) -> int:
+    from twdialect.dialect import width_of
+
+    return width_of(v)
 
 
 def max_relative_output_error(sched: Schedule) -> float:
@@ -185,6 +248,89 @@ def max_relative_output_error(sched: Schedule) -> float:
 
 class PrecisionError(TwError):
     """An output whose static float32 error estimate exceeds the margin its consumer declared."""
+
+
+class PrecisionWarning(UserWarning):
+    """An output float32 cannot be shown to keep: its static error bound is infinite, or
+    beyond the contract's atol (1e-4 relative to max(1, |output|)) where it declares no margin.
+    The message names the output, the op where the bound first leaves that tolerance, and
+    what would help."""
+
+
+ATOL = 1e-4  # the contract of an output without a margin: |model - oracle| <= ATOL max(1, |y|)
+# float64's unit roundoff over float32's: a first-order bound scales by it (`dtype_scale`)
+FLOAT64_SCALE = 2.0 ** -29
+REMEDY = ("declare narrower input ranges (tw.input value_range), a margin on the output "
+          "(tw.output(..., margin=)), or compile with dtype='float64'")
+
+
+def dtype_scale(dtype) -> float:
+    """What a float32 error bound is multiplied by for a model computing in `dtype`: 1, or
+    float64's unit roundoff over float32's (every first-order term is a multiple of it)."""
+    return FLOAT64_SCALE if np.dtype(dtype) == np.float64 else 1.0
+
+
+def culprit(sched: Schedule, per_op: dict, value, mag: GroupRanges,
+            limit: float | None = None) -> str | None:
+    """The op, among those the output `value` depends on, where the error bound first leaves
+    ATOL of the op's own magnitude (`limit`, an output's margin, where given), or becomes
+    infinite, in schedule order: where to look (`twdialect.dialect.describe` of it, with its
+    layer and sublayer)."""
+    from twdialect.analysis import layer_of, sublayer_name
+    from twdialect.dialect import describe
+
+    tg = sched.tg
+    cone, stack = set(), [value.owner]
+    while stack:
+        op = stack.pop()
+        if op in cone:
+            continue
+        cone.add(op)
+        stack.extend(u.owner for u in op.operands)
+    order = sorted((sched.slot[t.tid], t.index, t) for t in tg.tasks
+                   if sched.slot[t.tid] >= 0 and t.op in cone and t.op in per_op)
+    for s, _, t in order:
+        e = per_op[t.op]
+        size = float(np.max(mag[t.out_group], initial=0.0))
+        if not np.isfinite(e) or e > (ATOL * max(1.0, size) if limit is None else limit):
+            return f"{describe(t.op)} (layer {layer_of(s)} {sublayer_name(s)})"
+    return None
+
+
+def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
+                  ) -> dict[str, tuple[float, float]]:
+    """The float32 contract stated at compile time: every output's static error bound
+    (`estimate_errors`, scaled for `dtype`) is finite and within its declared margin, or
+    within ATOL of its magnitude where it declares none; otherwise one warning (a
+    PrecisionWarning) names each such output, the op where its bound leaves the tolerance
+    (`culprit`) and what would help. An output with a margin is `check_margins`' (an error
+    under on_margin="error"). "ignore" checks nothing. Returns {output: (bound, allowed)}."""
+    if on_margin == "ignore":
+        return {}
+    mag = GroupRanges(sched.tg)
+    per_op, err = estimate_errors(sched, mag)
+    scale = dtype_scale(dtype)
+    margins = output_margins(sched.tg.graph)
+    report, over = {}, []
+    for name, v in sched.tg.outputs:
+        groups = sched.tg.refs[v].groups()
+        bound = max((err[g] for g in groups), default=0.0) * scale
+        size = max((float(np.max(mag[g], initial=0.0)) for g in groups), default=0.0)
+        allowed = margins.get(name, ATOL * max(1.0, size))
+        report[name] = (bound, allowed)
+        if name in margins or (np.isfinite(bound) and bound <= allowed):
+            continue
+        where = culprit(sched, per_op, v, mag)
+        what = "infinite" if not np.isfinite(bound) else f"{bound:.3g} (atol {allowed:.3g})"
+        over.append(f"output \"{name}\": its error bound is {what}" +
+                    (f", first out of tolerance at {where}" if where else ""))
+    if over:
+        import warnings
+
+        precision = "float64" if scale != 1.0 else "float32"
+        warnings.warn(f"{precision} cannot be shown to keep every output within its contract: "
+                      f"{'; '.join(over)}; {REMEDY}", PrecisionWarning, stacklevel=3)
+    return report
 
 
 def output_errors(sched: Schedule) -> dict[str, tuple[float, float]]:
@@ -206,26 +352,38 @@ def output_margins(graph) -> dict[str, float]:
             for op in graph.block.ops if isinstance(op, OutputOp) and MARGIN in op.attributes}
 
 
-def check_margins(sched: Schedule, on_margin: str = "error") -> dict[str, tuple[float, float]]:
-    """Compare every output's error estimate with its declared margin: "error" raises a
-    PrecisionError naming the outputs that exceed theirs, "warn" issues a warning, "ignore"
-    does neither. Returns {output: (estimate, margin)} for the outputs with a margin."""
+def check_margins(sched: Schedule, on_margin: str = "error", dtype=np.float32
+                  ) -> dict[str, tuple[float, float]]:
+    """Compare every output's error estimate (scaled for `dtype`) with its declared margin:
+    "error" raises a PrecisionError naming the outputs that exceed theirs and the op where
+    each bound leaves tolerance, "warn" issues a PrecisionWarning, "ignore" does neither.
+    Returns {output: (estimate, margin)} for the outputs with a margin."""
     if on_margin not in ("error", "warn", "ignore"):
         raise PrecisionError(f"on_margin must be 'error', 'warn' or 'ignore', got {on_margin!r}")
     margins = output_margins(sched.tg.graph)
     if not margins or on_margin == "ignore":
         return {}
-    estimates = output_errors(sched)
-    report = {name: (estimates[name][0], m) for name, m in margins.items() if name in estimates}
-    over = {name: em for name, em in report.items() if em[0] > em[1]}
+    mag = GroupRanges(sched.tg)
+    per_op, err = estimate_errors(sched, mag)
+    scale = dtype_scale(dtype)
+    values = dict(sched.tg.outputs)
+    report = {}
+    for name, m in margins.items():
+        if name in values:
+            groups = sched.tg.refs[values[name]].groups()
+            report[name] = (max((err[g] for g in groups), default=0.0) * scale, m)
+    over = {name: em for name, em in report.items() if not em[0] <= em[1]}
     if over:
-        what = ", ".join(f"\"{n}\" may be off by {e:.3g} (margin {m:g})"
-                         for n, (e, m) in sorted(over.items()))
-        message = (f"float32 error estimate exceeds the declared margin: {what}; narrow the "
-                   "inputs' declared ranges, widen the margin, or compile with on_margin='warn'")
+        parts = []
+        for n, (e, m) in sorted(over.items()):
+            where = culprit(sched, per_op, values[n], mag, m / scale)
+            parts.append(f"\"{n}\" may be off by {e:.3g} (margin {m:g})" +
+                         (f", first out of tolerance at {where}" if where else ""))
+        message = (f"float32 error estimate exceeds the declared margin: {', '.join(parts)}; "
+                   f"{REMEDY}; or compile with on_margin='warn'")
         if on_margin == "error":
             raise PrecisionError(message)
         import warnings
 
-        warnings.warn(message, stacklevel=3)
+        warnings.warn(message, PrecisionWarning, stacklevel=3)
     return report

@@ -9,7 +9,7 @@ where a bug or a contract violation entered.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,17 +24,22 @@ from twdialect.interp import evaluate_values
 
 @dataclass
 class ProbeReport:
-    checked: int  # values compared
+    checked: int  # values compared (the compiled graph's ops, then the outputs)
     first_divergence: str | None  # describe(op) of the first diverging op, or None
     layer: int | None
     sublayer: str | None
     max_error: float  # largest error of the first diverging value (or over all, if none)
+    ramps: list[str] = field(default_factory=list)  # inputs inside a compare's ramp (why)
 
     def __str__(self) -> str:
+        ramp = f"; {len(self.ramps)} input(s) inside a compare ramp: {self.ramps[0]}" \
+            if self.ramps else ""
         if self.first_divergence is None:
-            return f"no divergence in {self.checked} values (max error {self.max_error:.3g})"
-        return (f"first divergence: {self.first_divergence} at layer {self.layer} "
-                f"{self.sublayer} (max error {self.max_error:.3g}; {self.checked} values checked)")
+            return (f"no divergence in {self.checked} values (max error "
+                    f"{self.max_error:.3g}){ramp}")
+        where = f" at layer {self.layer} {self.sublayer}" if self.layer is not None else ""
+        return (f"first divergence: {self.first_divergence}{where} (max error "
+                f"{self.max_error:.3g}; {self.checked} values checked){ramp}")
 
 
 def _positions_kwargs(n_positions: int | None) -> dict:
@@ -98,13 +103,60 @@ def probe(ct: CompiledTransformer, module, inputs, atol: float = 1e-4, graph: st
           n_positions: int | None = None) -> ProbeReport:
     """Compare every computed value of the compiled model with the oracle (relative atol).
 
+    The ops compared are the compiled graph's (`ct.schedule`: after the passes, which keep
+    the oracle's meaning); then every output of `module` (the graph as the user wrote it)
+    against the model's. A divergence names the first op, or the output; inputs that fall
+    inside a compare's ramp (where the model follows the ramp and the oracle the step:
+    `twdialect.contracts`) are listed in `ramps`, the likely reason.
+
     `inputs` as `twdialect.evaluate` takes them (see `random_graphs.sample_inputs`);
     `n_positions` is needed only by a graph without inputs (it says how many positions)."""
+    from twdialect.interp import evaluate
+
+    compiled = ct.schedule.tg.graph if ct.schedule is not None else module
+    ramps = ramp_hits(module, inputs, graph, n_positions)
     checked, worst = 0, 0.0
-    for c in compare_values(ct, module, inputs, graph, n_positions):
+    for c in compare_values(ct, compiled, inputs, graph, n_positions):
         checked += 1
         if c.error > atol * c.scale:
             return ProbeReport(checked, describe(c.op), layer_of(c.slot), sublayer_name(c.slot),
-                               c.error)
+                               c.error, ramps)
         worst = max(worst, c.error)
-    return ProbeReport(checked, None, None, None, worst)
+    want = evaluate(module, inputs, graph, **_positions_kwargs(n_positions))
+    got = ct.run(inputs, **_positions_kwargs(n_positions))
+    for name in sorted(want):
+        checked += 1
+        w, g = np.asarray(want[name], np.float64), np.asarray(got[name], np.float64)
+        err = float(np.abs(g - w).max()) if w.size else 0.0
+        if err > atol * max(1.0, float(np.abs(w).max()) if w.size else 1.0):
+            return ProbeReport(checked, f"output {name!r}", None, None, err, ramps)
+        worst = max(worst, err)
+    return ProbeReport(checked, None, None, None, worst, ramps)
+
+
+def ramp_hits(module, inputs, graph: str = "main", n_positions: int | None = None,
+              limit: int = 8) -> list[str]:
+    """Where the oracle, run on `inputs`, holds a library op outside the region its
+    decomposition computes exactly (a compare's input inside its ramp, a select's condition
+    between -1 and +1): one line per op, its first such position and value (at most
+    `limit`). The model there follows the ramp; the oracle, the step."""
+    from twdialect.contracts import LIBRARY_OPS, exact_region
+    from twdialect.interp import evaluate_values, find_graph
+
+    try:
+        g = find_graph(module, graph)
+        values = evaluate_values(module, inputs, graph, **_positions_kwargs(n_positions))
+    except Exception:  # noqa: BLE001 - a graph the oracle refuses: the probe says so elsewhere
+        return []
+    out = []
+    for op in g.block.ops:
+        if type(op) not in LIBRARY_OPS or not all(v in values for v in op.operands):
+            continue
+        args = [values[v] for v in op.operands]
+        inside = ~exact_region(op, args)
+        if inside.any():
+            p = int(np.argmax(inside))
+            out.append(f"{describe(op)} at position {p} (input {np.round(args[0][p], 6).tolist()})")
+            if len(out) >= limit:
+                break
+    return out

@@ -52,6 +52,9 @@ class Stats:
     # ("input": the graph as given), the graph's ops, critical-path floor and layers after it
     passes: list = field(default_factory=list)
     dtype: str = "float32"  # what the model computes in: "float32" or "float64"
+    # the compare ops of the graph as given, each "op: step at t, ramp [t - r, t)": there the
+    # model follows a linear ramp from -1 to +1 where the oracle steps (`ramp_zones`)
+    ramps: list = field(default_factory=list)
 
     @property
     def depth_ratio(self) -> float:
@@ -90,6 +93,10 @@ class Stats:
             for name, a in sorted(self.per_annotation.items()):
                 lines.append(f"{name[:30]:30s} {a['ops']:4d}  {a['heads']:5d}  {a['head_dims']:9d}  "
                              f"{a['neurons']:7d}  {a['first_layer']}-{a['last_layer']}")
+        if self.ramps:
+            lines.append(f"ramps: {len(self.ramps)} compare op(s) follow a linear ramp, not the "
+                         f"oracle's step, on inputs in [t - r, t): {self.ramps[0]}"
+                         + (" ..." if len(self.ramps) > 1 else ""))
         if self.seconds:
             lines.append("seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in self.seconds.items()))
         return "\n".join(lines)
@@ -201,3 +208,24 @@ def _per_annotation(sched: Schedule) -> dict[str, dict]:
         a["first_layer"] = min(a["first_layer"], layer)
         a["last_layer"] = max(a["last_layer"], layer)
     return per_ann
+
+
+def ramp_zones(graph) -> list[str]:
+    """Every `tw.compare` of `graph` (the graph as given, before `decompose`) with the ramp its
+    decomposition computes: +1 at and above the threshold t' its float32 weights encode, -1
+    at and below t' - r, a linear ramp between (`twdialect.contracts.compare_params`; t' is
+    within 2^-24 (|t| + 2 r) of t, r within (ramp/2, ramp]). Outside those zones the model
+    is exact; inside them it follows the ramp where the oracle steps."""
+    from twdialect.contracts import ContractError, compare_params
+    from twdialect.dialect import CompareOp, describe
+
+    out = []
+    for op in graph.block.ops:
+        if isinstance(op, CompareOp):
+            try:
+                p = compare_params(op)
+            except ContractError:
+                continue  # refused by decompose, with its own message
+            out.append(f"{describe(op)}: step at {op.threshold.value.data:.9g}, ramp "
+                       f"[{p.threshold - p.ramp:.9g}, {p.threshold:.9g})")
+    return out

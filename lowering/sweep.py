@@ -199,13 +199,14 @@ class Sweep:
 
 
 def width_sweep(module, d_head: int, widths=None, d_hidden: int | None = None,
-                pipeline: str | None = None, graph: str = "main", d_max: int | None = None,
+                pipeline: str | None = "default", graph: str = "main", d_max: int | None = None,
                 ) -> list[WidthPoint]:
     """The curve of `graph` in `module` at head width `d_head`: one WidthPoint per width that
     fits, narrowest first. `widths`: the widths to try (multiples of d_head; those that do
     not fit are left out); default: the smallest that fits, then about GROWTH times wider
     each step, until the layers reach the floor or `d_max` (default 64x the smallest).
-    `d_hidden`: the MLP width at every point (default 4 d, as `compile`). A graph that fits no
+    `d_hidden`: the MLP width at every point (default 4 d, as `compile`); `pipeline` as
+    `compile` takes it (the default pipeline unless told otherwise). A graph that fits no
     width is a GeometryError naming why."""
     return Sweep(module, pipeline, graph).curve(d_head, widths, d_hidden, d_max)
 
@@ -227,7 +228,7 @@ def pick_width(curve: list[WidthPoint], max_layers: int | None = None,
 
 def width_for(module, d_head: int, max_layers: int | None = None,
               max_params: int | None = None, d_hidden: int | None = None,
-              pipeline: str | None = None, graph: str = "main",
+              pipeline: str | None = "default", graph: str = "main",
               curve: list[WidthPoint] | None = None,
               sweep: Sweep | None = None) -> WidthPoint | None:
     """The width to compile `graph` at for a target depth (`max_layers`: the narrowest d whose

@@ -282,12 +282,27 @@ def parse_file(path: str, source: SourceMap | None = None) -> ModuleOp:
 
 
 @contextlib.contextmanager
-def no_warnings() -> Iterator[None]:
+def no_warnings(prog: str | None = None) -> Iterator[None]:
     """Keep library warnings (numpy's RuntimeWarning on an overflowing estimate, xDSL's
-    deprecations) off stderr: the one error line must be the only line there."""
-    with warnings.catch_warnings():
+    deprecations) off stderr: the one error line must be the only line there. tw's own
+    compile-time warnings (a PrecisionWarning: an output float32 cannot be shown to keep)
+    are the user's to read: each is one `prog: warning: ...` line."""
+    from tw_lowering.precision import PrecisionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore")
-        yield
+        warnings.simplefilter("always", PrecisionWarning)
+        try:
+            yield
+        finally:
+            if prog is not None:
+                said = set()
+                for w in caught:
+                    line = one_line(w.message)
+                    if issubclass(w.category, PrecisionWarning) and line not in said:
+                        said.add(line)
+                        with contextlib.suppress(Exception):
+                            print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
 
 
 def report(prog: str, line: str) -> None:
@@ -300,7 +315,7 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
     """Run a tool's body under the contract: returns 0 on success; on any error prints one
     line and raises SystemExit(1) (130 when interrupted)."""
     try:
-        with no_warnings():
+        with no_warnings(prog):
             code = body()
         sys.stdout.flush()
         return code or 0
@@ -354,9 +369,13 @@ def allowed_passes() -> dict:
 
 
 def check_pipeline_names(spec: str) -> None:
-    """Refuse a pipeline naming a pass outside `allowed_passes()` (one line, what is known)."""
+    """Refuse a pipeline naming a pass outside `allowed_passes()` (one line, what is known);
+    'default' and 'none' name the default pipeline and no passes."""
     from xdsl.utils.arg_spec import parse_pipeline
     from xdsl.utils.exceptions import ArgSpecParseError
+
+    if spec.strip() in ("default", "none"):
+        return
 
     try:
         names = [p.name for p in parse_pipeline(spec)]
@@ -367,7 +386,7 @@ def check_pipeline_names(spec: str) -> None:
     if unknown:
         raise ToolError(f"bad pass pipeline {spec!r}: unknown pass "
                         f"{', '.join(repr(n) for n in unknown)} (known: "
-                        f"{', '.join(sorted(known))}, or 'default')")
+                        f"{', '.join(sorted(known))}, or 'default' or 'none')")
 
 
 # -- what a compiled model reports -------------------------------------------------------------

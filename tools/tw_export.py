@@ -41,7 +41,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--d-head", type=bounded_int("--d-head", 1, MAX_DIM), help="head width")
     p.add_argument("--d-hidden", type=bounded_int("--d-hidden", 0, 4 * MAX_DIM),
                    help="MLP width")
-    p.add_argument("-p", "--pipeline", default=None, help="passes before lowering ('default')")
+    p.add_argument("-p", "--pipeline", default="default",
+                    help="passes before lowering: 'default' (the default), 'none' for the "
+                         "graph as written, or a spec such as 'canonicalize,cse'")
     p.add_argument("--graph", default="main", help="the tw.graph of a .mlir file")
     p.add_argument("--n-positions", type=bounded_int("--n-positions", 1, 1 << 20),
                    help="positions the export takes (default: the graph's pos_encoding max_len, "

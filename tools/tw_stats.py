@@ -49,7 +49,9 @@ def _parser() -> ArgumentParser:
                     help="head width, a divisor of d")
     ap.add_argument("--d-hidden", type=bounded_int("--d-hidden", 0, 4 * MAX_DIM), default=None,
                     help="MLP neurons per layer (4*d)")
-    ap.add_argument("-p", "--pipeline", default=None, help="passes before lowering ('default')")
+    ap.add_argument("-p", "--pipeline", default="default",
+                    help="passes before lowering: 'default' (the default), 'none' for the "
+                         "graph as written, or a spec such as 'canonicalize,cse'")
     ap.add_argument("--graph", default="main")
     ap.add_argument("--json", action="store_true", help="print the stats as one JSON line")
     ap.add_argument("--probe", type=bounded_int("--probe", 0, MAX_PROBE_POSITIONS), default=0,

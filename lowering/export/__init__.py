@@ -42,7 +42,8 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
            d_hidden: int | None = None, pipeline: str | None = None, graph: str = "main",
            **options) -> dict:
     """Write `model` (a CompiledTransformer, or a module / tw.graph compiled here with the
-    geometry `d`, `d_head`, `d_hidden` and `pipeline`) to `path` in `format` (see FORMATS);
+    geometry `d`, `d_head`, `d_hidden` and `pipeline`, the default pipeline unless given) to
+    `path` in `format` (see FORMATS);
     `options` go to the format's writer. Returns the writer's report (sizes, parameter counts,
     seconds)."""
     from tw_lowering.model import CompiledTransformer
@@ -55,8 +56,8 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
                               "d_hidden), or pass a compiled model")
         from tw_lowering import compile as compile_graph
 
-        model = compile_graph(model, d=d, d_head=d_head, d_hidden=d_hidden, pipeline=pipeline,
-                              graph=graph)
+        model = compile_graph(model, d=d, d_head=d_head, d_hidden=d_hidden,
+                              pipeline="default" if pipeline is None else pipeline, graph=graph)
     elif (d, d_head, d_hidden, pipeline) != (None, None, None, None):
         raise ExportError("export: the model is already compiled; d, d_head, d_hidden and "
                           "pipeline apply to a graph only")
