@@ -186,6 +186,28 @@ def test_output_width_differs_from_vocab(tmp_path):
             assert np.abs(o - r).max() <= 1e-5 * max(1.0, np.abs(r).max()), name
 
 
+def test_model_without_heads_gets_runnable_heads(tmp_path, monkeypatch):
+    """A token -> relu -> linear graph has no heads after the default pipeline: the cheapest
+    tied geometry would be d_model heads of width 1, on which llama.cpp aborts the process.
+    The export gives it heads of width >= 4 (zero weights; test_output_width_differs_from_vocab
+    runs it in llama.cpp, exact), and the loader refuses width-1 heads before llama.cpp reads
+    the file (written here by the old rule, any power of four)."""
+    import tw_lowering.export.gguf as gguf_export
+    from tw_lowering.export.stock import power_of_four
+
+    ct = _synthetic(3, 5, 0)
+    assert not any(layer.attn.active for layer in ct.layers)
+    export_gguf(ct, tmp_path / "ok.gguf", n_positions=8)
+    g = check_gguf(tmp_path / "ok.gguf", graph=ct)["geometry"]
+    assert g["head_dim"] >= 4 and g["n_heads"] * g["head_dim"] == g["d_model"]
+    monkeypatch.setattr(gguf_export, "runnable_head_dim", power_of_four)
+    export_gguf(ct, tmp_path / "ones.gguf", n_positions=8)
+    monkeypatch.undo()
+    with pytest.raises(ExportError, match="head geometry llama.cpp cannot run") as e:
+        gguf_export.load_gguf(tmp_path / "ones.gguf", graph=ct)
+    assert "\n" not in str(e.value)
+
+
 def test_loader_refuses_another_graph(tmp_path):
     p, ct = _compiled("adder")
     _, other = _compiled("caesar")

@@ -15,7 +15,9 @@ ggml's CPU kernels; see docs/exports.md, "GGUF (llama.cpp)"):
   way: learned absolute positions (`position_embd`, no RoPE), biases on the fused QKV, the
   attention output and both FFN matrices, an untied LM head (`output`), pre-norm LayerNorms
   with bias. Its tensors tie the head width to the residual (`attn_qkv` is {n_embd, 3 n_embd},
-  `attn_output` {n_embd, n_embd}), so the plan uses `tied_width=True`.
+  `attn_output` {n_embd, n_embd}), so the plan uses `tied_width=True`. Heads are at least 4
+  wide (`runnable_head_dim`: llama.cpp aborts the process on heads of width 1), so a model
+  without heads rides on heads of width 4 or more whose weights are zero.
 * **Attention scale.** gpt2 applies softmax(kq * 1/sqrtf(head_dim)) (`ggml_soft_max_ext`);
   tw's attention is unscaled. With head_dim a power of four, sqrt(head_dim) is a power of two,
   so W_Q (and b_Q) pre-multiplied by it give bit-identical scores.
@@ -73,6 +75,16 @@ DIGESTS_KEY = "tw.tensor_sha256"  # {tensor name: sha256}, filled in after the t
 FILE_KEY = "tw.file_sha256"  # the file's own sha256, read with this value as PLACEHOLDER
 
 
+def runnable_head_dim(e: int) -> bool:
+    """Head widths the export may use: a power of four (sqrt(head_dim), q's pre-scale, is
+    then a power of two) other than 1. llama.cpp's gpt2 graph aborts the whole process
+    (GGML_ASSERT(ggml_can_mul_mat)) on heads of width 1, which the cheapest tied geometry
+    would otherwise pick for a model without heads (d_model heads of one column) or with
+    one-column heads; a model without heads rides on heads of width 4 or more whose
+    weights are zero (softmax over zero scores times zero values adds 0)."""
+    return e >= 4 and power_of_four(e)
+
+
 def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
                 norm_eps: float | None = None, name: str | None = None, **kw) -> dict:
     """Write compiled model `ct` to `path` as a GGUF file of llama.cpp's gpt2 architecture.
@@ -90,8 +102,8 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
     import gguf
 
     t0 = time.perf_counter()
-    plan = StockPlan(ct, twins=True, tied_width=True, head_dims=power_of_four, n_ctx=n_positions,
-                     fmt="gguf")
+    plan = StockPlan(ct, twins=True, tied_width=True, head_dims=runnable_head_dim,
+                     n_ctx=n_positions, fmt="gguf")
     g = plan.geometry
     eps = plan.norm_eps(norm_eps)
     if not math.isfinite(float(np.float32(eps))) or float(np.float32(eps)) != eps:
@@ -381,6 +393,11 @@ def check_gguf(path, graph=None) -> dict:
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
         raise ExportError(f"{where}: hyperparameter {show(str(e), quote=False)} missing or "
                           "malformed") from None
+    if n_heads <= 0 or n_heads * geometry["head_dim"] != d_model \
+            or not runnable_head_dim(geometry["head_dim"]):  # (llama.cpp would abort)
+        raise ExportError(f"{where}: {n_heads} heads over embedding width {d_model}: a head "
+                          "geometry llama.cpp cannot run (heads of width 4, 16, 64, ...); "
+                          "export it again")
     decoded = check_metadata(meta, "gguf", graph=graph_of(graph, where), geometry=geometry,
                              where=where)
     if hp["token_count"] != decoded.get("gguf_vocab"):
