@@ -34,6 +34,9 @@ FORMATS = {
     "gguf": ("tw_lowering.export.gguf", "export_gguf"),
     "llama": ("tw_lowering.export.llama", "export_llama"),
 }
+# the extra that installs each stock library an export imports, when not "export"
+EXTRAS = {"llama_cpp": "llama"}
+TW_PACKAGES = ("tw_lowering", "tw_passes", "tw_tools", "tw_examples", "twdialect")
 # formats that carry rotary heads and swish / gated MLP lanes (the others refuse them up front)
 SWIGLU_ROPE_FORMATS = ("onnx", "llama")
 
@@ -72,12 +75,27 @@ def export(model, path, format: str, *, d: int | None = None, d_head: int | None
     if format not in SWIGLU_ROPE_FORMATS:  # (ONNX computes swish and gated lanes, llama checks)
         check_relu_mlps(model, format)
     module_name, fn = FORMATS[format]
-    try:
+    try:  # (a writer imports its stock library at its module's import or when it runs)
         writer = getattr(import_module(module_name), fn)
-    except ImportError as e:  # (a writer's own library missing)
-        raise ExportError(f"export: the {format} export needs {e.name!r}: "
-                          "pip install -e '.[export]'") from None
-    return writer(model, path, **options)
+        return writer(model, path, **options)
+    except ImportError as e:
+        if (e.name or "").split(".")[0] in TW_PACKAGES:  # (tw's own: a bug, not an extra)
+            raise
+        raise missing_library(e, format) from None
 
 
-__all__ = ["export", "ExportError", "FORMATS"]
+def missing_library(e: ImportError, format: str) -> ExportError:  # noqa: A002
+    """The one-line ExportError for a stock library that `format`'s writer could not
+    import: its name and the extra that installs it (pyproject.toml), rather than a raw
+    ModuleNotFoundError from inside the writer."""
+    top = (e.name or "").split(".")[0] or "a stock library"
+    if isinstance(e, ModuleNotFoundError):
+        why = "which is not installed"
+    else:  # (installed, but too old or broken: "cannot import name ...")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = f"which does not import ({first})"
+    return ExportError(f"export: the {format} export needs {top!r}, {why}: "
+                       f"pip install 'tw[{EXTRAS.get(top, 'export')}]'")
+
+
+__all__ = ["export", "ExportError", "FORMATS", "missing_library"]
