@@ -200,19 +200,35 @@ class _ExactOps:
         v = self.tg.groups[g].value
         return v is not None and bool(np.all(self.integer(v))) and self.mag[g] < 2.0 ** 24
 
+    def box(self, v) -> np.ndarray | None:
+        """The largest |v| per component by the value ranges (None where they say nothing):
+        the operand's own range, not the columns' (a position read has none of its own)."""
+        self.mag.mag  # (computes the ranges once)
+        got = (self.mag._boxes or {}).get(v)
+        if got is None:
+            return None
+        m = np.maximum(np.abs(np.asarray(got[0], np.float64)), np.abs(np.asarray(got[1], np.float64)))
+        return m if np.all(np.isfinite(m)) else None
+
     def computes_exactly(self, op, m_in: np.ndarray) -> bool:
+        """Whether `op`, fed exact values, computes exactly in float32, its result added
+        exactly into its columns (an integer below 2^24: the accumulating writers' sum too)."""
         from twdialect.f32_error import mlp_exact, linear_error_bound
 
         if not isinstance(op, (LinearOp, AddOp, MlpOp)) or not op.operands:
             return False
-        x = op.operands[0]
-        ints = self.integer(x)
-        if len(ints) != len(m_in) or not np.all(ints) or not np.all(np.isfinite(m_in)):
+        x, out = op.operands[0], op.results[0]
+        ints, m_x, m_out = self.integer(x), self.box(x), self.box(out)
+        if m_x is None or m_out is None or not np.all(ints) or not np.all(self.integer(out)):
             return False
+        if not float(m_out.max(initial=0.0)) < 2.0 ** 24:
+            return False
+        m_in = m_x
         with np.errstate(all="ignore"):
             if isinstance(op, AddOp):
-                both = np.all(self.integer(op.operands[1]))
-                return bool(both and float(m_in.sum()) < 2.0 ** 24)
+                m_y = self.box(op.operands[1])
+                both = m_y is not None and np.all(self.integer(op.operands[1]))
+                return bool(both and float((m_in + m_y).max(initial=0.0)) < 2.0 ** 24)
             if isinstance(op, LinearOp):
                 w = to_numpy(op.weight)
                 b = to_numpy(op.bias) if op.bias is not None else None

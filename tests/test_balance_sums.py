@@ -146,14 +146,14 @@ def test_compiled_serial_sums_are_one_layer():
 
     module = serial_sum(16, width=1)
     inputs = sample_inputs(module, N_POS)
-    plain = compile(module, d=64, d_head=4)
+    plain = compile(module, d=64, d_head=4, pipeline="none")
     balanced = compile(module, d=64, d_head=4, pipeline="balance-sums")
     assert_same(evaluate(module, inputs), plain.run(inputs))
     assert_same(evaluate(module, inputs), balanced.run(inputs))
     assert plain.stats.n_layers == balanced.stats.n_layers == 1
     # A chain of sum-linears still needs the pass: 15 serial linears -> a tree of free adds.
     module = serial_sum(16, width=1, builder=lambda a, b: tw.sum([a, b]))
-    plain = compile(module, d=64, d_head=4)
+    plain = compile(module, d=64, d_head=4, pipeline="none")
     balanced = compile(module, d=64, d_head=4, pipeline="balance-sums")
     assert_same(evaluate(module, inputs), balanced.run(inputs))
     assert balanced.stats.n_layers < plain.stats.n_layers

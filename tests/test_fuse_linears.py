@@ -341,6 +341,8 @@ def test_the_precision_check_can_fail(monkeypatch):
     import twdialect.rounding
 
     monkeypatch.setattr(twdialect.rounding, "TOLERANCE", float("inf"))
+    monkeypatch.setattr(twdialect.rounding.FoldCheck, "float32_worse_on_samples",
+                        lambda *a: False)  # (it sees the same fold spoil the answer)
     module = _decomposed(_cancelling_compare())
     xs = {"x": np.arange(16.0)[:, None]}
     want = evaluate(module, xs)["y"].ravel()
@@ -406,6 +408,8 @@ def test_the_2_27_check_can_fail(monkeypatch):
     monkeypatch.setattr(twdialect.rounding, "ROUNDING_SUMS", float("inf"))
     monkeypatch.setattr(twdialect.rounding.FoldCheck, "keeps_float32", lambda *a: True)
     monkeypatch.setattr(twdialect.rounding.FoldCheck, "input_grows_past_exact", lambda *a: False)
+    monkeypatch.setattr(twdialect.rounding.FoldCheck, "float32_worse_on_samples",
+                        lambda *a: False)
     module = _gain_after_compare()
     # Unchecked, the gain goes into W2 (sums of 4e8; what float32 then makes of them depends
     # on the kernel: off by 16 on a CPU without fused multiply-adds) ...
@@ -463,3 +467,15 @@ def test_the_cancellation_check_can_fail(monkeypatch):
     want = evaluate(module, xs)["y"]
     run_pipeline(module, "fuse-linears")
     assert np.abs(evaluate(module, xs)["y"] - want).max() > 1e-4
+
+
+def test_the_float32_run_alone_keeps_the_gain_out(monkeypatch):
+    """With the growth and bound checks off, running both forms in float32 over the integer
+    inputs still sees the folded gain round what the compare kept exact."""
+    import twdialect.rounding
+
+    monkeypatch.setattr(twdialect.rounding, "ROUNDING_SUMS", float("inf"))
+    monkeypatch.setattr(twdialect.rounding.FoldCheck, "keeps_float32", lambda *a: True)
+    monkeypatch.setattr(twdialect.rounding.FoldCheck, "input_grows_past_exact", lambda *a: False)
+    module = _gain_after_compare()
+    assert kinds(run_pipeline(module.clone(), DEFAULT_PIPELINE)).count("tw.linear") == 1

@@ -131,7 +131,7 @@ def test_accumulating_add_costs_nothing():
         b = tw.linear(x, np.ones((3, 3)))
         s = tw.add(a, b)
         tw.output("s", s)
-    ct = compile(g.module, d=32, d_head=4, d_hidden=16)
+    ct = compile(g.module, d=32, d_head=4, d_hidden=16, pipeline="none")
     assert ct.stats.n_layers == 1
     sched = ct.schedule
     assert sched.cols[sched.tg.refs[a].group[0]] is sched.cols[sched.tg.refs[s].group[0]]
@@ -151,7 +151,7 @@ def test_layers_are_trimmed_to_used_heads_and_neurons():
 def test_too_narrow_residual_names_the_smallest_fit():
     module = random_graph(3, 30, library=False)
     with pytest.raises(GeometryError, match=r"residual width binds.*smallest d that fits"):
-        compile(module, d=16, d_head=4, d_hidden=32)
+        compile(module, d=16, d_head=4, d_hidden=32, pipeline="none")
 
 
 def test_query_key_wider_than_a_head():

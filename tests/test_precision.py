@@ -36,7 +36,7 @@ def _issue_reproducer(big: float = 1e9):
 @pytest.mark.parametrize("d", [16, 32])
 def test_reproducer_is_exact_where_columns_are_reused(d):
     module = _issue_reproducer()
-    ct = compile(module, d=d, d_head=2, d_hidden=64)
+    ct = compile(module, d=d, d_head=2, d_hidden=64, pipeline="none")
     xs = np.random.default_rng(0).uniform(-1, 1, (5, 2))
     _assert_exact(ct, module, {"x": xs})
     assert ct.stats.n_layers == 2  # cancelling a sublayer ahead costs no layer here
@@ -110,7 +110,9 @@ def test_static_error_estimate_bounds_the_measured_error():
         ct = compile(module, *geo)
         _, err = estimate_errors(ct.schedule)
         feeds = sample_inputs(module, 6, 0)
-        got, want = ct.run(feeds), evaluate(module, feeds)
+        # the estimate is of the model against the graph it compiled (after the pipeline,
+        # whose folds may move the oracle by up to 1e-6 relative: `twdialect.rounding`)
+        got, want = ct.run(feeds), evaluate(ct.schedule.tg.graph, feeds)
         for name, v in ct.schedule.tg.outputs:
             bound = max([err[g] for g in ct.schedule.tg.refs[v].groups()] + [0.0])
             assert np.abs(got[name] - want[name]).max() <= bound, name

@@ -139,13 +139,13 @@ def _join(n_chains=6, width=5, join_reads_x=False):
 def test_the_reported_minimum_is_met_and_one_column_less_names_the_same_cut():
     module = _join()
     tg, d_min = _minimum(module, d_head=1, d_hidden=64)
-    ct = lowering.compile(module, d=d_min, d_head=1, d_hidden=64)
+    ct = lowering.compile(module, d=d_min, d_head=1, d_hidden=64, pipeline="none")
     xs = sample_inputs(module, 4, 0)
     np.testing.assert_allclose(ct.run(xs)["y"], evaluate(module, xs)["y"], atol=1e-5)
     messages = []
     for d in (d_min - 1, d_min - 2):
         with pytest.raises(GeometryError) as e:
-            lowering.compile(module, d=d, d_head=1, d_hidden=64)
+            lowering.compile(module, d=d, d_head=1, d_hidden=64, pipeline="none")
         messages.append(str(e.value))
     peak = d_min - Machine.RESERVED
     for m in messages:
@@ -163,7 +163,7 @@ def test_a_refusal_says_so_when_the_minimum_is_proven():
     module = _join(n_chains=8, width=1, join_reads_x=True)
     tg, d_min = _minimum(module, d_head=1, d_hidden=64)
     with pytest.raises(GeometryError, match=r"no order needs fewer \("):
-        lowering.compile(module, d=d_min - 1, d_head=1, d_hidden=64)
+        lowering.compile(module, d=d_min - 1, d_head=1, d_hidden=64, pipeline="none")
 
 
 def test_the_best_order_never_grows_with_the_width():

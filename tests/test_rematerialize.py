@@ -58,13 +58,13 @@ def test_the_lowering_recomputes_where_the_width_needs_it():
     assert smallest_fitting_d(tg, at(8), at=at) == 16  # 20 without the clone
     assert smallest_fitting_d(
         tg, at(8), at=at, pressure=Pressure(tg, rematerialize=False)) == 20
-    ct = lowering.compile(module, d=16, d_head=1, d_hidden=64)
+    ct = lowering.compile(module, d=16, d_head=1, d_hidden=64, pipeline="none")
     xs = {"x": np.random.default_rng(0).uniform(-1, 1, (5, 2))}
     np.testing.assert_allclose(ct.run(xs)["y"], evaluate(module, xs)["y"], atol=1e-5)
     assert len(list(find_graph(module).block.ops)) == 8  # the user's graph is not touched
     with pytest.raises(GeometryError, match="recomputing cheap values .*, 14; smallest d "
                                             r"that fits \(d_head=1, d_hidden=64\): 16"):
-        lowering.compile(module, d=15, d_head=1, d_hidden=64)
+        lowering.compile(module, d=15, d_head=1, d_hidden=64, pipeline="none")
 
 
 def test_bad_options_are_refused_before_any_change():

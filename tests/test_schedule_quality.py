@@ -34,7 +34,7 @@ def test_dead_code_gives_no_false_slack():
 @pytest.mark.parametrize("seed", range(0, 120, 3))
 def test_no_pipeline_equals_dce_first(seed):
     module = random_graph(seed, 25, library=False)
-    a = compile(module, d=512, d_head=8, d_hidden=1024)
+    a = compile(module, d=512, d_head=8, d_hidden=1024, pipeline="none")
     b = compile(module, d=512, d_head=8, d_hidden=1024, pipeline="dce")
     assert a.stats.n_layers == b.stats.n_layers
     assert a.stats.n_layers == a.stats.floor

@@ -268,7 +268,7 @@ def test_compiled_wide_loop_auto_ties_ungated_and_beats_serial():
     module = loop(16, wide=16, depth=2)
     inputs = sample_inputs(module, 3, 0)
     ref = evaluate(module, inputs)["y"]
-    ungated = compile(module, d=256, d_head=16)
+    ungated = compile(module, d=256, d_head=16, pipeline="none")
     assert ungated.stats.n_layers > ungated.stats.floor  # residual-bound
     serial = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=1}")
     auto = compile(module, d=256, d_head=16, pipeline="sequential-scope{batch-size=auto d=256}")
