@@ -42,14 +42,29 @@ def small():
     return g.module, ct, {"x": np.array([[1.0]])}, lambda out: {"x": [0.5]}
 
 
-def _generators(small):
-    """generate's three doors: the oracle, the model, the model's batch."""
+@pytest.fixture(scope="module")
+def small_onnx(small, tmp_path_factory):
+    """The small model exported to ONNX and loaded back (its own generate)."""
+    pytest.importorskip("onnxruntime", reason="the ONNX door needs onnxruntime")
+    from tw_lowering.export import export
+    from tw_lowering.export.onnx import load_onnx
+
+    path = tmp_path_factory.mktemp("onnx") / "small.onnx"
+    export(small[1], path, "onnx")
+    return load_onnx(path)
+
+
+def _generators(small, onnx=None):
+    """generate's doors: the oracle, the model, the model's batch, and an ONNX export's."""
     module, ct, prompt, _ = small
-    return {
+    doors = {
         "oracle": lambda **kw: generate(module, prompt, **kw),
         "model": lambda **kw: ct.generate(prompt, **kw),
         "batch": lambda **kw: ct.generate_batch([prompt], **kw),
     }
+    if onnx is not None:
+        doors["onnx"] = lambda **kw: onnx.generate(prompt, **kw)
+    return doors
 
 
 class TakesTwo:
@@ -69,17 +84,18 @@ BAD_FEEDBACK = [
 ]
 
 
-@pytest.mark.parametrize("door", ["oracle", "model", "batch"])
+@pytest.mark.parametrize("door", ["oracle", "model", "batch", "onnx"])
 @pytest.mark.parametrize("feedback, message", BAD_FEEDBACK,
                          ids=[f"feedback{k}" for k in range(len(BAD_FEEDBACK))])
-def test_generate_refuses_a_feedback_that_is_not_a_function_of_one_argument(small, door,
+def test_generate_refuses_a_feedback_that_is_not_a_function_of_one_argument(request, small, door,
                                                                             feedback, message):
     """`generate(..., feedback=5)` was Python's TypeError "'int' object is not callable" at the
     first step; now one EvaluationError line naming `feedback`, before any work, even for
     steps=0 (where it would never be called: the call is wrong either way)."""
+    onnx = request.getfixturevalue("small_onnx") if door == "onnx" else None
     for steps in (2, 0):
         with pytest.raises(EvaluationError, match="^generate: " + message) as info:
-            _generators(small)[door](steps=steps, feedback=feedback)
+            _generators(small, onnx)[door](steps=steps, feedback=feedback)
         assert "\n" not in str(info.value)
 
 

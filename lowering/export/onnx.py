@@ -628,9 +628,9 @@ class OnnxModel:
                  ) -> dict[str, np.ndarray]:
         """Prefill `inputs`, then `steps` times feed `feedback(last outputs)` back as the next
         position through the KV cache (`CompiledTransformer.generate`'s contract)."""
-        from twdialect.inputs import check_feedback, check_inputs, check_steps
+        from twdialect.inputs import check_feedback, check_generate, check_inputs
 
-        steps = check_steps(steps)
+        steps = check_generate(steps, feedback)
         checked = check_inputs(self.contract, inputs, on_out_of_range, n_positions)
         outs, past = self._forward(checked, 0, None)
         rows, at = [outs], checked.n_positions
