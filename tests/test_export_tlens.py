@@ -167,12 +167,13 @@ def test_greedy_generations_match_tw(exported, name):
 @needs_tlens
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_hooked_residuals_match_tw(exported, name):
-    """blocks.{i}.hook_resid_pre / mid / post hold tw's residual (in the export's columns)
-    before layer i, after its attention and after its MLP."""
+    """blocks.{i}.hook_resid_pre / mid / post hold tw's residual (in the export's columns,
+    each partial column added into its own: `StockPlan.collapse`) before layer i, after its
+    attention and after its MLP."""
     refs, arrays, _ = exported
     r = refs[name]
     for j in range(len(r["seqs"])):
-        got, want = arrays[f"{name}/{j}/resid"], r["resid"][j]
+        got, want = r["plan"].collapse(arrays[f"{name}/{j}/resid"]), r["resid"][j]
         assert got.shape == want.shape
         for i in range(got.shape[0]):
             for k, hook in enumerate(("pre", "mid", "post")):

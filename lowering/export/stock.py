@@ -50,6 +50,9 @@ FLOAT32_EPS = 2.0 ** -24  # unit roundoff
 # The largest norm constant a float32 export may use: rstd = eps^-1/2 must leave the residual's
 # small values normal (2^-62 scaling keeps everything above 2^-64 exact).
 MAX_NORM_EPS = 4.0 ** 62
+# The most that the positive (or the negative) terms of one MLP output sum may add up to: every
+# subset sum of integers within 2^24 is a float32 integer, so such a sum is exact in any order.
+SPLIT_LIMIT = 2.0 ** 24
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,19 @@ class StockPlan:
         self.export_col = np.full(m.d, -1, np.int64)
         self.export_col[self.tw_columns] = np.arange(len(self.tw_columns))
         self.twin_col = np.full(m.d, -1, np.int64)  # ... and its twin, -x, where it has one
+        self._ctx = self._n_ctx(n_ctx)
+        # partial columns: (layer, tw column, neuron mask) of each, export column T + j
+        self._plan_partials(self._tw_bounds())
+        n_main = len(self.tw_columns) + len(self.partials)
+        self.partial_twin = np.full(len(self.partials), -1, np.int64)
         if twins:
             twinned = np.array(sorted(read), np.int64)
-            self.twin_col[twinned] = len(self.tw_columns) + np.arange(len(twinned))
-        n_cols = len(self.tw_columns) + int((self.twin_col >= 0).sum())
+            self.twin_col[twinned] = n_main + np.arange(len(twinned))
+            at = n_main + len(twinned)
+            for j, (_, c, _, _) in enumerate(self.partials):
+                if self.twin_col[c] >= 0:
+                    self.partial_twin[j], at = at, at + 1
+        n_cols = n_main + int((self.twin_col >= 0).sum()) + int((self.partial_twin >= 0).sum())
         heads = max((layer.attn.n_heads for layer in ct.layers if layer.attn.active), default=0)
         dims = max((_kept_dims(layer.attn) for layer in ct.layers if layer.attn.active),
                    default=0)
@@ -130,7 +142,7 @@ class StockPlan:
         self.geometry = StockGeometry(
             n_layers=len(ct.layers), d_model=d_model, n_heads=n_heads, head_dim=head_dim,
             d_mlp=max(d_mlp, 1), vocab=self._vocab(), n_out=sum(len(o.rows) for o in ct.outputs),
-            n_ctx=self._n_ctx(n_ctx))
+            n_ctx=self._ctx)
 
     # -- what can be exported ------------------------------------------------------------
     def _check_sources(self) -> None:
@@ -167,6 +179,119 @@ class StockPlan:
                 if isinstance(op, PosEncodingOp)]
         return max(lens) if lens else 1024
 
+    # -- sums kept exact in any order -----------------------------------------------------
+    def _tw_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(lo, hi), each (tw d,): the interval each tw column's value stays in (value ranges,
+        summed over the groups that share the column, as a dead value may still be there; the
+        token and position tables), or None without a schedule."""
+        sched, m = self.ct.schedule, self.machine
+        if sched is None:
+            return None
+        from tw_lowering.pressure import GroupRanges
+
+        mag = GroupRanges(sched.tg)
+        lo, hi = np.zeros(m.d, np.float64), np.zeros(m.d, np.float64)
+        for g, cols in enumerate(sched.cols):
+            if cols is not None and len(cols):
+                cols = np.asarray(cols)
+                sign = np.asarray(mag.signs(g), np.int64)
+                sign = sign if len(sign) == len(cols) else np.zeros(len(cols), np.int64)
+                with np.errstate(invalid="ignore"):
+                    hi[cols] += np.where(sign >= 0, mag[g], 0.0)
+                    lo[cols] -= np.where(sign <= 0, mag[g], 0.0)
+        hi[m.CONST_COL] = max(hi[m.CONST_COL], 1.0)
+        hi[m.POS_COL] = max(hi[m.POS_COL], float(self._ctx))
+        for s in self.ct.sources:
+            if s.kind == "pos":
+                rows = position_rows(0, self._ctx, s.pos_width)[:, 1: 1 + len(s.cols)]
+            elif getattr(s, "table", None) is not None and len(s.table):
+                rows = s.table.astype(np.float64)
+            else:
+                continue
+            hi[s.cols] = np.maximum(hi[s.cols], rows.max(axis=0))
+            lo[s.cols] = np.minimum(lo[s.cols], rows.min(axis=0))
+        return lo, hi
+
+    def _plan_partials(self, tw_bound: np.ndarray | None) -> None:
+        """Split each MLP output sum whose terms could reach past 2^24 into partial columns.
+
+        A stock kernel adds a dot product's terms in any order (SIMD lanes, blocks, threads),
+        so one of its partial sums may be any subset of the terms: the sum of every positive
+        term can be formed before a negative one cancels it. A staircase of hinge pairs
+        w relu(z - c + 1) - w relu(z - c) over a product z ~ 1e6 holds terms of ~1e7 whose
+        total is small; added in the wrong order a partial sum passes 2^24 and the low bit of
+        the (integer) result is lost. So the neurons writing one column are cut into groups
+        whose positive terms and whose negative terms each stay within 2^24 (`SPLIT_LIMIT`):
+        every subset sum of a group's integer terms is then exact, in any order. Group 0 stays
+        in the column (with the bias), group k > 0 writes a partial column of its own, and
+        every reader of the column reads its partials with the same weight (the column's value
+        is their sum). Groups are packed from *balanced chunks* (`_balanced_chunks`: hinges on
+        one pre-activation whose weights sum to 0), so each partial column holds a small value
+        and the reads stay exact too."""
+        self.partials: list[tuple[int, int, np.ndarray, float]] = []
+        if tw_bound is None:
+            return
+        lo, hi = tw_bound
+        for i, layer in enumerate(self.ct.layers):
+            mlp = layer.mlp
+            n, nw = int(mlp.n_neurons), int(mlp.n_write)
+            if not n or not nw:
+                continue
+            read = _numpy(mlp.read).astype(np.int64)
+            w1, b1 = _numpy(mlp.w1)[:, :n], _numpy(mlp.b1)[:n]
+            with np.errstate(invalid="ignore"):  # the largest relu(z): z's upper end
+                h = np.maximum(np.maximum(w1 * hi[read, None], w1 * lo[read, None]).sum(axis=0)
+                               + b1, 0.0)
+                mag = np.maximum(hi, -lo)
+            signed = np.zeros(n, bool)  # a lane that may be negative (swish, gated)
+            keys = [w1[:, k].tobytes() for k in range(n)]
+            if mlp.wu is not None:
+                wu, bu = _numpy(mlp.wu)[:, :n], _numpy(mlp.bu)[:n]
+                with np.errstate(invalid="ignore"):
+                    h = np.maximum(h, np.abs(w1).T @ mag[read] + np.abs(b1)) * (
+                        np.abs(wu).T @ mag[read] + np.abs(bu))
+                signed |= (wu != 0).any(axis=0) | (bu != 1.0)
+                keys = [k + wu[:, j].tobytes() + bu[j].tobytes() for j, k in enumerate(keys)]
+            if mlp.swish is not None:
+                swish = _numpy(mlp.swish)[:n].astype(bool)
+                with np.errstate(invalid="ignore"):
+                    h = np.where(swish, np.maximum(h, np.abs(w1).T @ mag[read] + np.abs(b1)), h)
+                signed |= swish
+            if not np.isfinite(h).all():
+                continue  # (no finite range: nothing to certify; the precision warning says so)
+            w2, b2 = _numpy(mlp.w2)[:n, :nw], _numpy(mlp.b2)[:nw]
+            write = _numpy(mlp.write)[:nw].astype(np.int64)
+            for j in range(nw):
+                t = h * w2[:, j]
+                pos = np.where(signed, np.abs(t), np.maximum(t, 0.0))
+                neg = np.where(signed, np.abs(t), np.maximum(-t, 0.0))
+                if max(pos.sum(), neg.sum()) + abs(b2[j]) <= SPLIT_LIMIT:
+                    continue
+                chunks = _balanced_chunks(keys, b1, w2[:, j])
+                groups = _pack(chunks, pos, neg, abs(b2[j]))
+                for g in groups[1:]:
+                    mask = np.zeros(n, bool)
+                    mask[g] = True
+                    bound = float(max(pos[g].sum(), neg[g].sum()))
+                    self.partials.append((i, int(write[j]), mask, bound))
+
+    def _routed(self, i: int, w2: np.ndarray, d_model: int) -> np.ndarray:
+        """Layer i's W_out (neurons, tw d) in the export's columns: as `_written`, but the
+        neurons of each partial group write its partial column (and twin) instead."""
+        out = self._written(w2, d_model)
+        for j, (layer, c, mask, _) in enumerate(self.partials):
+            if layer != i:
+                continue
+            rows = np.zeros(out.shape[0], bool)
+            rows[: len(mask)] = mask
+            k = len(self.tw_columns) + j
+            out[rows, k] = w2[rows, c]
+            out[rows, self.export_col[c]] = 0.0
+            if self.partial_twin[j] >= 0:
+                out[rows, self.partial_twin[j]] = -w2[rows, c]
+                out[rows, self.twin_col[c]] = 0.0
+        return out
+
     # -- the tables ----------------------------------------------------------------------
     def _rows(self, tw_rows: np.ndarray) -> np.ndarray:
         """(n, tw d) float64 rows -> (n, d_model) float32, the twins filled in."""
@@ -189,6 +314,10 @@ class StockPlan:
         out[self.export_col[self.tw_columns]] = (w * half)[self.tw_columns]
         has = np.nonzero(self.twin_col >= 0)[0]
         out[self.twin_col[has]] = -(w * half)[has]
+        for j, (_, c, _, _) in enumerate(self.partials):  # a partial is read as its column
+            out[len(self.tw_columns) + j] = out[self.export_col[c]]
+            if self.partial_twin[j] >= 0:
+                out[self.partial_twin[j]] = out[self.twin_col[c]]
         return out
 
     def embedding(self) -> np.ndarray:
@@ -274,7 +403,7 @@ class StockPlan:
         out = {key: self._read(qkv[j], dm).transpose(1, 0, 2)
                for j, key in enumerate(("W_Q", "W_K", "W_V"))}
         out.update(W_O=self._written(wo, dm), b_O=self._written(bo, dm),
-                   W_in=self._read(w1, dm), b_in=b1, W_out=self._written(w2, dm),
+                   W_in=self._read(w1, dm), b_in=b1, W_out=self._routed(i, w2, dm),
                    b_out=self._written(b2, dm))
         out["b_Q"], out["b_K"], out["b_V"] = (np.zeros((nh, hd)) for _ in range(3))
         report("export", i + 1, g.n_layers)
@@ -304,6 +433,20 @@ class StockPlan:
         lead = x.shape[:-1]
         return self._rows(x.reshape(-1, x.shape[-1])).reshape(*lead, self.geometry.d_model)
 
+    def collapse(self, h: np.ndarray) -> np.ndarray:
+        """An export residual (..., d_model) with every partial column added into its column
+        (and its twin into the column's twin) and zeroed: the form `residual` gives, so the
+        export's hidden states compare with tw's whatever the partials hold."""
+        h = np.array(h, np.float64, copy=True)
+        for j, (_, c, _, _) in enumerate(self.partials):
+            k = len(self.tw_columns) + j
+            h[..., self.export_col[c]] += h[..., k]
+            h[..., k] = 0.0
+            if self.partial_twin[j] >= 0:
+                h[..., self.twin_col[c]] += h[..., self.partial_twin[j]]
+                h[..., self.partial_twin[j]] = 0.0
+        return h
+
     # -- the normalization constant ------------------------------------------------------
     def column_bounds(self) -> np.ndarray:
         """(d_model,) the largest |value| each export column can hold at any time: over the
@@ -324,6 +467,10 @@ class StockPlan:
         pos = np.abs(self.positions().astype(np.float64)).max(axis=0)
         emb = np.abs(self.embedding().astype(np.float64)).max(axis=0)
         out = np.abs(self._written(tw_bound, self.geometry.d_model))
+        for j, (_, _, _, bound) in enumerate(self.partials):
+            out[len(self.tw_columns) + j] = bound
+            if self.partial_twin[j] >= 0:
+                out[self.partial_twin[j]] = bound
         return np.maximum(out, np.maximum(pos, emb))
 
     def variance_bound(self) -> float:
@@ -368,6 +515,47 @@ class StockPlan:
 
 def _numpy(t) -> np.ndarray:
     return t.detach().cpu().double().numpy() if t.is_floating_point() else t.cpu().numpy()
+
+
+def _balanced_chunks(keys: list[bytes], b1: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    """The neurons with a nonzero weight w in runs that cancel: neurons that share a
+    pre-activation (the same input weights, `keys`) ordered by bias, cut wherever their
+    weights' running sum is back to 0 (a hinge pair relu(z - c + 1) - relu(z - c) is one
+    run; its value stays within |w| whatever z is). Runs that never balance stay whole."""
+    families: dict[bytes, list[int]] = {}
+    for k in np.nonzero(w)[0].tolist():
+        families.setdefault(keys[k], []).append(k)
+    chunks = []
+    for ks in families.values():
+        ks.sort(key=lambda k: (-b1[k], k))
+        run, total = [], 0.0
+        for k in ks:
+            run.append(k)
+            total += w[k]
+            if total == 0.0:
+                chunks.append(np.array(run, np.int64))
+                run = []
+        if run:
+            chunks.append(np.array(run, np.int64))
+    return chunks
+
+
+def _pack(chunks: list[np.ndarray], pos: np.ndarray, neg: np.ndarray,
+          bias: float) -> list[np.ndarray]:
+    """Chunks packed in order into groups whose positive and negative term bounds each stay
+    within SPLIT_LIMIT (group 0 also carries the bias); a chunk over the limit alone stays a
+    group of its own."""
+    groups, cur, p, q = [], [], bias, bias
+    for ch in chunks:
+        cp, cq = float(pos[ch].sum()), float(neg[ch].sum())
+        if cur and (p + cp > SPLIT_LIMIT or q + cq > SPLIT_LIMIT):
+            groups.append(np.concatenate(cur))
+            cur, p, q = [], 0.0, 0.0
+        cur.append(ch)
+        p, q = p + cp, q + cq
+    if cur:
+        groups.append(np.concatenate(cur))
+    return groups
 
 
 def _kept_dims(attn) -> int:
