@@ -344,8 +344,10 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
         import warnings
 
         precision = "float64" if scale != 1.0 else "float32"
+        remedy = REMEDY if scale == 1.0 else REMEDY.split(", or compile")[0].replace(
+            "), a margin", ") or a margin")
         warnings.warn(f"{precision} cannot be shown to keep every output within its contract: "
-                      f"{'; '.join(over)}; {REMEDY}", PrecisionWarning, stacklevel=3)
+                      f"{'; '.join(over)}; {remedy}", PrecisionWarning, stacklevel=3)
     return report
 
 
