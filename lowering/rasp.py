@@ -92,14 +92,7 @@ def _check_vocab(vocab, where: str) -> frozenset:
                             f"tuples), e.g. {{1, 2, 3}}, got {_shown(vocab)}")
     tokens = []
     for token in vocab:
-        try:
-            hash(token)
-        except TypeError:
-            raise _error(where, f"vocab holds {_shown(token)}, which is not hashable: a token "
-                                "is a number, string, boolean or tuple") from None
-        if _is_nan(token):
-            raise _error(where, f"vocab holds {token!r}, which equals no token (not even "
-                                "itself)")
+        _check_hashable("vocab holds", token, where)
         # a numpy scalar (a vocabulary from np.arange) as the Python number it equals, so
         # that outputs decode as plain numbers
         tokens.append(token.item() if isinstance(token, np.generic) else token)
@@ -131,15 +124,21 @@ def _check_max_seq_len(max_seq_len, where: str) -> int:
     return n
 
 
-def _check_token(name: str, token, vocab: frozenset, where: str) -> None:
-    """The BOS or pad token: hashable, not NaN, and no token of the vocabulary."""
+def _check_hashable(what: str, token, where: str) -> None:
+    """A token (of the vocabulary, or the BOS or pad token, `what`) is hashable and not NaN,
+    which equals no token, not even itself."""
     try:
         hash(token)
     except TypeError:
-        raise _error(where, f"{name} {_shown(token)} is not hashable: a token is a number, "
-                            "string, boolean or tuple") from None
+        raise _error(where, f"{what} {_shown(token)}, which is not hashable: a token is a "
+                            "number, string, boolean or tuple") from None
     if _is_nan(token):
-        raise _error(where, f"{name} is {token!r}, which equals no token (not even itself)")
+        raise _error(where, f"{what} {token!r}, which equals no token (not even itself)")
+
+
+def _check_token(name: str, token, vocab: frozenset, where: str) -> None:
+    """The BOS or pad token: hashable, not NaN, and no token of the vocabulary."""
+    _check_hashable(f"{name} is", token, where)
     if token in vocab:
         raise _error(where, f"{name}: the BOS/pad token {token!r} must not be in the "
                             "vocabulary")

@@ -27,3 +27,15 @@ def onnx_round_trip(ct, module, feeds: dict, path):
     back = lambda out: {"tokens": int(np.argmax(out["logits"]))}  # noqa: E731
     assert_close(model.generate(feeds, 3, back), twdialect.generate(module, feeds, 3, back))
     return model
+
+
+def readme_graph():
+    """The README's example: y = x where x0 - x1 + 0.5 >= 0, else -x (a compare and a select:
+    the compiled model follows the compare's ramp just below 0)."""
+    from twdialect import ops as tw
+
+    with tw.Graph("main") as g:
+        x = tw.input("x", 2, value_range=(-8.0, 8.0))
+        y = tw.select(tw.compare(tw.linear(x, [[1.0], [-1.0]], [0.5]), 0.0), x, tw.negate(x))
+        tw.output("y", y)
+    return g.module

@@ -15,6 +15,7 @@ from tw_lowering.probe import probe
 from twdialect import evaluate
 from twdialect import ops as tw
 from twdialect.random_graphs import random_graph, sample_inputs
+from model_checks import readme_graph  # noqa: E402
 
 
 def _chain_of_linears(n: int = 6):
@@ -56,16 +57,8 @@ def test_ops_no_output_reads_never_cost_a_layer(pipeline):
     assert ct.n_layers == ct.stats.floor == 1
 
 
-def _ramp_example():
-    with tw.Graph("main") as g:
-        x = tw.input("x", 2, value_range=(-8.0, 8.0))
-        y = tw.select(tw.compare(tw.linear(x, [[1.0], [-1.0]], [0.5]), 0.0), x, tw.negate(x))
-        tw.output("y", y)
-    return g.module
-
-
 def test_the_ramp_is_reported_and_the_model_is_exact_outside_it():
-    module = _ramp_example()
+    module = readme_graph()
     ct = compile(module, d=64, d_head=8, d_hidden=256)
     assert len(ct.stats.ramps) == 1 and "ramp [-0.0625, 0)" in ct.stats.ramps[0]
     assert "ramps: 1 compare" in ct.stats.report()
@@ -78,7 +71,7 @@ def test_the_ramp_is_reported_and_the_model_is_exact_outside_it():
 
 
 def test_probe_never_compares_nothing_and_names_the_ramp():
-    module = _ramp_example()
+    module = readme_graph()
     ct = compile(module, d=64, d_head=8, d_hidden=256)
     clean = probe(ct, module, {"x": np.array([[1.0, 2.0], [-8.0, -7.0]])})
     assert clean.first_divergence is None and clean.checked > 0 and not clean.ramps

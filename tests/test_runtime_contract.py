@@ -11,6 +11,7 @@ from tw_lowering import compile
 from twdialect import EvaluationError, evaluate, generate
 from twdialect import ops as tw
 from twdialect.inputs import InputContract, check_inputs
+from model_checks import readme_graph  # noqa: E402
 
 TABLE = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, -1.0], [-1.0, 2.0], [0.5, 0.5]])
 
@@ -62,16 +63,8 @@ def _same_refusal(module, ct, inputs, **kw) -> str:
 # -- the README example -----------------------------------------------------------------------
 
 
-def _readme_graph():
-    with tw.Graph("main") as g:
-        x = tw.input("x", 2, value_range=(-8.0, 8.0))
-        y = tw.select(tw.compare(tw.linear(x, [[1.0], [-1.0]], [0.5]), 0.0), x, tw.negate(x))
-        tw.output("y", y)
-    return g.module
-
-
 def test_readme_example_refuses_out_of_range_and_clamps_alike():
-    module = _readme_graph()
+    module = readme_graph()
     ct = compile(module, d=64, d_head=8, d_hidden=256, pipeline="default")
     bad = {"x": np.array([[20.0, -30.0]])}
     msg = _same_refusal(module, ct, bad)
