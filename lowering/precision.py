@@ -253,7 +253,7 @@ def max_relative_output_error(sched: Schedule) -> float:
     magnitude taken from the value ranges. An interval box overstates an mlp whose hidden
     units cancel (a compare on a wide input spans its pre-activations), so there the relative
     figure understates; the absolute bounds of `estimate_errors` stay sound."""
-    mag = GroupRanges(sched.tg)
+    mag = sched.ranges or GroupRanges(sched.tg)
     _, err = estimate_errors(sched, mag)
     worst = 0.0
     for _, v in sched.tg.outputs:
@@ -286,31 +286,40 @@ def dtype_scale(dtype) -> float:
     return FLOAT64_SCALE if np.dtype(dtype) == np.float64 else 1.0
 
 
-def culprit(sched: Schedule, per_op: dict, value, mag: GroupRanges,
-            limit: float | None = None) -> str | None:
-    """The op, among those the output `value` depends on, where the error bound first leaves
-    ATOL of the op's own magnitude (`limit`, an output's margin, where given), or becomes
-    infinite, in schedule order: where to look (`twdialect.dialect.describe` of it, with its
-    layer and sublayer)."""
+def culprits(sched: Schedule, per_op: dict, mag: GroupRanges,
+             limit: float | None = None) -> dict:
+    """{op: the first op, in schedule order, among those `op` depends on (itself included),
+    where the error bound leaves ATOL of that op's own magnitude (`limit`, an output's
+    margin, where given) or becomes infinite, described with its layer and sublayer (None
+    where none does)}: where to look. One walk over the graph, for every output at once."""
     from twdialect.analysis import layer_of, sublayer_name
     from twdialect.dialect import describe
 
     tg = sched.tg
-    cone, stack = set(), [value.owner]
-    while stack:
-        op = stack.pop()
-        if op in cone:
+    first: dict = {}  # op -> (slot, index, op) of its first out-of-tolerance dependency
+    bad = {}
+    for t in tg.tasks:
+        s = sched.slot[t.tid]
+        if s < 0 or t.op not in per_op:
             continue
-        cone.add(op)
-        stack.extend(u.owner for u in op.operands)
-    order = sorted((sched.slot[t.tid], t.index, t) for t in tg.tasks
-                   if sched.slot[t.tid] >= 0 and t.op in cone and t.op in per_op)
-    for s, _, t in order:
         e = per_op[t.op]
         size = float(np.max(mag[t.out_group], initial=0.0))
         if not np.isfinite(e) or e > (ATOL * max(1.0, size) if limit is None else limit):
-            return f"{describe(t.op)} (layer {layer_of(s)} {sublayer_name(s)})"
-    return None
+            bad[t.op] = (s, t.index, t.op)
+    for op in tg.graph.block.ops:  # (block order: operands first)
+        cands = [first[u.owner] for u in op.operands if first.get(u.owner) is not None]
+        if op in bad:
+            cands.append(bad[op])
+        first[op] = min(cands, key=lambda c: (c[0], c[1])) if cands else None
+    return {op: (None if c is None else f"{describe(c[2])} (layer {layer_of(c[0])} "
+                                        f"{sublayer_name(c[0])})")
+            for op, c in first.items()}
+
+
+def culprit(sched: Schedule, per_op: dict, value, mag: GroupRanges,
+            limit: float | None = None) -> str | None:
+    """`culprits` of the op that makes `value` (one output)."""
+    return culprits(sched, per_op, mag, limit).get(value.owner)
 
 
 def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
@@ -323,11 +332,11 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
     under on_margin="error"). "ignore" checks nothing. Returns {output: (bound, allowed)}."""
     if on_margin == "ignore":
         return {}
-    mag = GroupRanges(sched.tg)
+    mag = sched.ranges or GroupRanges(sched.tg)
     per_op, err = estimate_errors(sched, mag)
     scale = dtype_scale(dtype)
     margins = output_margins(sched.tg.graph)
-    report, over = {}, []
+    report, over, where_of = {}, [], None
     for name, v in sched.tg.outputs:
         groups = sched.tg.refs[v].groups()
         bound = max((err[g] for g in groups), default=0.0) * scale
@@ -336,7 +345,9 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
         report[name] = (bound, allowed)
         if name in margins or (np.isfinite(bound) and bound <= allowed):
             continue
-        where = culprit(sched, per_op, v, mag)
+        if where_of is None:
+            where_of = culprits(sched, per_op, mag)
+        where = where_of.get(v.owner)
         what = "infinite" if not np.isfinite(bound) else f"{bound:.3g} (atol {allowed:.3g})"
         over.append(f"output \"{name}\": its error bound is {what}" +
                     (f", first out of tolerance at {where}" if where else ""))
@@ -354,7 +365,7 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
 def output_errors(sched: Schedule) -> dict[str, tuple[float, float]]:
     """Per graph output: (estimated absolute float32 error, largest |output| from the value
     ranges), the error the largest over the output's components (`estimate_errors`)."""
-    mag = GroupRanges(sched.tg)
+    mag = sched.ranges or GroupRanges(sched.tg)
     _, err = estimate_errors(sched, mag)
     out = {}
     for name, v in sched.tg.outputs:
@@ -381,7 +392,7 @@ def check_margins(sched: Schedule, on_margin: str = "error", dtype=np.float32
     margins = output_margins(sched.tg.graph)
     if not margins or on_margin == "ignore":
         return {}
-    mag = GroupRanges(sched.tg)
+    mag = sched.ranges or GroupRanges(sched.tg)
     per_op, err = estimate_errors(sched, mag)
     scale = dtype_scale(dtype)
     values = dict(sched.tg.outputs)
