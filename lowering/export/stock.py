@@ -29,6 +29,11 @@ makes that layout and nothing more:
   `twins=True` every column something reads has a *twin* holding its negation (every writer
   writes both), and a read takes half the difference: ((x - mean) - (-x - mean)) / 2 = x, the
   mean cancelling in each pair whatever it is; a zero entry reads exactly 0.
+* **Partial columns.** A stock kernel may add a dot product's terms in any order, so an MLP
+  output sum whose positive (or negative) terms could pass 2^24 is cut into groups that stay
+  within it, each group but the first writing a partial column of its own that every reader
+  reads as the column itself (`_plan_partials`; docs/exports.md, "Exactness under any
+  summation order"). The columns go: tw columns, partial columns, twins, partials' twins.
 `layer(i)` builds one layer's dense arrays on demand (float64 sums, float32 out), so a writer
 holds one layer at a time beyond the compiled model.
 """
@@ -542,20 +547,26 @@ def _balanced_chunks(keys: list[bytes], b1: np.ndarray, w: np.ndarray) -> list[n
 
 def _pack(chunks: list[np.ndarray], pos: np.ndarray, neg: np.ndarray,
           bias: float) -> list[np.ndarray]:
-    """Chunks packed in order into groups whose positive and negative term bounds each stay
-    within SPLIT_LIMIT (group 0 also carries the bias); a chunk over the limit alone stays a
-    group of its own."""
-    groups, cur, p, q = [], [], bias, bias
-    for ch in chunks:
-        cp, cq = float(pos[ch].sum()), float(neg[ch].sum())
-        if cur and (p + cp > SPLIT_LIMIT or q + cq > SPLIT_LIMIT):
-            groups.append(np.concatenate(cur))
-            cur, p, q = [], 0.0, 0.0
-        cur.append(ch)
-        p, q = p + cp, q + cq
-    if cur:
-        groups.append(np.concatenate(cur))
-    return groups
+    """Chunks packed first fit, largest first, into groups whose positive and negative term
+    bounds each stay within SPLIT_LIMIT (group 0 also carries the bias); a chunk over the
+    limit alone stays a group of its own. Deterministic: ties keep the chunks' order."""
+    sizes = [(float(pos[ch].sum()), float(neg[ch].sum())) for ch in chunks]
+    order = sorted(range(len(chunks)), key=lambda c: (-max(sizes[c]), c))
+    groups: list[list[int]] = [[]]
+    room = [[bias, bias]]
+    for c in order:
+        cp, cq = sizes[c]
+        for g, (p, q) in enumerate(room):
+            if not groups[g] or (p + cp <= SPLIT_LIMIT and q + cq <= SPLIT_LIMIT):
+                break
+        else:
+            g = len(groups)
+            groups.append([])
+            room.append([0.0, 0.0])
+        groups[g].append(c)
+        room[g][0] += cp
+        room[g][1] += cq
+    return [np.sort(np.concatenate([chunks[c] for c in g])) for g in groups if g]
 
 
 def _kept_dims(attn) -> int:
