@@ -17,8 +17,9 @@ forward per prompt, `tw_answer`), token for token:
 * GGUF: llama.cpp (`n_threads`), the prompt evaluated at once, then tw's answer a token at a
   time through the KV cache, as its greedy generation runs.
 
-The default suite runs the calculator and one other program per format; every program each
-format carries, on 2,000 prompts, runs under --runslow. `test_mlp_sums_exact_in_the_worst_order`
+The default suite runs the calculator and one other program per format, the torch and onnx
+tools at 1 and 2 threads (`DEFAULT_THREADS`); every program each format carries, on 2,000
+prompts at 1, 2 and 4 threads, runs under --runslow. `test_mlp_sums_exact_in_the_worst_order`
 checks the layout itself on every default prompt: each MLP output sum of the stock layout, its
 positive terms added first in float32, then its negative ones, is exact."""
 
@@ -35,6 +36,10 @@ import tw_examples as examples
 from tw_examples.token_program import generate
 
 THREADS = (1, 2, 4)
+# The default suite's thread counts: llama.cpp at all three (it departed at each); the torch
+# and onnx tools at 1 and 2 (torch's default, where TransformerLens departed), 4 under
+# --runslow (on a loaded 2-core host, 4 spinning threads cost minutes per program).
+DEFAULT_THREADS = {"gguf": THREADS}
 N_PROMPTS = 150
 N_PROMPTS_SLOW = 2000
 N_WORST = 30  # prompts whose MLP sums are checked in the worst order (the default suite)
@@ -247,14 +252,14 @@ def export_and_load(fmt: str, name: str, tmp: Path):
 
 
 def wrong_answers(fmt: str, name: str, tmp: Path, n: int, seed: int,
-                  n_alone: int = N_ALONE) -> dict[int, list[str]]:
+                  n_alone: int = N_ALONE, threads=THREADS) -> dict[int, list[str]]:
     """{threads: the prompts whose answer in the stock tool is not tw-run's} (the first
     `n_alone` also run one at a time at ALONE_THREADS)."""
     runner = export_and_load(fmt, name, tmp)
     todo = cases(name, n, seed)
     out = {}
     try:
-        for t in THREADS:
+        for t in threads:
             picks = runner.threads(t).picks([(ids, answer) for _, ids, answer in todo],
                                             alone=n_alone if t == ALONE_THREADS else 0)
             out[t] = [q for (q, _, answer), got in zip(todo, picks) if got != answer]
@@ -278,7 +283,8 @@ def test_export_answers_as_tw_run(fmt, name, tmp_path):
     _needs(fmt)
     todo = cases(name, N_PROMPTS, 0)
     assert len(todo) >= 150, (name, len(todo))
-    wrong = wrong_answers(fmt, name, tmp_path, N_PROMPTS, 0)
+    wrong = wrong_answers(fmt, name, tmp_path, N_PROMPTS, 0,
+                          threads=DEFAULT_THREADS.get(fmt, (1, ALONE_THREADS)))
     assert not any(wrong.values()), (
         f"{name} in {fmt}: wrong answers at threads "
         + ", ".join(f"{t}: {len(w)} of {len(todo)} (e.g. {w[0]!r})" for t, w in wrong.items() if w))
