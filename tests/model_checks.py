@@ -39,3 +39,31 @@ def readme_graph():
         y = tw.select(tw.compare(tw.linear(x, [[1.0], [-1.0]], [0.5]), 0.0), x, tw.negate(x))
         tw.output("y", y)
     return g.module
+
+
+def decode_staggered(ct, module, compiled: bool, steps: int = 12, lengths=(3, 7, 5),
+                     positions: int = 20):
+    """Three prompts of `lengths` positions decoded as one batch through the CUDA-graph step
+    (`compiled`: the inductor-compiled step, its counters cleared first), `steps` more
+    positions each fed from the same sampled inputs (`positions` of them per sequence).
+    Returns (decoder, [(feeds, prompt length, outputs per position)])."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from tw_lowering.decode import Decoder
+    from twdialect.inputs import check_feedback
+    from twdialect.random_graphs import sample_inputs
+
+    full = [sample_inputs(module, positions, s) for s in range(len(lengths))]
+    torch._dynamo.reset()
+    counters.clear()
+    dec = Decoder(ct, len(lengths), positions, cuda_graphs=True, compile=compiled)
+    rows = [[r] for r in dec.prefill(ct.check_batch(
+        [{k: v[:n] for k, v in f.items()} for f, n in zip(full, lengths)]))]
+    for _ in range(steps):
+        nxt = [check_feedback(ct.contract, {k: v[p] for k, v in f.items()}, int(p))
+               for f, p in zip(full, dec.positions)]
+        for r, o in zip(rows, dec.step(nxt)):
+            r.append(o)
+    return dec, [(f, n, {k: np.concatenate([p[k] for p in r]) for k in r[0]})
+                 for f, n, r in zip(full, lengths, rows)]

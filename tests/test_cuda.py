@@ -74,29 +74,16 @@ def test_cuda_graph_decoder_matches_run_batched(compiled):
     inductor-compiled step captured as a graph) give what run gives, with no recompiles."""
     from torch._dynamo.utils import counters
 
-    from tw_lowering.decode import Decoder
-    from twdialect.inputs import check_feedback
+    from model_checks import decode_staggered
 
     module = random_graph(5, 40, library=True, embedding=True)
     ct = compile(module, d=256, d_head=8, d_hidden=512,
                  pipeline="decompose{tolerance=1.0e30}").to("cuda")
-    full = [sample_inputs(module, 20, seed) for seed in range(3)]
-    lengths = (3, 7, 5)
-    torch._dynamo.reset()
-    counters.clear()
-    dec = Decoder(ct, 3, 20, cuda_graphs=True, compile=compiled)
-    rows = [[r] for r in dec.prefill(ct.check_batch(
-        [{k: v[:n] for k, v in f.items()} for f, n in zip(full, lengths)]))]
-    for _ in range(12):
-        nxt = [check_feedback(ct.contract, {k: v[p] for k, v in f.items()}, int(p))
-               for f, p in zip(full, dec.positions)]
-        for r, o in zip(rows, dec.step(nxt)):
-            r.append(o)
+    dec, runs = decode_staggered(ct, module, compiled)
     assert len(dec._graphs) == 1 and not dec.exact
     if compiled:
         assert counters["stats"]["unique_graphs"] == 1
-    for f, n, r in zip(full, lengths, rows):
-        got = {k: np.concatenate([p[k] for p in r]) for k in r[0]}
+    for f, n, got in runs:
         want = ct.run({k: v[: n + 12] for k, v in f.items()})
         for k in want:
             scale = max(1.0, float(np.abs(want[k]).max()))

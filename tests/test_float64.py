@@ -283,25 +283,13 @@ def test_cuda_to_device_and_dtype_together():
 @pytest.mark.parametrize("compiled", [False, True])
 def test_cuda_float64_graph_decoder_equals_run(compiled):
     """The CUDA-graph step (and the inductor-compiled step) in float64."""
-    from tw_lowering.decode import Decoder
-    from twdialect.inputs import check_feedback
+    from model_checks import decode_staggered
 
     module = primitive_graph(2, pos_table=False)
     ct = lowering.compile(module, d=128, d_head=8, d_hidden=512, dtype="float64",
                           **AS_WRITTEN).to("cuda")
-    full = [sample_inputs(module, 20, s) for s in range(3)]
-    lengths = (3, 7, 5)
-    torch._dynamo.reset()
-    dec = Decoder(ct, 3, 20, cuda_graphs=True, compile=compiled)
-    rows = [[r] for r in dec.prefill(ct.check_batch(
-        [{k: v[:n] for k, v in f.items()} for f, n in zip(full, lengths)]))]
-    for _ in range(12):
-        nxt = [check_feedback(ct.contract, {k: v[p] for k, v in f.items()}, int(p))
-               for f, p in zip(full, dec.positions)]
-        for r, o in zip(rows, dec.step(nxt)):
-            r.append(o)
+    dec, runs = decode_staggered(ct, module, compiled)
     assert dec._graphs and not dec.exact
-    for f, n, r in zip(full, lengths, rows):
-        got = {k: np.concatenate([p[k] for p in r]) for k in r[0]}
+    for f, n, got in runs:
         want = evaluate(module, {k: v[: n + 12] for k, v in f.items()})
         assert max_rel_error(got, want) <= TIGHT
