@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from tw_lowering.export.metadata import (PLACEHOLDER, ExportError, check_config, check_digests,
+from tw_lowering.export.metadata import (PLACEHOLDER, ExportError, check_config, check_file,
                                          check_metadata, config_record, digests_json,
                                          export_metadata, file_digests, graph_of,
                                          recorded_digests, show)
@@ -417,16 +417,8 @@ def _check_bytes(path, layout: _Layout, where: str) -> None:
             or layout.spans[FILE_KEY][1] != 64:
         raise ExportError(f"{where}: {name} carries no readable sha256 of itself ({FILE_KEY}; "
                           "not a tw export of this version, or a damaged one); export it again")
-    try:
-        whole, found = file_digests(path, layout.tensors, blank=layout.spans[FILE_KEY])
-    except OSError as e:
-        raise ExportError(f"{where}: cannot read {name} ({type(e).__name__}: "
-                          f"{show(str(e), quote=False)})") from None
-    check_digests(recorded, found, where, name)
-    if whole != own:
-        raise ExportError(f"{where}: {name} changed since it was exported (sha256 recorded "
-                          f"{own[:12]}..., found {whole[:12]}...; its tensors are as recorded, "
-                          "a key/value or the padding is not); export it again")
+    check_file(path, layout.tensors, recorded, own, where, name, f"cannot read {name}",
+               "a key/value or the padding", blank=layout.spans[FILE_KEY])
 
 
 def load_gguf(path, graph=None, n_threads: int | None = None, verbose: bool = False

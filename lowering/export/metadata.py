@@ -361,6 +361,24 @@ def check_sealed_json(raw: bytes, recorded, where: str, file: str) -> None:
                           "recorded, its text is not); export it again")
 
 
+def check_file(path, regions, recorded: Mapping[str, str], whole, where: str, name: str,
+               unreadable: str, rest: str, blank: tuple[int, int] | None = None) -> None:
+    """Refuse a weight file that is unreadable (`unreadable` says what is missing), whose
+    tensors (`regions`) differ from their `recorded` sha256s, or whose whole-file sha256 is not
+    `whole` (`rest` names what then changed: its padding, a key/value). One ExportError line
+    naming `where` and the file `name`."""
+    try:
+        got, found = file_digests(path, regions, blank=blank)
+    except OSError as e:
+        raise ExportError(f"{where}: {unreadable} ({type(e).__name__}: "
+                          f"{show(str(e), quote=False)})") from None
+    check_digests(recorded, found, where, name)
+    if got != whole:
+        raise ExportError(f"{where}: {name} changed since it was exported (sha256 recorded "
+                          f"{show(str(whole)[:12], quote=False)}..., found {got[:12]}...; its "
+                          f"tensors are as recorded, {rest} is not); export it again")
+
+
 def file_digests(path, regions: Iterable[tuple[str, int, int]] = (),
                  blank: tuple[int, int] | None = None) -> tuple[str, dict[str, str]]:
     """(sha256 of the whole file, {name: sha256 of bytes [start, end)} per region) in one

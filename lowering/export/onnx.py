@@ -69,14 +69,12 @@ from tw_lowering.export.metadata import (
     PLACEHOLDER,
     ExportError,
     check_causal,
-    check_digests,
+    check_file,
     check_metadata,
     digest,
     digests_json,
     export_metadata,
-    file_digests,
     recorded_digests,
-    show,
     tw_version,
 )
 from tw_lowering.progress import report
@@ -705,17 +703,8 @@ def _verify_data(model, props: Mapping[str, str], folder: str, where: str) -> No
                           f"(in {DATA_FILE}, at an offset and length); export it again") from None
     tensors = recorded_digests(props.get("tw.tensor_sha256"), where, MODEL_FILE)
     whole = props.get("tw.data_sha256")
-    data_path = os.path.join(folder, DATA_FILE)
-    try:
-        got, found = file_digests(data_path, regions)
-    except OSError as e:
-        raise ExportError(f"{where}: no readable {DATA_FILE} beside {MODEL_FILE} "
-                          f"({type(e).__name__}: {show(str(e), quote=False)})") from None
-    check_digests(tensors, found, where, DATA_FILE)
-    if got != whole:
-        raise ExportError(f"{where}: {DATA_FILE} changed since it was exported (sha256 "
-                          f"recorded {show(str(whole)[:12], quote=False)}..., found {got[:12]}..."
-                          f"; its tensors are as recorded, its padding is not); export it again")
+    check_file(os.path.join(folder, DATA_FILE), regions, tensors, whole, where, DATA_FILE,
+               f"no readable {DATA_FILE} beside {MODEL_FILE}", "its padding")
 
 
 def load_onnx(path, graph=None) -> OnnxModel:
