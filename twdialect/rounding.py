@@ -221,17 +221,17 @@ class FoldCheck:
                 exact = x
                 for form in chain:
                     exact = form(exact, np.float64)
-                got_old = x.astype(np.float32)
-                for form in chain:
-                    got_old = form(got_old, np.float32)
-                got_new = new(x.astype(np.float32), np.float32)
-                e_old = np.abs(got_old.astype(np.float64) - exact)
-                e_new = np.abs(got_new.astype(np.float64) - exact)
                 tol = F32_TOLERANCE * np.maximum(1.0, np.abs(exact))
-                # where the replaced form kept the value, the fold must keep it too
-                spoiled = (e_old <= tol) & ~(e_new <= e_old + tol)
-            if np.any(spoiled):
-                return True
+                for mode in (np.float32, ROUNDED):  # fused products, and products rounded
+                    got_old = x.astype(np.float32)
+                    for form in chain:
+                        got_old = form(got_old, mode)
+                    got_new = new(x.astype(np.float32), mode)
+                    e_old = np.abs(got_old.astype(np.float64) - exact)
+                    e_new = np.abs(got_new.astype(np.float64) - exact)
+                    # where the replaced form kept the value, the fold must keep it too
+                    if np.any((e_old <= tol) & ~(e_new <= e_old + tol)):
+                        return True
         return False
 
     def _replaced_chain(self, op: Operation, replaced: list[Operation] | None):
@@ -555,11 +555,24 @@ def _swish(z: np.ndarray) -> np.ndarray:
         return z / (z.dtype.type(1.0) + np.exp(-z))
 
 
+# float32 evaluated with every product rounded on its own, then summed (`_linear_form`)
+ROUNDED = "rounded"
+ROUNDED_TERMS = 1 << 16  # widest in x out evaluated that way (beyond: the matmul alone)
+
+
 def _linear_form(w: np.ndarray, b: np.ndarray):
-    """x @ w + b in a dtype: the weights stored as float32 (the model's and the oracle's)."""
+    """x @ w + b in a dtype: the weights stored as float32 (the model's and the oracle's).
+    np.float32 runs numpy's matmul (which may fuse a product with its sum, as GPU kernels
+    and AVX-512 BLAS do); ROUNDED rounds every product to float32 on its own first, as a
+    kernel without fused multiply-adds does: a fold must keep the value either way."""
     w32, b32 = np.asarray(w, np.float32), np.asarray(b, np.float32).reshape(-1)
 
     def form(x: np.ndarray, dtype) -> np.ndarray:
+        if isinstance(dtype, str):
+            x = x.astype(np.float32)
+            if x.shape[1] * w32.shape[1] <= ROUNDED_TERMS:
+                return (x[:, :, None] * w32[None, :, :]).sum(axis=1, dtype=np.float32) + b32
+            return x @ w32 + b32
         return x.astype(dtype) @ w32.astype(dtype) + b32.astype(dtype)
     return form
 
@@ -571,7 +584,7 @@ def _mlp_form(w1, b1, w2, b2, activation: str, up=None, ub=None):
 
     def form(x: np.ndarray, dtype) -> np.ndarray:
         z = first(x, dtype)
-        h = _swish(z) if activation == "swish" else np.maximum(z, dtype(0.0))
+        h = _swish(z) if activation == "swish" else np.maximum(z, z.dtype.type(0.0))
         if gate is not None:
             h = h * gate(x, dtype)
         return second(h, dtype)
