@@ -70,6 +70,7 @@ from tw_passes.fuse_linears import (
 from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import MLP, critical_path, next_slot
 from twdialect.rounding import FoldCheck
+from twdialect.rounding import mark_addend
 from twdialect.rounding import record as record_rounding
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
@@ -437,6 +438,10 @@ class _Former:
                                         for b in blocks])
             before = (old[0], old[1], gain, gain_bias)
         record_rounding(new, "out", w2, b2, before=before)
+        for b in blocks:  # a block that takes an addend's place joins its add's dot product
+            mark_addend(new, b.reader.out if b.kind == LINEAR else None)
+            if b.kind == SPLIT and len(b.concat.ins) > 1:  # it becomes an addend itself
+                mark_addend(new, b.reader.out, always=True)
         return new
 
     def _finish_split(self, b: _Block, value: SSAValue) -> None:

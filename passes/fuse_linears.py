@@ -50,6 +50,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.rounding import FoldCheck
+from twdialect.rounding import mark_addend
 from twdialect.rounding import record as record_rounding
 from twdialect.dense import shape_of, to_numpy
 from twdialect.dialect import (
@@ -179,6 +180,7 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     new.attributes.update(linear.attributes)
     record_rounding(new, "out", new_w2, new_b2,
                     before=(w2, to_numpy(mlp.b2) if mlp.b2 is not None else None, m, m_bias))
+    mark_addend(new, linear.out)
     return new
 
 

@@ -154,6 +154,22 @@ def test_the_gain_stays_a_linear_where_folding_it_would_round(activation):
     assert w2s and max(w2s) <= 2.0 / 128.0
 
 
+@pytest.mark.parametrize("case", [
+    (2, [179.0, 78.0, 30.0], [2.328125, 1000.0, 52.9375], 4096.0, 32.0, "swish"),
+    (2, [87.0, 75.0], [0.1, 1000.0], 4096.0, 16.0, "relu"),
+    (3, [216.0], [78.125], 256.0, 16.0, "relu"),
+])
+def test_folded_sums_that_join_an_add_stay_exact(case):
+    """Thermometers whose gains fold into sums of 2e7 (exact on their own) that the lowering
+    adds with another writer's finer terms in one dot product (an accumulating add), and a
+    gain of 625/64 whose products round unless fused: found by a random campaign, each was
+    off by 0.25 to 2 after the pipeline."""
+    digits, thresholds, gains, g, c, act = case
+    module = wide_adder(digits, thresholds, gains, g, c, act)
+    for name, passes in [("default", DEFAULT_PIPELINE)] + [(n, (p,)) for n, p in PASSES]:
+        check_pass_keeps_model(module, passes, name, probe_inputs(module, digits, 48, digits))
+
+
 def test_a_gain_folds_where_float32_keeps_it():
     """Where the folded sums stay exact (one digit), form-mlps still folds the gain."""
     module = wide_adder(1, [9.0], [625 / 8], 1024.0, 128.0, "relu")

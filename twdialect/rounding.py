@@ -66,6 +66,22 @@ def record(op: Operation, side: str, w: np.ndarray, b: np.ndarray | None,
 
 
 _BEFORE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# folds whose output will be an addend of a tw.add (`mark_addend`)
+_ADDENDS: weakref.WeakSet = weakref.WeakSet()
+
+
+def mark_addend(op: Operation, value: SSAValue | None, always: bool = False) -> None:
+    """Note that fold `op` takes the place of `value` where `value` is an addend of a
+    tw.add (`always`: the fold's output becomes one): the lowering may then add its output
+    sum and another writer's in one dot product
+    (an accumulating add: both write one block of columns), so its sums must stay below 2^24
+    itself (`grows_past_exact`), not 2^27: terms of 2e7 that add exactly among themselves
+    round once another writer's finer terms join them."""
+    if value is None:
+        return
+    uses = list(value.uses)
+    if always or (len(uses) == 1 and type(uses[0].operation).__name__ == "AddOp"):
+        _ADDENDS.add(op)
 
 
 class _Unsampled(Exception):
@@ -191,7 +207,8 @@ class FoldCheck:
                 old_mlp = np.abs(lane) @ np.abs(old_w2) + np.abs(old_b2)
                 old_readers = np.abs(lane @ old_w2 + old_b2) @ np.abs(gain) + np.abs(gain_bias)
                 old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
-                if old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS:
+                limit = EXACT_INTEGERS if op in _ADDENDS else ROUNDING_SUMS
+                if old < EXACT_INTEGERS and new.max(initial=0.0) >= limit:
                     return True
         return False
 
