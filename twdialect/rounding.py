@@ -302,11 +302,11 @@ class FoldCheck:
         if isinstance(op, MlpOp):  # (every kind of lane: relu, swish, gated)
             if op in _BEFORE and self.grows_past_exact(op):
                 return False
-        if self.float32_worse_on_samples(op, replaced):
-            return False
             if replaced is not None and (self.input_grows_past_exact(op, replaced)
                                          or not self.keeps_float32(op, replaced)):
                 return False
+        if self.float32_worse_on_samples(op, replaced):
+            return False
         dev = self.deviation(op)
         if dev is None or np.all(dev <= TOLERANCE):  # within tolerance at any scale >= 1:
             return True  # (the common case)
