@@ -158,6 +158,7 @@ def test_the_gain_stays_a_linear_where_folding_it_would_round(activation):
     (2, [179.0, 78.0, 30.0], [2.328125, 1000.0, 52.9375], 4096.0, 32.0, "swish"),
     (2, [87.0, 75.0], [0.1, 1000.0], 4096.0, 16.0, "relu"),
     (3, [216.0], [78.125], 256.0, 16.0, "relu"),
+    (5, [150655.0, 33857.0], [1000.0, 3.0], 4096.0, 8.0, "relu"),
 ])
 def test_folded_sums_that_join_an_add_stay_exact(case):
     """Thermometers whose gains fold into sums of 2e7 (exact on their own) that the lowering

@@ -207,8 +207,10 @@ class FoldCheck:
                 old_mlp = np.abs(lane) @ np.abs(old_w2) + np.abs(old_b2)
                 old_readers = np.abs(lane @ old_w2 + old_b2) @ np.abs(gain) + np.abs(gain_bias)
                 old = max(old_mlp.max(initial=0.0), old_readers.max(initial=0.0))
-                limit = EXACT_INTEGERS if op in _ADDENDS else ROUNDING_SUMS
-                if old < EXACT_INTEGERS and new.max(initial=0.0) >= limit:
+                if op in _ADDENDS:  # its terms join another writer's: below 2^24 whatever
+                    if new.max(initial=0.0) >= EXACT_INTEGERS:  # the old sums were
+                        return True
+                elif old < EXACT_INTEGERS and new.max(initial=0.0) >= ROUNDING_SUMS:
                     return True
         return False
 
