@@ -237,7 +237,7 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     np.float64)."""
     from tw_lowering.materialize import materialize
     from tw_lowering.model import CompiledTransformer
-    from tw_lowering.precision import check_margins, check_outputs
+    from tw_lowering.precision import Estimate, check_margins, check_outputs
     from tw_lowering.schedule import schedule
     from tw_lowering.stats import make_stats
 
@@ -245,8 +245,10 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     t1 = time.perf_counter()
     if sched is None:
         sched = schedule(tg, machine, pressure=pressure)
-    check_margins(sched, on_margin, dtype)
-    check_outputs(sched, on_margin, dtype)
+    if on_margin != "ignore":  # (one estimate of every value's error for both checks)
+        estimate = Estimate(sched)
+        check_margins(sched, on_margin, dtype, estimate)
+        check_outputs(sched, on_margin, dtype, estimate)
     t2 = time.perf_counter()
     seconds["schedule"] = t2 - t1
     weights, sources, outputs = materialize(sched, dtype)

@@ -31,7 +31,7 @@ from twdialect.dense import to_numpy
 from twdialect.f32_error import ffn_error_bound, mlp_error_bound
 from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
 from twdialect.dialect import attn_rope
-from twdialect.dialect import is_plain_mlp, mlp_activation
+from twdialect.dialect import is_plain_mlp, mlp_activation, width_of
 from twdialect.errors import TwError
 
 EPS = 2.0 ** -24  # unit roundoff of float32
@@ -100,7 +100,7 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
         op = t.op
         refs = tg.in_refs(t)
         e_in, m_in = _in_error(err, refs), _in_magnitude(mag, refs)
-        if e_in == 0.0 and exact.computes_exactly(op, m_in):
+        if e_in == 0.0 and exact.computes_exactly(op):
             e = 0.0  # exact inputs, an exact computation (integers on a grid below 2^24)
         elif isinstance(op, LinearOp):
             w = to_numpy(op.weight)
@@ -193,7 +193,7 @@ class _ExactOps:
             except TwError:
                 self._ints = {}
         got = self._ints.get(v)
-        return np.zeros(_width(v), bool) if got is None else np.asarray(got, bool)
+        return np.zeros(width_of(v), bool) if got is None else np.asarray(got, bool)
 
     def source_is_exact(self, g: int) -> bool:
         """A source whose values float32 holds exactly: integers below 2^24."""
@@ -203,14 +203,13 @@ class _ExactOps:
     def box(self, v) -> np.ndarray | None:
         """The largest |v| per component by the value ranges (None where they say nothing):
         the operand's own range, not the columns' (a position read has none of its own)."""
-        self.mag.mag  # (computes the ranges once)
-        got = (self.mag._boxes or {}).get(v)
+        got = (self.mag.boxes() or {}).get(v)
         if got is None:
             return None
         m = np.maximum(np.abs(np.asarray(got[0], np.float64)), np.abs(np.asarray(got[1], np.float64)))
         return m if np.all(np.isfinite(m)) else None
 
-    def computes_exactly(self, op, m_in: np.ndarray) -> bool:
+    def computes_exactly(self, op) -> bool:
         """Whether `op`, fed exact values, computes exactly in float32, its result added
         exactly into its columns (an integer below 2^24: the accumulating writers' sum too)."""
         from twdialect.f32_error import mlp_exact, linear_error_bound
@@ -223,29 +222,21 @@ class _ExactOps:
             return False
         if not float(m_out.max(initial=0.0)) < 2.0 ** 24:
             return False
-        m_in = m_x
         with np.errstate(all="ignore"):
             if isinstance(op, AddOp):
                 m_y = self.box(op.operands[1])
                 both = m_y is not None and np.all(self.integer(op.operands[1]))
-                return bool(both and float((m_in + m_y).max(initial=0.0)) < 2.0 ** 24)
+                return bool(both and float((m_x + m_y).max(initial=0.0)) < 2.0 ** 24)
             if isinstance(op, LinearOp):
                 w = to_numpy(op.weight)
                 b = to_numpy(op.bias) if op.bias is not None else None
-                return bool(np.all(linear_error_bound(w, b, -m_in, m_in, ints) == 0.0))
+                return bool(np.all(linear_error_bound(w, b, -m_x, m_x, ints) == 0.0))
             if not is_plain_mlp(op) and (op.up is not None or mlp_activation(op) != "swish"):
                 return False
             w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
             b1 = to_numpy(op.b1) if op.b1 is not None else None
             b2 = to_numpy(op.b2) if op.b2 is not None else None
-            return mlp_exact(w1, b1, w2, b2, -m_in, m_in, ints,
-                             swish=not is_plain_mlp(op))
-
-
-def _width(v) -> int:
-    from twdialect.dialect import width_of
-
-    return width_of(v)
+            return mlp_exact(w1, b1, w2, b2, -m_x, m_x, ints, swish=not is_plain_mlp(op))
 
 
 def max_relative_output_error(sched: Schedule) -> float:
@@ -276,8 +267,15 @@ class PrecisionWarning(UserWarning):
 ATOL = 1e-4  # the contract of an output without a margin: |model - oracle| <= ATOL max(1, |y|)
 # float64's unit roundoff over float32's: a first-order bound scales by it (`dtype_scale`)
 FLOAT64_SCALE = 2.0 ** -29
-REMEDY = ("declare narrower input ranges (tw.input value_range), a margin on the output "
-          "(tw.output(..., margin=)), or compile with dtype='float64'")
+REMEDIES = ("declare narrower input ranges (tw.input value_range)",
+            "a margin on the output (tw.output(..., margin=))")
+
+
+def remedy(dtype=np.float32) -> str:
+    """What would help an output the bound cannot keep (float64 too, for a float32 model)."""
+    if dtype_scale(dtype) == 1.0:
+        return f"{REMEDIES[0]}, {REMEDIES[1]}, or compile with dtype='float64'"
+    return f"{REMEDIES[0]} or {REMEDIES[1]}"
 
 
 def dtype_scale(dtype) -> float:
@@ -316,14 +314,24 @@ def culprits(sched: Schedule, per_op: dict, mag: GroupRanges,
             for op, c in first.items()}
 
 
-def culprit(sched: Schedule, per_op: dict, value, mag: GroupRanges,
-            limit: float | None = None) -> str | None:
-    """`culprits` of the op that makes `value` (one output)."""
-    return culprits(sched, per_op, mag, limit).get(value.owner)
+class Estimate:
+    """`estimate_errors` of a schedule, run once for every check that reads it: the value
+    ranges (`mag`), each op's bound (`per_op`) and each group's (`err`)."""
+
+    def __init__(self, sched: Schedule):
+        self.sched = sched
+        self.mag = sched.ranges or GroupRanges(sched.tg)
+        self.per_op, self.err = estimate_errors(sched, self.mag)
+
+    def output(self, v) -> tuple[float, float]:
+        """(bound, largest |value| by the ranges) of output value `v`, over its groups."""
+        groups = self.sched.tg.refs[v].groups()
+        return (max((self.err[g] for g in groups), default=0.0),
+                max((float(np.max(self.mag[g], initial=0.0)) for g in groups), default=0.0))
 
 
-def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
-                  ) -> dict[str, tuple[float, float]]:
+def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32,
+                  estimate: Estimate | None = None) -> dict[str, tuple[float, float]]:
     """The float32 contract stated at compile time: every output's static error bound
     (`estimate_errors`, scaled for `dtype`) is finite and within its declared margin, or
     within ATOL of its magnitude where it declares none; otherwise one warning (a
@@ -332,21 +340,19 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
     under on_margin="error"). "ignore" checks nothing. Returns {output: (bound, allowed)}."""
     if on_margin == "ignore":
         return {}
-    mag = sched.ranges or GroupRanges(sched.tg)
-    per_op, err = estimate_errors(sched, mag)
+    est = estimate or Estimate(sched)
     scale = dtype_scale(dtype)
     margins = output_margins(sched.tg.graph)
     report, over, where_of = {}, [], None
     for name, v in sched.tg.outputs:
-        groups = sched.tg.refs[v].groups()
-        bound = max((err[g] for g in groups), default=0.0) * scale
-        size = max((float(np.max(mag[g], initial=0.0)) for g in groups), default=0.0)
+        bound, size = est.output(v)
+        bound *= scale
         allowed = margins.get(name, ATOL * max(1.0, size))
         report[name] = (bound, allowed)
         if name in margins or (np.isfinite(bound) and bound <= allowed):
             continue
         if where_of is None:
-            where_of = culprits(sched, per_op, mag)
+            where_of = culprits(sched, est.per_op, est.mag)
         where = where_of.get(v.owner)
         what = "infinite" if not np.isfinite(bound) else f"{bound:.3g} (atol {allowed:.3g})"
         over.append(f"output \"{name}\": its error bound is {what}" +
@@ -355,24 +361,16 @@ def check_outputs(sched: Schedule, on_margin: str = "error", dtype=np.float32
         import warnings
 
         precision = "float64" if scale != 1.0 else "float32"
-        remedy = REMEDY if scale == 1.0 else REMEDY.split(", or compile")[0].replace(
-            "), a margin", ") or a margin")
         warnings.warn(f"{precision} cannot be shown to keep every output within its contract: "
-                      f"{'; '.join(over)}; {remedy}", PrecisionWarning, stacklevel=3)
+                      f"{'; '.join(over)}; {remedy(dtype)}", PrecisionWarning, stacklevel=3)
     return report
 
 
 def output_errors(sched: Schedule) -> dict[str, tuple[float, float]]:
     """Per graph output: (estimated absolute float32 error, largest |output| from the value
     ranges), the error the largest over the output's components (`estimate_errors`)."""
-    mag = sched.ranges or GroupRanges(sched.tg)
-    _, err = estimate_errors(sched, mag)
-    out = {}
-    for name, v in sched.tg.outputs:
-        groups = sched.tg.refs[v].groups()
-        out[name] = (max((err[g] for g in groups), default=0.0),
-                     max((float(np.max(mag[g])) for g in groups), default=0.0))
-    return out
+    est = Estimate(sched)
+    return {name: est.output(v) for name, v in sched.tg.outputs}
 
 
 def output_margins(graph) -> dict[str, float]:
@@ -381,8 +379,8 @@ def output_margins(graph) -> dict[str, float]:
             for op in graph.block.ops if isinstance(op, OutputOp) and MARGIN in op.attributes}
 
 
-def check_margins(sched: Schedule, on_margin: str = "error", dtype=np.float32
-                  ) -> dict[str, tuple[float, float]]:
+def check_margins(sched: Schedule, on_margin: str = "error", dtype=np.float32,
+                  estimate: Estimate | None = None) -> dict[str, tuple[float, float]]:
     """Compare every output's error estimate (scaled for `dtype`) with its declared margin:
     "error" raises a PrecisionError naming the outputs that exceed theirs and the op where
     each bound leaves tolerance, "warn" issues a PrecisionWarning, "ignore" does neither.
@@ -392,24 +390,20 @@ def check_margins(sched: Schedule, on_margin: str = "error", dtype=np.float32
     margins = output_margins(sched.tg.graph)
     if not margins or on_margin == "ignore":
         return {}
-    mag = sched.ranges or GroupRanges(sched.tg)
-    per_op, err = estimate_errors(sched, mag)
+    est = estimate or Estimate(sched)
     scale = dtype_scale(dtype)
     values = dict(sched.tg.outputs)
-    report = {}
-    for name, m in margins.items():
-        if name in values:
-            groups = sched.tg.refs[values[name]].groups()
-            report[name] = (max((err[g] for g in groups), default=0.0) * scale, m)
+    report = {name: (est.output(values[name])[0] * scale, m)
+              for name, m in margins.items() if name in values}
     over = {name: em for name, em in report.items() if not em[0] <= em[1]}
     if over:
         parts = []
         for n, (e, m) in sorted(over.items()):
-            where = culprit(sched, per_op, values[n], mag, m / scale)
+            where = culprits(sched, est.per_op, est.mag, m / scale).get(values[n].owner)
             parts.append(f"\"{n}\" may be off by {e:.3g} (margin {m:g})" +
                          (f", first out of tolerance at {where}" if where else ""))
         message = (f"float32 error estimate exceeds the declared margin: {', '.join(parts)}; "
-                   f"{REMEDY}; or compile with on_margin='warn'")
+                   f"{remedy(dtype)}; or compile with on_margin='warn'")
         if on_margin == "error":
             raise PrecisionError(message)
         import warnings
