@@ -433,9 +433,8 @@ def swish_hinge_bound(w1, b1, w2, b2, lo, hi, integer=None, e_in=None) -> np.nda
     return mlp_error_bound(w1, b1, w2, b2, lo, hi, integer, e_in) + tail
 
 
-def mlp_exact(w1, b1, w2, b2, lo, hi, integer, swish: bool = False) -> bool:
-    """Whether relu(x @ w1 + b1) @ w2 + b2 (swish: an ungated swish mlp whose pre-activations
-    stay SWISH_HINGE from 0, relu's to 4e-13) is exact in float32 in ANY summation order over
+def mlp_exact(w1, b1, w2, b2, lo, hi, integer) -> bool:
+    """Whether relu(x @ w1 + b1) @ w2 + b2 is exact in float32 in ANY summation order over
     the box: every hidden unit exact on its grid (`_Neuron.exact`), and every output's terms
     h_j w2[j, k] exact products on a common grid whose absolute sum, bias included, stays
     below 2^24 of it (a blocked or threaded kernel may add them in any order)."""
@@ -450,8 +449,6 @@ def mlp_exact(w1, b1, w2, b2, lo, hi, integer, swish: bool = False) -> bool:
     for j in range(n_hidden):
         n = _Neuron(w1[:, j], b1[j], lo, hi, ints, nzs[j])
         if not n.exact:
-            return False
-        if swish and _nearest_to_zero(n, w1[:, j], ints, 0.0) < SWISH_HINGE:
             return False
         h_mag[j], h_grid[j] = n.z_pos, n.grid if n.grid > 0 else math.inf
     for k in range(w2.shape[1]):
