@@ -184,6 +184,16 @@ class StockPlan:
                 if isinstance(op, PosEncodingOp)]
         return max(lens) if lens else 1024
 
+    def _ranges(self):
+        """The schedule's value ranges per group (`pressure.GroupRanges`), computed once for
+        the partial columns and the norm constant (the schedule's own where it kept them)."""
+        if getattr(self, "_group_ranges", None) is None:
+            from tw_lowering.pressure import GroupRanges
+
+            sched = self.ct.schedule
+            self._group_ranges = sched.ranges or GroupRanges(sched.tg)
+        return self._group_ranges
+
     # -- sums kept exact in any order -----------------------------------------------------
     def _tw_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(lo, hi), each (tw d,): the interval each tw column's value stays in (value ranges,
@@ -192,9 +202,7 @@ class StockPlan:
         sched, m = self.ct.schedule, self.machine
         if sched is None:
             return None
-        from tw_lowering.pressure import GroupRanges
-
-        mag = GroupRanges(sched.tg)
+        mag = self._ranges()
         lo, hi = np.zeros(m.d, np.float64), np.zeros(m.d, np.float64)
         for g, cols in enumerate(sched.cols):
             if cols is not None and len(cols):
@@ -461,9 +469,7 @@ class StockPlan:
         if sched is None:
             raise ExportError("export: the model carries no schedule (build it with "
                               "tw_lowering.compile); its value ranges are unknown")
-        from tw_lowering.pressure import GroupRanges
-
-        mag = GroupRanges(sched.tg)
+        mag = self._ranges()
         tw_bound = np.zeros(self.machine.d, np.float64)
         for g, cols in enumerate(sched.cols):
             if cols is not None and len(cols):
