@@ -150,9 +150,9 @@ def _is_nan(token) -> bool:
 
 def _shown(value, limit: int = 60) -> str:
     """A value as a message names it: its type and repr, cut to `limit` characters."""
-    text = " ".join(repr(value).split())
-    text = text if len(text) <= limit else text[:limit - 3] + "..."
-    return f"{type(value).__name__} {text}"
+    from twdialect.errors import shortened
+
+    return f"{type(value).__name__} {shortened(repr(value), limit)}"
 
 
 def _count(n: int) -> str:

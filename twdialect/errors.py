@@ -17,3 +17,10 @@ class TwError(ValueError):
         super().__init__(message)
         if op is not None or not hasattr(self, "op"):
             self.op = op
+
+
+def shortened(text: str, limit: int = 60) -> str:
+    """`text` on one line (whitespace collapsed), cut to `limit` characters: how a message
+    names what it was given without echoing a large object or a hand-edited file."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

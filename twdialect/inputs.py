@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twdialect.errors import TwError
+from twdialect.errors import TwError, shortened
 
 ON_OUT_OF_RANGE = ("error", "clamp", "unchecked")
 
@@ -217,7 +217,7 @@ def check_feedback_function(feedback) -> None:
             if isinstance(feedback, Mapping) else ""
         raise EvaluationError("generate: feedback must be a function of the last outputs, "
                               f"feedback(outputs) -> {{name: value}}, got "
-                              f"{type(feedback).__name__} {_short_repr(feedback)}{hint}")
+                              f"{type(feedback).__name__} {shortened(repr(feedback))}{hint}")
     import inspect
 
     try:
@@ -230,13 +230,6 @@ def check_feedback_function(feedback) -> None:
         name = getattr(feedback, "__name__", type(feedback).__name__)
         raise EvaluationError(f"generate: feedback must take one argument, the last outputs, "
                               f"but {name}{signature} cannot be called so ({e})") from None
-
-
-def _short_repr(value, limit: int = 60) -> str:
-    """repr(value) on one line, cut to `limit` characters (a message names what was given
-    without echoing a large object)."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # -- the checks, one promise each --------------------------------------------------------------

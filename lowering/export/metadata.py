@@ -211,9 +211,10 @@ def show(value, quote: bool = True, limit: int = 60) -> str:
     """`value` as one short line in a message: its repr (a number or, unless `quote`, a str
     as it is), whitespace collapsed, cut to `limit` characters (a hand-edited file may hold
     anything, of any length)."""
-    text = repr(value) if quote or not isinstance(value, (str, int, float)) else str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    from twdialect.errors import shortened
+
+    return shortened(repr(value) if quote or not isinstance(value, (str, int, float))
+                     else str(value), limit)
 
 
 # -- digests: what the bytes and the config were when tw wrote them --------------------------
