@@ -271,7 +271,7 @@ def draw(lines: Lines, out: Path) -> list[Path]:
     try:
         import matplotlib
     except ImportError:
-        raise ToolError("matplotlib is not installed: pip install 'tw[plots]'") from None
+        raise ToolError("matplotlib is not installed: pip install 'tw-compiler[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

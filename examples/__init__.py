@@ -1,13 +1,14 @@
 """Bundled token programs (text in, text out), each a module with `build() -> TokenProgram`.
 
 `PROGRAMS` compile to relu MLPs and unrotated heads, which every export format carries;
-`ROTARY_PROGRAMS` are written for a SwiGLU/RoPE machine (swish and gated MLPs, rotary heads),
-which the ONNX and Llama exports carry. `ALL_PROGRAMS` is both, the names `load` and `tw-run`
+`ROTARY_PROGRAMS` are written for a Llama-family machine (every head rotary, no position
+feature in the residual; rotary_adder's MLPs swish and gated, rotary_reverse's relu), which
+the ONNX and Llama exports carry. `ALL_PROGRAMS` is both, the names `load` and `tw-run`
 take."""
 
 PROGRAMS = ("adder", "calculator", "binary_increment", "sort_digits", "caesar", "fibonacci",
             "balanced_parens")
-ROTARY_PROGRAMS = ("rotary_adder",)
+ROTARY_PROGRAMS = ("rotary_adder", "rotary_reverse")
 ALL_PROGRAMS = PROGRAMS + ROTARY_PROGRAMS
 
 

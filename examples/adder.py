@@ -28,6 +28,7 @@ from tw_examples.token_program import (
     column_digits,
     number_logits,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules, pad_digits
 
 VOCAB = "0123456789+=$"
 END = "$"
@@ -35,9 +36,14 @@ WIDTH = 3  # operand digits
 EQ_POS = 2 * WIDTH + 1  # position of "="
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): each operand padded to WIDTH digits, "=" added if missing.
+PROMPT_RULES = pad_digits(WIDTH) + (append_missing("="),)
+
+
 def normalize(prompt: str) -> str:
-    m = check_regex("adder", r"(\d{1,3})\+(\d{1,3})=?", prompt, "'123+456=' (1-3 digit operands)")
-    return f"{int(m.group(1)):03d}+{int(m.group(2)):03d}="
+    check_regex("adder", r"(\d{1,3})\+(\d{1,3})=?", prompt, "'123+456=' (1-3 digit operands)")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -76,4 +82,5 @@ def build() -> TokenProgram:
         max_answer=WIDTH + 2, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=1024, d_head=64, d_hidden=4096),
         anchor=Anchor(greedy=15, cpsat=13, d=1024),
-        description="sum of two numbers of up to 3 digits, e.g. 555+445= -> 1000")
+        description="sum of two numbers of up to 3 digits, e.g. 555+445= -> 1000",
+        prompt_rules=PROMPT_RULES)

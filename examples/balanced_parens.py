@@ -39,6 +39,7 @@ from tw_examples.token_program import (
     relu,
     switch,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules
 
 OPENERS, CLOSERS = "([{", ")]}"
 VOCAB = OPENERS + CLOSERS + "=yesno$"
@@ -51,10 +52,15 @@ DEPTH_GAIN = 2.0 * RECENCY * (MAX_BRACKETS + 2)  # a depth mismatch outweighs an
 ANSWERS = ("yes", "no")
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): "=" added if missing.
+PROMPT_RULES = (append_missing("="),)
+
+
 def normalize(prompt: str) -> str:
-    m = check_regex("balanced_parens", PATTERN, prompt,
-                    f"'([]{{}})=' (1-{MAX_BRACKETS} of ()[]{{}})")
-    return m.group(1) + "="
+    check_regex("balanced_parens", PATTERN, prompt,
+                f"'([]{{}})=' (1-{MAX_BRACKETS} of ()[]{{}})")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -179,4 +185,5 @@ def build() -> TokenProgram:
         max_answer=4, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=1024, d_head=64, d_hidden=4096),
         anchor=Anchor(greedy=33, cpsat=26, d=None),
-        description="is a string of ()[]{} balanced? ([]{})= -> yes")
+        description="is a string of ()[]{} balanced? ([]{})= -> yes",
+        prompt_rules=PROMPT_RULES)

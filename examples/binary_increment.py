@@ -31,6 +31,7 @@ from tw_examples.token_program import (
     gate,
     step,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules
 
 VOCAB = "01=$"
 END = "$"
@@ -40,9 +41,14 @@ PATTERN = r"([01]{1,%d})=?" % MAX_BITS
 LATEST = 20.0  # logit gap between consecutive candidate zeros
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): "=" added if missing.
+PROMPT_RULES = (append_missing("="),)
+
+
 def normalize(prompt: str) -> str:
-    m = check_regex("binary_increment", PATTERN, prompt, f"'1011=' (1-{MAX_BITS} bits)")
-    return m.group(1) + "="
+    check_regex("binary_increment", PATTERN, prompt, f"'1011=' (1-{MAX_BITS} bits)")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -96,4 +102,5 @@ def build() -> TokenProgram:
         max_answer=MAX_BITS + 2, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=512, d_head=64, d_hidden=2048),
         anchor=Anchor(greedy=22, cpsat=17, d=512),
-        description="binary number plus one, same width unless it overflows: 1011= -> 1100")
+        description="binary number plus one, same width unless it overflows: 1011= -> 1100",
+        prompt_rules=PROMPT_RULES)

@@ -31,6 +31,7 @@ from tw_examples.token_program import (
     lin,
     step,
 )
+from tw_lowering.export.prompts import START, append_missing, apply_rules
 
 LETTERS = string.ascii_lowercase
 VOCAB = "0123456789:" + LETTERS + " =$"
@@ -39,6 +40,15 @@ MAX_TEXT = 40
 MAX_LEN = 96
 TEXT_POS = 3
 PATTERN = r"(\d{1,2}):([a-z ]{1,%d})=?" % MAX_TEXT
+
+
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): letters lower-cased, a one-digit key padded to two
+# digits, "=" added if missing.
+PROMPT_RULES = tuple((c, c.lower()) for c in string.ascii_uppercase) + (
+    (START + r"(?=[0-9](?![0-9]))", "0"),
+    append_missing("="),
+)
 
 
 def _parse(prompt: str):
@@ -51,8 +61,8 @@ def _parse(prompt: str):
 
 
 def normalize(prompt: str) -> str:
-    key, text = _parse(prompt)
-    return f"{key:02d}:{text}="
+    _parse(prompt)
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -96,4 +106,5 @@ def build() -> TokenProgram:
         max_answer=MAX_TEXT + 1, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=1024, d_head=64, d_hidden=4096),
         anchor=Anchor(greedy=6, cpsat=5, d=None),
-        description="shift letters by a key: 3:hello world= -> khoor zruog")
+        description="shift letters by a key: 3:hello world= -> khoor zruog",
+        prompt_rules=PROMPT_RULES)

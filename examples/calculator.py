@@ -38,6 +38,7 @@ from tw_examples.token_program import (
     step,
     switch,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules, pad_digits
 
 VOCAB = "0123456789+-*=$"
 END = "$"
@@ -49,9 +50,14 @@ PATTERN = r"(\d{1,3})([-+*])(\d{1,3})=?"
 RESULT_DIGITS = 2 * WIDTH  # 999 * 999 has 6 digits
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): each operand padded to WIDTH digits, "=" added if missing.
+PROMPT_RULES = pad_digits(WIDTH) + (append_missing("="),)
+
+
 def normalize(prompt: str) -> str:
-    m = check_regex("calculator", PATTERN, prompt, "'12*34=' (1-3 digit operands, + - or *)")
-    return f"{int(m.group(1)):03d}{m.group(2)}{int(m.group(3)):03d}="
+    check_regex("calculator", PATTERN, prompt, "'12*34=' (1-3 digit operands, + - or *)")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -130,4 +136,5 @@ def build() -> TokenProgram:
         max_answer=RESULT_DIGITS + 2, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=2048, d_head=64, d_hidden=8192),
         anchor=Anchor(greedy=29, cpsat=26, d=2048),
-        description="+, - or * on integers of up to 3 digits, e.g. 5-17= -> -12")
+        description="+, - or * on integers of up to 3 digits, e.g. 5-17= -> -12",
+        prompt_rules=PROMPT_RULES)

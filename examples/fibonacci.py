@@ -39,6 +39,7 @@ from tw_examples.token_program import (
     relu,
     step,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules, prepend
 
 VOCAB = "0123456789,^$"
 END = "$"
@@ -49,14 +50,19 @@ PATTERN = r"(\d{1,4}),(\d{1,4}),?"
 RECENCY = 20.0
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): "^" put in front, "," added after the seeds if missing.
+PROMPT_RULES = (prepend("^"), append_missing(","))
+
+
 def _seeds(prompt: str) -> tuple[int, int]:
     m = check_regex("fibonacci", PATTERN, prompt, "'0,1' (two seeds of 0-9999)")
     return int(m.group(1)), int(m.group(2))
 
 
 def normalize(prompt: str) -> str:
-    m = check_regex("fibonacci", PATTERN, prompt, "'0,1' (two seeds of 0-9999)")
-    return f"^{m.group(1)},{m.group(2)},"
+    check_regex("fibonacci", PATTERN, prompt, "'0,1' (two seeds of 0-9999)")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -118,4 +124,5 @@ def build() -> TokenProgram:
         max_answer=MAX_ANSWER, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=1024, d_head=64, d_hidden=4096),
         anchor=Anchor(greedy=8, cpsat=6, d=None),
-        description="Fibonacci-style sequence from two seeds: 0,1 -> 1,2,3,5,8,...,6765,")
+        description="Fibonacci-style sequence from two seeds: 0,1 -> 1,2,3,5,8,...,6765,",
+        prompt_rules=PROMPT_RULES)

@@ -37,6 +37,7 @@ from tw_examples.token_program import (
     check_regex,
     integer_function,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules, pad_digits
 
 VOCAB = "0123456789+=$"
 END = "$"
@@ -48,6 +49,11 @@ OFFSET_GAIN = 32.0  # q = GAIN * ones: the addressed key beats its neighbours by
 LOGIT_SCALE = 10.0  # the winning logit's margin over the next code
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): each number padded to two digits, "=" added if missing.
+PROMPT_RULES = pad_digits(2) + (append_missing("="),)
+
+
 def _parse(prompt: str) -> tuple[int, int]:
     m = check_regex("rotary_adder", r"(\d{1,2})\+(\d{1,2})=?", prompt,
                     "'47+85=' (two numbers of one or two digits)")
@@ -55,8 +61,8 @@ def _parse(prompt: str) -> tuple[int, int]:
 
 
 def normalize(prompt: str) -> str:
-    a, b = _parse(prompt)
-    return f"{a:02d}+{b:02d}="
+    _parse(prompt)
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -139,4 +145,5 @@ def build() -> TokenProgram:
         max_answer=STEPS, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=64, d_head=HEAD_DIM, d_hidden=256),
         anchor=Anchor(greedy=None, cpsat=None, d=None),
-        description="two-digit addition on a SwiGLU/RoPE machine: 47+85= -> 132")
+        description="two-digit addition on a SwiGLU/RoPE machine: 47+85= -> 132",
+        prompt_rules=PROMPT_RULES)

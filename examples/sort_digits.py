@@ -31,6 +31,7 @@ from tw_examples.token_program import (
     gate,
     step,
 )
+from tw_lowering.export.prompts import append_missing, apply_rules
 
 VOCAB = "0123456789=$"
 END = "$"
@@ -39,9 +40,14 @@ MAX_LEN = 64
 PATTERN = r"(\d{1,%d})=?" % MAX_DIGITS
 
 
+# What normalize does to a checked prompt, as data the exports' tokenizers apply too
+# (tw_lowering.export.prompts): "=" added if missing.
+PROMPT_RULES = (append_missing("="),)
+
+
 def normalize(prompt: str) -> str:
-    m = check_regex("sort_digits", PATTERN, prompt, f"'3141=' (1-{MAX_DIGITS} digits)")
-    return m.group(1) + "="
+    check_regex("sort_digits", PATTERN, prompt, f"'3141=' (1-{MAX_DIGITS} digits)")
+    return apply_rules(PROMPT_RULES, prompt)
 
 
 def reference(prompt: str) -> str:
@@ -88,4 +94,5 @@ def build() -> TokenProgram:
         max_answer=MAX_DIGITS + 1, normalize=normalize, reference=reference, sample=sample,
         geometry=Geometry(d=1024, d_head=64, d_hidden=4096),
         anchor=Anchor(greedy=None, cpsat=None, d=None),
-        description="digits in ascending order: 3141= -> 1134")
+        description="digits in ascending order: 3141= -> 1134",
+        prompt_rules=PROMPT_RULES)

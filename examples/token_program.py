@@ -352,7 +352,9 @@ class TokenProgram:
 
     `normalize(prompt)` checks a prompt and returns the exact text fed to the model (raising
     PromptError with a one-line reason); `reference(prompt)` is the plain-Python answer the
-    model must reproduce; `sample(rng)` draws a random valid prompt."""
+    model must reproduce; `sample(rng)` draws a random valid prompt. `prompt_rules`: the
+    (pattern, replacement) rewrites `normalize` applies after checking, as data the exports'
+    tokenizers apply too (`tw_lowering.export.prompts`; empty: the prompt is fed as typed)."""
 
     name: str
     vocab: str
@@ -366,6 +368,7 @@ class TokenProgram:
     geometry: Geometry
     anchor: Anchor
     description: str = ""
+    prompt_rules: tuple[tuple[str, str], ...] = ()
 
     def encode(self, prompt: str) -> np.ndarray:
         text = self.normalize(prompt)

@@ -47,7 +47,7 @@ def torchwright_modules():
                                             map_select, scalar_encoding, sequence_ops)
     except ImportError:
         raise TorchwrightError("graphs built with torchwright's ops need torchwright: pip "
-                               "install 'tw[torchwright]'") from None
+                               "install 'tw-compiler[torchwright]'") from None
     return _Ops(torch, Concatenate, attention_ops, inout_nodes, linear, arithmetic_ops,
                 embedding_arithmetic, logic_ops, map_select, scalar_encoding, sequence_ops)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tracr.compiler.compiling",
-                    reason="bench/frontends.py's tracr side needs tw[rasp]")
+                    reason="bench/frontends.py's tracr side needs tw-compiler[rasp]")
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "frontends.py"
 

@@ -14,10 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TW_NAMES = {"twdialect", "tw_passes", "tw_lowering", "tw_tools", "tw_examples"}
+DIST = "tw-compiler"  # the distribution's name (pyproject.toml); `tw` is another project's
 
 
 def test_tw_installs_only_its_own_import_names():
-    mine = {name for name, dists in metadata.packages_distributions().items() if "tw" in dists}
+    mine = {name for name, dists in metadata.packages_distributions().items() if DIST in dists}
     assert mine == TW_NAMES
 
 
@@ -27,7 +28,7 @@ def test_frontend_packages_are_installed_beside_tw():
     pytest.importorskip("tracr.rasp.rasp")
     pytest.importorskip("torchwright")
     owners = metadata.packages_distributions().get("examples", [])
-    assert "tw" not in owners
+    assert DIST not in owners
 
 
 def _run(args, tmp_path, **kw):

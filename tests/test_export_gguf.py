@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gguf")
-pytest.importorskip("llama_cpp")
+pytest.importorskip("llama_cpp",
+                    reason="llama.cpp's binding is missing: pip install 'tw-compiler[llama]'")
 
 import tw_examples as examples  # noqa: E402
 import tw_lowering as lowering  # noqa: E402

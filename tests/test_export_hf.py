@@ -19,8 +19,7 @@ import tw_examples as examples  # noqa: E402
 import tw_lowering as lowering  # noqa: E402
 from tw_examples.token_program import generate  # noqa: E402
 from tw_lowering.export import ExportError, export  # noqa: E402
-from tw_lowering.export.hf import load_transformers  # noqa: E402
-from tw_lowering.export.stock import StockPlan  # noqa: E402
+from tw_lowering.export.hf import load_transformers, transformers_plan  # noqa: E402
 
 PROMPTS_PER_PROGRAM = 4
 
@@ -99,7 +98,7 @@ def exported(tmp_path_factory):
         rng = np.random.default_rng(100 + i)
         raw = [p.sample(rng) for _ in range(PROMPTS_PER_PROGRAM)]
         cases[name] = (p, ct, raw, report, path)
-        plan = StockPlan(ct, twins=True, tied_width=True)
+        plan = transformers_plan(ct)
         residuals = [plan.residual(x).tolist() for x in _tw_residuals(ct, p.encode(raw[0]))]
         jobs.append({"name": name, "path": str(path), "max_new": p.max_answer,
                      "texts": [p.normalize(r) for r in raw], "residuals": residuals[:-1]})
@@ -131,7 +130,7 @@ def test_logits_and_hidden_states_are_tws(exported, name):
     got = np.array(report[name]["logits"])
     scale = np.maximum(1.0, np.abs(want))
     assert np.all(np.abs(got - want) <= 1e-4 * scale + 1e-5 * np.abs(want).max())
-    plan = StockPlan(ct, twins=True, tied_width=True)
+    plan = transformers_plan(ct)
     ours = [plan.residual(x) for x in _tw_residuals(ct, tokens)]
     hidden = report[name]["hidden"]  # the embedding, then after each block (the last after
     assert len(hidden) == len(ours)  # ln_f, an identity)
@@ -184,7 +183,7 @@ def test_loader_checks_metadata(exported):
 
 def test_norm_constant_refused_with_the_smallest_that_works(tmp_path):
     p, ct = _compiled("adder")
-    eps = StockPlan(ct, twins=True, tied_width=True).norm_eps()
+    eps = transformers_plan(ct).norm_eps()
     with pytest.raises(ExportError, match=re.escape(f"smallest that works is {eps:.6g}")):
         export(ct, tmp_path / "x", "transformers", vocab=p.vocab, end=p.end, norm_eps=eps / 4)
     export(ct, tmp_path / "y", "transformers", vocab=p.vocab, end=p.end, norm_eps=eps * 4)

@@ -30,14 +30,14 @@ def test_missing_library_is_one_line(tmp_path, monkeypatch, format, library, ext
         export(_graph(), tmp_path / f"m.{ext}", format, d=32, d_head=4, d_hidden=16)
     msg = str(e.value)
     assert "\n" not in msg and f"{library!r}" in msg and "not installed" in msg
-    assert "pip install 'tw[export]'" in msg
+    assert "pip install 'tw-compiler[export]'" in msg
 
 
 def test_llama_cpp_names_its_own_extra():
     e = missing_library(ModuleNotFoundError("No module named 'llama_cpp'", name="llama_cpp"),
                         "gguf")
     assert str(e) == ("export: the gguf export needs 'llama_cpp', which is not installed: "
-                      "pip install 'tw[llama]'")
+                      "pip install 'tw-compiler[llama]'")
     e = missing_library(ImportError("cannot import name 'X' from 'onnx'", name="onnx"), "onnx")
     assert "'onnx', which does not import (cannot import name 'X'" in str(e)
 

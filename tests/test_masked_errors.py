@@ -154,7 +154,8 @@ try:
     from tracr.rasp import rasp
 except ImportError:  # (the generate and report cases run without it)
     rasp = None
-needs_tracr = pytest.mark.skipif(rasp is None, reason="the RASP cases need tw[rasp] (tracr)")
+needs_tracr = pytest.mark.skipif(rasp is None,
+                                 reason="the RASP cases need tw-compiler[rasp] (tracr)")
 
 from tw_lowering.rasp import MAX_SEQ_LEN, MAX_VOCAB, check_arguments  # noqa: E402
 from twdialect.dialect import MAX_WIDTH  # noqa: E402

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-rasp_mod = pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+rasp_mod = pytest.importorskip("tracr.rasp.rasp",
+                               reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.compiler import lib, test_cases  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 

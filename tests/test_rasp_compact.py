@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.compiler import lib  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 

@@ -36,7 +36,7 @@ from fractions import Fraction
 
 import pytest
 
-pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.rasp import rasp  # noqa: E402
 
 from tw_lowering import compile_rasp_to_model  # noqa: E402

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.rasp import rasp  # noqa: E402
 
 from test_rasp import BOS, all_inputs, check, sampled  # noqa: E402

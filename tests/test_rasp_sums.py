@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.rasp import rasp  # noqa: E402
 
 from test_rasp_user_programs import check_against_rasp  # noqa: E402

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw[rasp]")
+pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw-compiler[rasp]")
 from tracr.compiler import lib  # noqa: E402
 from tracr.rasp import rasp  # noqa: E402
 

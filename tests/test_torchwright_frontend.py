@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torchwright", reason="the torchwright frontend's tests need tw[torchwright]")
+pytest.importorskip("torchwright",
+                    reason="the torchwright frontend's tests need tw-compiler[torchwright]")
 from torchwright.graph import (  # noqa: E402
     FFN, Add, Attn, Concatenate, Embedding, InputNode, Linear, LiteralValue, ReLU,
     ValueLogger, fresh_graph_session,

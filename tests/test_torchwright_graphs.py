@@ -76,7 +76,7 @@ def test_expected_answers():
 
 def test_without_torchwright_the_builders_say_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchwright.ops.swiglu", None)
-    with pytest.raises(TorchwrightError, match=r"pip install 'tw\[torchwright\]'"):
+    with pytest.raises(TorchwrightError, match=r"pip install 'tw-compiler\[torchwright\]'"):
         graphs.PROGRAMS["caesar"].build()
 
 

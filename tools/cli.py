@@ -28,6 +28,7 @@ from xdsl.utils.exceptions import ParseError
 from xdsl.utils.lexer import Span
 
 import twdialect  # noqa: F401 - applies tw's xDSL patches (twdialect/xdsl_compat.py) first
+from twdialect import __version__
 from twdialect.errors import TwError
 
 # A word longer than this in a message (a 10^5-character identifier echoed back by the parser)
@@ -89,6 +90,19 @@ class ArgumentParser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments") and self.unrecognized_hint:
             message += f" ({self.unrecognized_hint})"
         raise ToolError(f"{message} (see {self.prog} --help)")
+
+
+def version_line(prog: str) -> str:
+    """What `prog --version` prints: the tool's name and tw's version (twdialect/_version.py),
+    e.g. `tw-run 0.2.0`."""
+    return f"{prog} {__version__}"
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version`: print `version_line(prog)` on stdout and exit 0 (before any other argument
+    is checked, so it needs none of the tool's required ones)."""
+    parser.add_argument("--version", action="version", version=version_line(prog),
+                        help="print the tool's name and tw's version, then exit")
 
 
 def positive_float(option: str) -> Callable[[str], float]:

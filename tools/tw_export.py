@@ -6,14 +6,17 @@ stock tools load.
     tw-export graph.mlir --d 64 --d-head 8 -f tlens -o out/g-tl
     tw-export adder -f gguf -o out/adder.gguf             # llama.cpp
 
-A bundled program brings its geometry and vocabulary (its characters; the end token is
-generation's eos); a .mlir file needs `--d` and `--d-head`. `-o`'s missing parent folders are
-created (as the directory formats create their own folder); a parent that is a file, or one
-that cannot be created, is refused naming it. Prints the writer's report (one JSON object with
-`--json`). A stock library of the export extra that is missing is named with the install
-line (`pip install 'tw[export]'`, llama.cpp's `'tw[llama]'`). For a graph of 10^4 ops or more, a progress bar (compile stages,
-layers written) is drawn on stderr while stdout is a terminal; `--quiet` turns it off. Error contract (tools/cli.py): any error is one stderr line,
-`tw-export: error: <message>`, and exit code 1.
+A bundled program brings its geometry, vocabulary (its characters; the end token is
+generation's eos) and prompt rules (the tokenizers pad and complete a prompt as tw-run does:
+`tw_lowering.export.prompts`); a .mlir file needs `--d` and `--d-head`. `-o`'s missing parent
+folders are created (as the directory formats create their own folder); a parent that is a
+file, or one that cannot be created, is refused naming it. Prints the writer's report (one
+JSON object with `--json`). A stock library of the export extra that is missing is named with
+the install line (`pip install 'tw-compiler[export]'`, llama.cpp's `'tw-compiler[llama]'`).
+For a graph of 10^4 ops or more, a progress bar (compile stages, layers written) is drawn on
+stderr while stdout is a terminal; `--quiet` turns it off.
+Error contract (tools/cli.py): any error is one stderr line, `tw-export: error: <message>`, and
+exit code 1.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, ToolError, bounded_int, check_pipeline_names, one_line
-from tw_tools.cli import add_quiet, parse_file, progress_bar, run_tool
+from tw_tools.cli import add_quiet, add_version, parse_file, progress_bar, run_tool
 
 PROG = "tw-export"
 
@@ -33,6 +36,7 @@ def _parser() -> ArgumentParser:
     from tw_lowering.machine import MAX_DIM
 
     p = ArgumentParser(prog=PROG, description="Export a compiled model for stock tools.")
+    add_version(p, PROG)
     p.add_argument("source", help="a bundled program name (tw-run --list) or a .mlir file")
     p.add_argument("-f", "--format", required=True, choices=sorted(FORMATS),
                    help="what to write")
@@ -54,7 +58,7 @@ def _parser() -> ArgumentParser:
 
 
 def _source(args):
-    """(module, geometry, vocab, end) of a bundled program or a .mlir file."""
+    """(module, geometry, vocab, end, prompt rules) of a bundled program or a .mlir file."""
     import tw_examples as examples
 
     if args.source in examples.ALL_PROGRAMS:
@@ -63,13 +67,14 @@ def _source(args):
         d = geo.d if args.d is None else args.d
         d_head = geo.d_head if args.d_head is None else args.d_head
         d_hidden = geo.d_hidden if args.d_hidden is None else args.d_hidden
-        return program.module, (d, d_head, d_hidden), program.vocab, program.end
+        return (program.module, (d, d_head, d_hidden), program.vocab, program.end,
+                program.prompt_rules)
     if not os.path.exists(args.source) and not args.source.endswith(".mlir"):
         raise ToolError(f"{args.source!r} is neither a bundled program (known: "
                         f"{', '.join(examples.ALL_PROGRAMS)}) nor a file")
     if args.d is None or args.d_head is None:
         raise ToolError("a .mlir graph needs its geometry: give --d and --d-head")
-    return parse_file(args.source), (args.d, args.d_head, args.d_hidden), None, None
+    return parse_file(args.source), (args.d, args.d_head, args.d_hidden), None, None, None
 
 
 # The extra that installs each stock library an export imports (pyproject.toml).
@@ -81,7 +86,7 @@ def _missing(e: ImportError, fmt: str) -> ToolError:
     top = (e.name or "").split(".")[0] or "a stock library"
     extra = EXTRAS.get(top, "export")
     return ToolError(f"the {fmt} export needs {top!r}, which is not installed: "
-                     f"pip install 'tw[{extra}]'")
+                     f"pip install 'tw-compiler[{extra}]'")
 
 
 def _output_parent(output: str) -> None:
@@ -111,7 +116,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         raise _missing(e, args.format) from None
     if args.pipeline:
         check_pipeline_names(args.pipeline)
-    module, (d, d_head, d_hidden), vocab, end = _source(args)
+    module, (d, d_head, d_hidden), vocab, end, rules = _source(args)
     if d % d_head:
         raise ToolError(f"--d {d} is not a multiple of --d-head {d_head}")
     with progress_bar(args.quiet, module):
@@ -121,7 +126,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         except (GeometryError, LoweringError) as e:
             raise ToolError(f"{args.source} does not compile at d={d} d_head={d_head} "
                             f"d_hidden={d_hidden}: {one_line(e)}") from None
-        options = {"n_positions": args.n_positions}
+        options = {"n_positions": args.n_positions, "prompt_rules": rules}
         if args.format in ("transformers", "gguf", "llama"):
             options.update(vocab=vocab, end=end)
         _output_parent(args.output)

@@ -43,7 +43,8 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tw_passes import UPSTREAM_PASSES
 from tw_tools.cli import (SourceMap, ToolError, add_quiet, allowed_passes, last_line,
-                          located_parse, one_line, progress_bar, run_tool, verify_located)
+                          located_parse, one_line, progress_bar, run_tool, verify_located,
+                          version_line)
 from twdialect.dialect import TW
 
 PROG = "tw-opt"
@@ -62,7 +63,8 @@ TW_UNIVERSE = Universe(
 class TwOptMain(xDSLOptMain):
     """xDSLOptMain restricted to builtin + tw, with tw passes and one-line errors."""
 
-    version_format = "tw-opt built on xdsl {xdsl_version}"
+    # `--version` (xDSL's own action, which fills in {xdsl_version}): `tw-opt 0.2.0 (xdsl ...)`.
+    version_format = version_line(PROG) + " (xdsl {xdsl_version})"
 
     def __init__(self, description: str = "tw modular optimizer driver",
                  args: Sequence[str] | None = None):

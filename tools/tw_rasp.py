@@ -31,8 +31,8 @@ import runpy
 import sys
 from collections.abc import Iterator, Sequence
 
-from tw_tools.cli import (ArgumentParser, ToolError, bounded_int, compiled_info, one_line,
-                          positive_float, run_tool, size_line)
+from tw_tools.cli import (ArgumentParser, ToolError, add_version, bounded_int, compiled_info,
+                          one_line, positive_float, run_tool, size_line)
 from twdialect.errors import TwError
 
 PROG = "tw-rasp"
@@ -43,6 +43,7 @@ def _parser() -> ArgumentParser:
     from tw_lowering.rasp import MAX_SEQ_LEN
 
     p = ArgumentParser(prog=PROG, description="Compile a RASP program and run it.")
+    add_version(p, PROG)
     p.add_argument("file", help="a Python file defining the RASP program")
     p.add_argument("tokens", nargs="*", help="the input tokens (after BOS), one word each")
     p.add_argument("--program", default=None,
@@ -77,7 +78,7 @@ def _load(args) -> dict:
     try:
         from tracr.rasp import rasp
     except ImportError:
-        raise ToolError("the RASP frontend needs tracr: pip install 'tw[rasp]'") from None
+        raise ToolError("the RASP frontend needs tracr: pip install 'tw-compiler[rasp]'") from None
 
     scope = _run_file(args.file)
     name = args.program or ("program" if "program" in scope else _only_program(args.file, scope))

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, ToolError, bounded_int, one_line, protect_dash_words, restore
-from tw_tools.cli import add_quiet, compiled_info, progress_bar, run_tool, size_line
+from tw_tools.cli import add_quiet, add_version, compiled_info, progress_bar, run_tool, size_line
 
 PROG = "tw-run"
 GEOMETRY_OPTIONS = ("--d", "--d-head", "--d-hidden")
@@ -33,6 +33,7 @@ def _parser() -> ArgumentParser:
     from tw_lowering.machine import MAX_DIM
 
     p = ArgumentParser(prog=PROG, description="Run a bundled token program.")
+    add_version(p, PROG)
     p.add_argument("words", nargs="*", metavar="PROGRAM PROMPT",
                    help="program name (see --list) and the text fed to the model; a prompt "
                         "that starts with '-' may follow '--'")

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Sequence
 
 from tw_tools.cli import ArgumentParser, SourceMap, ToolError, bounded_int, check_pipeline_names
-from tw_tools.cli import add_quiet, parse_file, progress_bar, run_tool
+from tw_tools.cli import add_quiet, add_version, parse_file, progress_bar, run_tool
 
 PROG = "tw-stats"
 MAX_PROBE_POSITIONS = 1 << 14  # the probe keeps a residual snapshot per sublayer per position
@@ -42,6 +42,7 @@ def _parser() -> ArgumentParser:
     from tw_lowering.machine import MAX_DIM
 
     ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    add_version(ap, PROG)
     ap.add_argument("file", help="tw IR file ('-' for stdin)")
     ap.add_argument("--d", type=bounded_int("--d", 3, MAX_DIM), default=256,
                     help="residual width")

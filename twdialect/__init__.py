@@ -1,5 +1,7 @@
 """tw: the IR (types, ops, verifiers), the graph builder, the oracle and analyses."""
 
+from twdialect._version import __version__
+
 # First of all: check xDSL's version and apply tw's patches of it (twdialect/xdsl_compat.py),
 # before anything below parses, prints or verifies.
 from twdialect.xdsl_compat import install as _install_xdsl_patches
@@ -72,5 +74,6 @@ def print_module(module, generic: bool = False) -> str:
     return s.getvalue() + "\n"
 
 
-__all__ = ["ArgumentError", "TW", "GraphOp", "VecType", "width_of", "EvaluationError", "evaluate",
-           "evaluate_values", "find_graph", "generate", "make_context", "parse_module", "print_module"]
+__all__ = ["__version__", "ArgumentError", "TW", "GraphOp", "VecType", "width_of",
+           "EvaluationError", "evaluate", "evaluate_values", "find_graph", "generate",
+           "make_context", "parse_module", "print_module"]

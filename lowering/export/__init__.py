@@ -95,7 +95,7 @@ def missing_library(e: ImportError, format: str) -> ExportError:  # noqa: A002
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         why = f"which does not import ({first})"
     return ExportError(f"export: the {format} export needs {top!r}, {why}: "
-                       f"pip install 'tw[{EXTRAS.get(top, 'export')}]'")
+                       f"pip install 'tw-compiler[{EXTRAS.get(top, 'export')}]'")
 
 
 __all__ = ["export", "ExportError", "FORMATS", "missing_library"]

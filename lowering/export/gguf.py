@@ -56,7 +56,8 @@ from tw_lowering.export.metadata import (PLACEHOLDER, ExportError, check_config,
                                          check_metadata, config_record, digests_json,
                                          export_metadata, file_digests, graph_of,
                                          recorded_digests, show)
-from tw_lowering.export.stock import StockPlan, end_id, power_of_four, token_strings
+from tw_lowering.export.stock import (StockPlan, end_id, power_of_four, relu_scales,
+                                      token_strings)
 from tw_lowering.export.streaming import ensure_space
 
 ARCH = "gpt2"
@@ -65,9 +66,6 @@ ARCH = "gpt2"
 # tests/test_export_gguf.py re-derives it from an emulation of the table.
 GELU_GAP = 0.2
 GELU_CUTOFF = 10.0  # ggml: x >= 10 -> x, x <= -10 -> 0
-MAX_SCALE_LOG2 = 64  # S_n <= 2^64
-RANGE_LOG2 = 96  # S_n * |z| <= 2^96 (float32 tops out at 2^128)
-SMALLEST_LOG2 = -100  # |W_out| / S_n >= 2^-100 (float32 normals reach 2^-126)
 GGML_TYPE_F32 = 0
 TOKEN_NORMAL, TOKEN_UNUSED = 1, 5
 SPACE = "\u2581"  # SentencePiece's space, so llama.cpp's own tokenizer maps ' ' to it
@@ -86,7 +84,8 @@ def runnable_head_dim(e: int) -> bool:
 
 
 def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
-                norm_eps: float | None = None, name: str | None = None, **kw) -> dict:
+                norm_eps: float | None = None, name: str | None = None, prompt_rules=None,
+                **kw) -> dict:
     """Write compiled model `ct` to `path` as a GGUF file of llama.cpp's gpt2 architecture.
 
     `n_positions`: positions the position table covers (default: the graph's pos_encoding
@@ -94,11 +93,14 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
     strings), one per row of the graph's token table (default "<0>", "<1>", ...). `end`: the
     end token (a vocab entry or an id), recorded as the tokenizer's EOS. `norm_eps`: a
     LayerNorm constant to use instead of the smallest certified one (it is checked).
+    `prompt_rules`: (pattern, replacement) rewrites of a typed prompt (a bundled program's
+    PROMPT_RULES), recorded as `tw.prompt_rules` (llama.cpp's tokenizer cannot apply them;
+    `load_gguf`'s model does, on a prompt given as text).
     Returns {"path", "bytes", "n_positions", "params" (stock layout), "trimmed_params" (tw's
     own), "seconds", "norm_eps", "gelu_error_bound" (the sum of the per-layer bounds)}."""
     if kw:
         raise ExportError(f"export gguf: unknown option(s) {', '.join(sorted(kw))} (known: "
-                          "n_positions, vocab, end, norm_eps, name)")
+                          "n_positions, vocab, end, norm_eps, name, prompt_rules)")
     import gguf
 
     t0 = time.perf_counter()
@@ -123,6 +125,10 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
         exactness="every pre-activation z with |z| >= 10/S is exact; smaller nonzero ones may "
                   "move an MLP sublayer's output by at most tw.gelu_error_bounds[layer]")
 
+    from tw_lowering.export.prompts import rules_metadata
+
+    meta.update(rules_metadata(prompt_rules, "export gguf",
+                               [t.replace(SPACE, " ") for t in tokens[: g.vocab]]))
     ensure_space(path, 4 * g.params(), plan.trimmed_params(), "export gguf")
     w = gguf.GGUFWriter(os.fspath(path), ARCH)
     w.add_name(name or "tw export")
@@ -263,36 +269,10 @@ def _end_id(end, vocab: list[str]) -> int | None:
 
 
 def _ffn_scales(plan: StockPlan) -> tuple[list[np.ndarray], list[float]]:
-    """Per layer: log2 S_n of each neuron (see the module docstring) and the bound on how far
-    GELU can move that MLP sublayer's output from relu's (max over written columns)."""
-    colb = plan.column_bounds()
-    scales, bounds = [], []
-    for layer in plan.ct.layers:
-        mlp = layer.mlp
-        n = int(mlp.n_neurons)
-        if not n:
-            scales.append(np.zeros(0, np.int64))
-            bounds.append(0.0)
-            continue
-        read = mlp.read.detach().cpu().numpy().astype(np.int64)
-        w1 = np.abs(mlp.w1.detach().cpu().double().numpy()[:, :n])
-        b1 = np.abs(mlp.b1.detach().cpu().double().numpy()[:n])
-        w2 = np.abs(mlp.w2.detach().cpu().double().numpy()[:n, : mlp.n_write])
-        z = (colb[plan.export_col[read]] @ w1 + b1) * 2.0  # (x2: LayerNorm's rounding, spare)
-        with np.errstate(divide="ignore"):
-            k = np.full(n, float(MAX_SCALE_LOG2))
-            k = np.minimum(k, np.floor(RANGE_LOG2 - np.log2(z)))
-            smallest = np.where(w2 > 0, w2, np.inf).min(axis=1)
-            k = np.minimum(k, np.floor(np.log2(smallest) - SMALLEST_LOG2))
-        if not np.isfinite(z).all() or (k < 4).any():
-            bad = int(np.argmin(np.where(np.isfinite(z), k, -np.inf)))
-            raise ExportError(f"export gguf: a ReLU neuron's range (bound {z[bad]:.3g}) leaves "
-                              "no room to scale it past GELU's cut-off 10 in float32; export "
-                              "to a format with ReLU (transformers, tlens, onnx)")
-        k = k.astype(np.int64)
-        scales.append(k)
-        bounds.append(float((GELU_GAP * np.exp2(-k.astype(np.float64)) @ w2).max(initial=0.0)))
-    return scales, bounds
+    """Per layer: log2 S_n of each neuron and the bound on how far GELU can move that MLP
+    sublayer's output from relu's (`stock.relu_scales` with GELU's gap)."""
+    return relu_scales(plan, GELU_GAP, "export gguf", "GELU's cut-off 10",
+                       "export to a format with ReLU (transformers, tlens, onnx)")
 
 
 # -- loading ----------------------------------------------------------------------------
@@ -430,7 +410,7 @@ def load_gguf(path, graph=None, n_threads: int | None = None, verbose: bool = Fa
         return GGUFModel(os.fspath(path), meta, n_threads=n_threads, verbose=verbose)
     except ImportError as e:
         raise ExportError(f"load gguf {os.fspath(path)}: running a GGUF export needs "
-                          f"{e.name!r}: pip install 'tw[llama]'") from None
+                          f"{e.name!r}: pip install 'tw-compiler[llama]'") from None
     except Exception as e:  # noqa: BLE001 (llama.cpp's binding raises ValueError and more)
         raise ExportError(f"load gguf {os.fspath(path)}: llama.cpp cannot load it "
                           f"({type(e).__name__}: {show(str(e), quote=False)})") from None
@@ -438,7 +418,9 @@ def load_gguf(path, graph=None, n_threads: int | None = None, verbose: bool = Fa
 
 class GGUFModel:
     """A tw GGUF export run by llama.cpp: logits at every position, greedy generation, and
-    `__call__(inputs) -> {"logits": ...}` in the shape of tw's runners."""
+    `__call__(inputs) -> {"logits": ...}` in the shape of tw's runners. Wherever token ids are
+    taken, a str is a prompt as typed: `tokenize` applies the export's prompt rules
+    (`tw.prompt_rules`, which llama.cpp's own tokenizer cannot), then llama.cpp's tokenizer."""
 
     def __init__(self, path: str, meta: dict, n_threads: int | None = None,
                  verbose: bool = False):
@@ -448,12 +430,28 @@ class GGUFModel:
         g = meta["geometry"]
         self.n_ctx, self.vocab, self.n_out = int(g["n_ctx"]), int(g["vocab"]), int(g["n_out"])
         self.end_id = meta.get("end_id")
+        rules = meta.get("prompt_rules")
+        if rules is not None:
+            from tw_lowering.export.prompts import check_rules
+
+            rules = check_rules(rules, where=f"load gguf {path}")
+        self.prompt_rules = rules or ()
         self.llm = Llama(model_path=path, n_ctx=self.n_ctx, n_batch=min(self.n_ctx, 512),
                          n_ubatch=min(self.n_ctx, 512), logits_all=True, flash_attn=False,
                          type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, n_gpu_layers=0,
                          n_threads=n_threads, n_threads_batch=n_threads, verbose=verbose)
 
+    def tokenize(self, prompt: str) -> list[int]:
+        """The token ids of `prompt` as a user types it (`12*34=`): the export's prompt rules
+        (a bundled program's normalisation: `012*034=`), then llama.cpp's own tokenizer."""
+        from tw_lowering.export.prompts import apply_rules
+
+        text = apply_rules(self.prompt_rules, prompt)
+        return list(self.llm.tokenize(text.encode(), add_bos=False, special=False))
+
     def _ids(self, ids) -> list[int]:
+        if isinstance(ids, str):
+            ids = self.tokenize(ids)
         ids = [int(t) for t in np.asarray(ids, np.int64).reshape(-1)]
         if not ids:
             raise ExportError("gguf model: give at least one token")

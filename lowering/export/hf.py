@@ -8,7 +8,11 @@ GPT-2's machine is tw's with three differences, each made exact:
   plan's twin columns and certified norm constant (`lowering/export/stock.py`): the config's
   `layer_norm_epsilon` is a power of four above the residual's variance bound * 2^24 and
   every norm's weight is its square root.
-* **Attention scaling**: `scale_attn_weights=False` (tw's attention is unscaled).
+* **Attention scaling**: GPT-2 scales q.k by 1/sqrt(head_dim) (transformers, and vLLM, which
+  ignores `scale_attn_weights`), and tw's attention is unscaled: the head width is one that
+  every engine's kernels take and whose square root is a power of two (`ENGINE_HEAD_DIMS`:
+  64 or 256), and W_Q and b_Q are pre-multiplied by sqrt(head_dim) (8 or 16), so every
+  score is bit-identical to tw's.
 * **Activation**: `activation_function="relu"`.
 
 The learned position table is tw's position features (the constant 1, the position index, the
@@ -22,6 +26,7 @@ safetensors header.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -34,7 +39,7 @@ from tw_lowering.export.metadata import (CONFIG_ONLY, PREFIX, SELF_KEY, ExportEr
                                          check_sealed_json, config_record, digests_json,
                                          export_metadata, file_digests, graph_of, read_config,
                                          recorded_digests, sealed_json, show)
-from tw_lowering.export.stock import StockPlan, end_id, token_strings
+from tw_lowering.export.stock import StockPlan, end_id, engine_head_dim, token_strings
 from tw_lowering.export.streaming import (DIGESTS_KEY, Tensor, check_safetensors, ensure_space,
                                        read_safetensors_header, write_safetensors)
 
@@ -45,16 +50,17 @@ WEIGHTS = "model.safetensors"
 
 def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
                         end: str | None = None, n_positions: int | None = None,
-                        norm_eps: float | None = None) -> dict:
+                        norm_eps: float | None = None, prompt_rules=None) -> dict:
     """Write compiled model `ct` to directory `path` as a GPT-2 checkpoint with its tokenizer.
 
     `vocab`: the token strings by id (a str: one character each; default "<0>", "<1>", ...);
     `end`: the end token (generation's eos); `n_positions`: the position table's length
     (default: the graph's pos_encoding max_len); `norm_eps`: a LayerNorm constant to use
     instead of the smallest certified one (refused, naming that one, if it cannot be
-    certified)."""
+    certified); `prompt_rules`: (pattern, replacement) rewrites the tokenizer applies to a
+    prompt before splitting it (a bundled program's PROMPT_RULES: `export/prompts.py`)."""
     t0 = time.perf_counter()
-    plan = StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions, fmt="transformers")
+    plan = transformers_plan(ct, n_positions)
     g = plan.geometry
     tokens = token_strings(vocab, g.vocab, "transformers export")
     # (a causal LM's logits are over its own token ids: where the graph's outputs and its token
@@ -66,12 +72,20 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     ensure_space(path, 4 * g.params(), plan.trimmed_params(), "transformers export")
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
-        (plan.twin_col >= 0).sum()))
+        (plan.twin_col >= 0).sum()), q_prescale=math.isqrt(g.head_dim))
     size = write_checkpoint(path, _config(g, eps, eos, meta), _groups(plan, eps), meta,
-                            tokens, eos, g.n_ctx)
+                            tokens, eos, g.n_ctx, rules=prompt_rules)
     return {"format": FORMAT, "path": str(path), "bytes": size,
             "padded_params": g.params(), "trimmed_params": plan.trimmed_params(),
             "geometry": g.as_dict(), "norm_eps": eps, "seconds": time.perf_counter() - t0}
+
+
+def transformers_plan(ct, n_positions: int | None = None) -> StockPlan:
+    """The stock layout of the GPT-2 export: twin columns (LayerNorm made exact), the head
+    width tied to the residual (d_model = n_heads * head_dim, as GPT-2 derives it) and one of
+    ENGINE_HEAD_DIMS."""
+    return StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions, fmt=FORMAT,
+                     head_dims=engine_head_dim)
 
 
 def _config(g, eps: float, eos: int | None, meta: dict) -> dict:
@@ -80,7 +94,7 @@ def _config(g, eps: float, eos: int | None, meta: dict) -> dict:
         "vocab_size": max(g.vocab, g.n_out), "n_positions": g.n_ctx, "n_embd": g.d_model,
         "n_layer": g.n_layers, "n_head": g.n_heads, "n_inner": g.d_mlp,
         "activation_function": "relu", "layer_norm_epsilon": eps,
-        "scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
         "attn_pdrop": 0.0, "tie_word_embeddings": False, "use_cache": True,
         "bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos,
@@ -95,6 +109,7 @@ def _groups(plan: StockPlan, eps: float):
     d, hd = g.d_model, g.n_heads * g.head_dim
     gain = np.full(d, np.sqrt(eps), np.float32)  # a power of two: eps is a power of four
     zero = np.zeros(d, np.float32)
+    q_gain = float(math.isqrt(g.head_dim))  # sqrt(head_dim), a power of two
     v = max(g.vocab, g.n_out)
     yield ([Tensor("transformer.wte.weight", (v, d)),
             Tensor("transformer.wpe.weight", (g.n_ctx, d))],
@@ -112,9 +127,11 @@ def _groups(plan: StockPlan, eps: float):
         def make(i=i, p=p):
             w = plan.layer(i)
             heads = [w[k].transpose(1, 0, 2).reshape(d, hd) for k in ("W_Q", "W_K", "W_V")]
+            heads[0] = heads[0] * q_gain  # (undoes the engine's 1/sqrt(head_dim) exactly)
             return {p + "ln_1.weight": gain, p + "ln_1.bias": zero,
                     p + "attn.c_attn.weight": np.concatenate(heads, axis=1),
-                    p + "attn.c_attn.bias": np.concatenate([w["b_Q"].ravel(), w["b_K"].ravel(),
+                    p + "attn.c_attn.bias": np.concatenate([w["b_Q"].ravel() * q_gain,
+                                                            w["b_K"].ravel(),
                                                             w["b_V"].ravel()]),
                     p + "attn.c_proj.weight": w["W_O"].reshape(hd, d),
                     p + "attn.c_proj.bias": w["b_O"],
@@ -155,10 +172,12 @@ def _check_no_foreign_files(path, written: set[str], where: str) -> None:
                               "transformers would read; remove it or export again")
 
 
-def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> list[str]:
+def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int,
+                     rules=None) -> list[str]:
     """One token per character (or per given token string): WordLevel over the vocabulary,
-    split into single characters when every token is one, joined back without spaces.
-    Returns the names of the files written."""
+    split into single characters when every token is one, joined back without spaces; with
+    `rules` (checked prompt rules), a normalizer that rewrites the prompt first, as the
+    program's `normalize` does. Returns the names of the files written."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -170,6 +189,10 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> li
         alts = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(alts), behavior="isolated")
     tok.decoder = decoders.Fuse()
+    if rules:
+        from tw_lowering.export.prompts import tokenizer_normalizer
+
+        tok.normalizer = tokenizer_normalizer(rules)
     special = {} if eos is None else {"eos_token": tokens[eos], "pad_token": tokens[eos]}
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=n_ctx,
                                    clean_up_tokenization_spaces=False, **special)
@@ -177,13 +200,20 @@ def _write_tokenizer(path, tokens: list[str], eos: int | None, n_ctx: int) -> li
             if os.path.isfile(f)]
 
 
-def write_checkpoint(path, config: dict, groups, meta: dict, tokens, eos, n_ctx: int) -> int:
+def write_checkpoint(path, config: dict, groups, meta: dict, tokens, eos, n_ctx: int,
+                     rules=None) -> int:
     """A transformers checkpoint in `path`: generation_config.json (greedy, ending at `eos`),
     model.safetensors (the tensors of `groups`, with tw's metadata, the config's fields
     (`tw.config`) and each tensor's sha256), the tokenizer, then config.json, whose "tw" entry
     is that metadata plus each other file's sha256 (`files_sha256`); returns the safetensors
-    file's size. The one writer of every transformers architecture tw exports."""
+    file's size. The one writer of every transformers architecture tw exports. `rules`: the
+    prompt rules, checked, put in the tokenizer and recorded (`tw.prompt_rules`)."""
     meta = {**meta, PREFIX + "config": json.dumps(config_record(config), sort_keys=True)}
+    if rules:
+        from tw_lowering.export.prompts import check_rules, rules_json
+
+        rules = check_rules(rules, tokens, f"{meta.get(PREFIX + 'format', 'export')} export")
+        meta[PREFIX + "prompt_rules"] = rules_json(rules)
     config_path = os.path.join(path, CONFIG)
     if os.path.exists(config_path):  # (a crash below must not leave an old config beside)
         os.remove(config_path)
@@ -195,7 +225,8 @@ def write_checkpoint(path, config: dict, groups, meta: dict, tokens, eos, n_ctx:
     size = write_safetensors(os.path.join(path, WEIGHTS), groups, {"format": "pt", **meta},
                              digests)
     meta[DIGESTS_KEY] = digests_json(digests)
-    files += [f for f in _write_tokenizer(path, tokens, eos, n_ctx) if f not in files + [CONFIG]]
+    files += [f for f in _write_tokenizer(path, tokens, eos, n_ctx, rules)
+              if f not in files + [CONFIG]]
     tw = {k[len(PREFIX):]: v for k, v in meta.items()}
     tw["files_sha256"] = {f: file_digests(os.path.join(path, f))[0] for f in sorted(files)}
     with open(config_path, "w") as f:
@@ -224,7 +255,7 @@ def load_checked(path, fmt: str, geometry_of, graph=None, device: str = "cpu"):
         return model, AutoTokenizer.from_pretrained(path)
     except ImportError as e:
         raise ExportError(f"{where}: loading a {fmt} export needs {e.name!r}: pip install "
-                          "'tw[export]'") from None
+                          "'tw-compiler[export]'") from None
     except Exception as e:  # noqa: BLE001 (transformers raises many classes; none may escape)
         raise ExportError(f"{where}: transformers cannot load it ({type(e).__name__}: "
                           f"{show(str(e), quote=False, limit=160)})") from None

@@ -101,12 +101,10 @@ def check_relu_mlps(ct, fmt: str) -> None:
 
 
 def tw_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """tw's version (one source: twdialect/_version.py, installed or not)."""
+    from twdialect import __version__
 
-    try:
-        return version("tw")
-    except PackageNotFoundError:  # (a source tree run without installing)
-        return "0.1.0+source"
+    return __version__
 
 
 def graph_sha256(graph) -> str:

@@ -77,6 +77,7 @@ from tw_lowering.export.metadata import (
     recorded_digests,
     tw_version,
 )
+from tw_lowering.export.prompts import rules_metadata
 from tw_lowering.progress import report
 
 MODEL_FILE = "model.onnx"
@@ -177,14 +178,16 @@ def _check_names(ct, kv_layers) -> None:
         seen[name] = kind
 
 
-def export_onnx(ct, path, n_positions: int | None = None) -> dict:
+def export_onnx(ct, path, n_positions: int | None = None, prompt_rules=None) -> dict:
     """Write compiled model `ct` as an ONNX model with a KV cache into directory `path`
     (`model.onnx` and its weights `model.onnx.data`; see the module docstring). `n_positions`:
     the positions the pos_encoding table covers (default: the graph's max_len; a graph without
-    pos_encoding features has no table and no limit but its own). Returns {"format", "path",
-    "files" ({name: bytes}), "bytes" (both files), "params" (floats stored: the runtime's
-    trimmed blocks, `trimmed_params`, plus the embedding and position tables), "dense_params"
-    (the stock layout's count, `ct.allocated_params()`), "seconds"}."""
+    pos_encoding features has no table and no limit but its own). `prompt_rules`: a token
+    program's prompt rewrites, recorded only (`tw.prompt_rules`: the model takes token ids).
+    Returns {"format", "path", "files" ({name: bytes}), "bytes" (both files), "params"
+    (floats stored: the runtime's trimmed blocks, `trimmed_params`, plus the embedding and
+    position tables), "dense_params" (the stock layout's count, `ct.allocated_params()`),
+    "seconds"}."""
     check_causal(ct, "onnx")
     import onnx
     from onnx import TensorProto, helper
@@ -207,6 +210,7 @@ def export_onnx(ct, path, n_positions: int | None = None) -> dict:
         "table_len": ct.contract.table_len},
         outputs=[[o.name, len(o.rows)] for o in ct.outputs],
         positions="past_kv" if kv_layers else "position_offset", opset=OPSET)
+    meta.update(rules_metadata(prompt_rules, "export_onnx"))
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ExportError(f"export_onnx: {path!r} is a file; the ONNX export is a directory "
@@ -654,7 +658,7 @@ def verify_onnx(model_file: str, graph, where: str) -> dict:
         from onnx import ModelProto
     except ImportError as e:
         raise ExportError(f"{where}: loading an onnx export needs {e.name!r}: pip install "
-                          "'tw[export]'") from None
+                          "'tw-compiler[export]'") from None
     try:
         with open(model_file, "rb") as f:
             blob = f.read()

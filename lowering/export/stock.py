@@ -586,10 +586,7 @@ def _choose_heads(heads: int, dims: int, n_cols: int, tied: bool, head_dims) -> 
     head_dim, chosen to make the per-layer size (about d_model * (4 n_heads head_dim)) least."""
     allowed = head_dims or (lambda e: True)
     if not tied:
-        e = dims
-        while not allowed(e):
-            e += 1
-        return heads, e, n_cols
+        return heads, _first_allowed(dims, allowed), n_cols
     best = None
     for e in range(dims, max(dims, n_cols) + 1):
         if not allowed(e):
@@ -600,11 +597,93 @@ def _choose_heads(heads: int, dims: int, n_cols: int, tied: bool, head_dims) -> 
         if best is None or cost < best[0]:
             best = (cost, (h, e, d))
     if best is None:  # (no allowed width up to n_cols: the first allowed one above)
-        e = max(dims, n_cols)
-        while not allowed(e):
-            e += 1
+        e = _first_allowed(max(dims, n_cols), allowed)
         return heads, e, heads * e
     return best[1]
+
+
+def _first_allowed(e: int, allowed, limit: int = 1 << 16) -> int:
+    """The narrowest allowed head width of at least e, or an ExportError when none is (the
+    serving formats' widths stop at 256)."""
+    for w in range(e, max(e, limit) + 1):
+        if allowed(w):
+            return w
+    raise ExportError(f"export: the model's heads keep {e} dimensions, wider than any head "
+                      "width the format takes (the transformers and llama exports: 64 or "
+                      "256); compile with a narrower d_head, or export to onnx")
+
+
+# Head widths that every serving engine's attention kernels take (vLLM's CPU kernels: 32, 64,
+# 80, ..., 256, 512; its GPU backends and llama.cpp take these too) and whose square root is a
+# power of two, so a q pre-scaled by sqrt(head_dim) undoes the engine's 1/sqrt(head_dim)
+# exactly: the head widths of the transformers and llama exports.
+ENGINE_HEAD_DIMS = (64, 256)
+
+
+def engine_head_dim(e: int) -> bool:
+    """A head width in ENGINE_HEAD_DIMS."""
+    return e in ENGINE_HEAD_DIMS
+
+
+# A relu neuron carried by a smooth stock activation (GGUF's GELU, Llama's SiLU) is scaled by
+# a power of two S_n: its input weights times S_n, its output weights over S_n (see
+# `relu_scales`). Limits on S_n that keep every scaled value a float32 normal with room:
+MAX_SCALE_LOG2 = 64  # S_n <= 2^64
+RANGE_LOG2 = 96  # S_n * |z| <= 2^96 (float32 tops out at 2^128)
+SMALLEST_LOG2 = -100  # |W_out| / S_n >= 2^-100 (float32 normals reach 2^-126)
+
+
+def relu_scales(plan: "StockPlan", gap: float, where: str, cutoff: str,
+                instead: str) -> tuple[list[np.ndarray], list[float]]:
+    """Per layer: log2 S_n of each neuron, and the bound on how far the stock activation can
+    move that MLP sublayer's output from relu's (max over written columns).
+
+    relu is positively homogeneous, so act(S_n z) / S_n is relu(z) wherever act(x) equals
+    relu(x) for |x| past the activation's cut-off, and S_n z (and S_n w) round exactly as z
+    (and w) do (a power of two, in the normal range). Only 0 < |z| < cutoff / S_n can differ,
+    by at most `gap` (max |act(x) - relu(x)|) / S_n times the lane's gate |u| (1 when ungated)
+    and its outgoing weight. S_n is as large as float32 allows with room (`MAX_SCALE_LOG2`,
+    `RANGE_LOG2`, `SMALLEST_LOG2`), so that window is ~1e-18 wide. A swish lane keeps S_n = 1
+    (the activation is its own) and adds nothing to the bound. Refused, naming `cutoff` and
+    the `instead` remedy, when a neuron's range leaves no room to scale it."""
+    colb = plan.column_bounds()
+    scales, bounds = [], []
+    for layer in plan.ct.layers:
+        mlp = layer.mlp
+        n = int(mlp.n_neurons)
+        if not n:
+            scales.append(np.zeros(0, np.int64))
+            bounds.append(0.0)
+            continue
+        read = mlp.read.detach().cpu().numpy().astype(np.int64)
+        x = colb[plan.export_col[read]]
+        w1 = np.abs(mlp.w1.detach().cpu().double().numpy()[:, :n])
+        b1 = np.abs(mlp.b1.detach().cpu().double().numpy()[:n])
+        w2 = np.abs(mlp.w2.detach().cpu().double().numpy()[:n, : mlp.n_write])
+        relu = np.ones(n, bool)
+        if mlp.swish is not None:
+            relu &= ~mlp.swish.detach().cpu().numpy()[:n].astype(bool)
+        gate = np.ones(n)
+        if mlp.wu is not None:  # (a gated lane's output is act(z) * u: the error scales by |u|)
+            wu = np.abs(mlp.wu.detach().cpu().double().numpy()[:, :n])
+            gate = x @ wu + np.abs(mlp.bu.detach().cpu().double().numpy()[:n])
+        z = (x @ w1 + b1) * 2.0  # (x2: the norm's rounding, spare)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.full(n, float(MAX_SCALE_LOG2))
+            k = np.minimum(k, np.floor(RANGE_LOG2 - np.log2(z)))
+            smallest = np.where(w2 > 0, w2, np.inf).min(axis=1)
+            k = np.minimum(k, np.floor(np.log2(smallest) - SMALLEST_LOG2))
+        short = relu & (~np.isfinite(z) | (k < 4))
+        if short.any():
+            bad = int(np.nonzero(short)[0][0])
+            raise ExportError(f"{where}: a ReLU neuron's range (bound {z[bad]:.3g}) leaves no "
+                              f"room to scale it past {cutoff} in float32; {instead}")
+        k = np.where(relu, k, 0).astype(np.int64)
+        scales.append(k)
+        with np.errstate(invalid="ignore"):
+            err = np.where(relu, gap * np.exp2(-k.astype(np.float64)) * gate, 0.0) @ w2
+        bounds.append(float(err.max(initial=0.0)))
+    return scales, bounds
 
 
 def power_of_four(e: int) -> bool:

@@ -44,6 +44,7 @@ from tw_lowering.export.metadata import (CONFIG_ONLY, PREFIX, SELF_KEY, ExportEr
                                          check_config, check_metadata, check_sealed_json,
                                          config_record, digests_json, export_metadata, graph_of,
                                          read_config, sealed_json, show)
+from tw_lowering.export.prompts import rules_metadata
 from tw_lowering.export.stock import StockGeometry, StockPlan
 from tw_lowering.export.streaming import (DIGESTS_KEY, Tensor, check_safetensors, ensure_space,
                                        read_safetensors_header, write_safetensors)
@@ -56,13 +57,14 @@ ATTN_SCALE = 2.0
 
 
 # -- writing --------------------------------------------------------------------------------
-def export_tlens(ct, path, n_positions: int | None = None) -> dict:
+def export_tlens(ct, path, n_positions: int | None = None, prompt_rules=None) -> dict:
     """Write compiled model `ct` to directory `path` (created if missing) as a TransformerLens
     model: `config.json` and `model.safetensors`, one layer in memory at a time.
 
     `n_positions`: the position table's length, the longest sequence the model takes
-    (default: the graph's pos_encoding max_len, else 1024). Returns the report: `files`
-    {name: bytes}, `bytes`, `padded_params` (the stock layout's parameters),
+    (default: the graph's pos_encoding max_len, else 1024). `prompt_rules`: a token program's
+    prompt rewrites, recorded only (`tw.prompt_rules`: the model takes token ids). Returns the
+    report: `files` {name: bytes}, `bytes`, `padded_params` (the stock layout's parameters),
     `trimmed_params` (what tw's runtime stores), `geometry`, `seconds`."""
     t0 = time.perf_counter()
     plan = StockPlan(ct, n_ctx=n_positions, fmt="tlens")
@@ -71,6 +73,7 @@ def export_tlens(ct, path, n_positions: int | None = None) -> dict:
     meta = export_metadata(ct, FORMAT, g.as_dict(), outputs=outputs,
                            attn_scale=repr(ATTN_SCALE),
                            tw_columns=plan.tw_columns.tolist())
+    meta.update(rules_metadata(prompt_rules, "tlens export"))
     ensure_space(path, 4 * g.params(), plan.trimmed_params(), "tlens export")
     os.makedirs(path, exist_ok=True)
     config_path, weights_path = os.path.join(path, CONFIG), os.path.join(path, WEIGHTS)

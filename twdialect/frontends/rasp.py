@@ -118,7 +118,8 @@ class _FeaturesNoNarrower(Exception):
 
 def _need_tracr() -> None:
     if rasp is None:
-        raise RaspError("the RASP frontend needs tracr: pip install 'tw[rasp]' (tracr-pypi)")
+        raise RaspError("the RASP frontend needs tracr: pip install 'tw-compiler[rasp]' "
+                        "(tracr-pypi)")
 
 
 def _label(expr) -> str:

@@ -117,7 +117,7 @@ def from_torchwright(output, name: str = "out", outputs: Mapping[str, object] | 
         import torchwright.graph  # noqa: F401
     except ImportError:  # pragma: no cover - exercised where torchwright is absent
         raise TorchwrightError("the torchwright frontend needs torchwright: pip install "
-                               "'tw[torchwright]'") from None
+                               "'tw-compiler[torchwright]'") from None
     wanted = dict(outputs) if outputs is not None else {name: output}
     t = _Translator()
     with tw.Graph(graph) as g:
