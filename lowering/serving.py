@@ -118,22 +118,32 @@ def _write_alias(py: str) -> None:
                 f"Summary: the name {VLLM_DIST} looks itself up under\n")
 
 
-def _env(threads: int | None) -> dict:
+def _env(threads: int | None, ranks: int = 1) -> dict:
+    """vLLM's environment: a small CPU KV cache, and `threads` OpenMP threads (each of
+    `ranks` tensor-parallel processes gets cores of its own, `|`-separated, as vLLM's CPU
+    backend takes them; ranks share cores when there are fewer cores than ranks)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: tw's models are small
-    if threads:
+    cores = os.cpu_count() or 1
+    if ranks > 1:
+        k = max(1, (threads or cores) // ranks)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            f"{(r * k) % cores}-{(r * k) % cores + min(k, cores) - 1}" for r in range(ranks))
+    elif threads:
         env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{threads - 1}"
     return env
 
 
 def vllm_generate(py: str, models: Sequence[tuple[str, Sequence[str], int]],
                   eager: bool = True, threads: int | None = None,
-                  timeout: float = 900) -> list[dict]:
+                  tensor_parallel: int = 1, timeout: float = 900) -> list[dict]:
     """Greedy completions by vLLM's offline engine (`LLM.generate`, float32) of each (export
     directory, prompts, max new tokens), in one process. Returns per model: "texts",
     "prompt_ids", "new_tokens", "load_s", "generate_s" (`vllm_job.py`). `threads`: the
-    OpenMP threads vLLM's CPU kernels use (default: vLLM's choice)."""
-    job = {"eager": eager, "models": [{"path": os.path.abspath(p), "prompts": list(q),
+    OpenMP threads vLLM's CPU kernels use (default: vLLM's choice); `tensor_parallel`: the
+    processes each model's heads and MLP neurons are split over (`--tensor-parallel-size`;
+    export with `tensor_parallel=` that many)."""
+    job = {"eager": eager, "tensor_parallel": int(tensor_parallel), "models": [{"path": os.path.abspath(p), "prompts": list(q),
                                        "max_tokens": int(n)} for p, q, n in models]}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "job.json")
@@ -141,7 +151,7 @@ def vllm_generate(py: str, models: Sequence[tuple[str, Sequence[str], int]],
             json.dump(job, f)
         try:
             res = subprocess.run([py, JOB, path], capture_output=True, text=True,
-                                 timeout=timeout, env=_env(threads), cwd=tmp)
+                                 timeout=timeout, env=_env(threads, tensor_parallel), cwd=tmp)
         except subprocess.TimeoutExpired:
             raise ServingError(f"vLLM did not finish in {timeout:.0f} s") from None
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(MARK)]

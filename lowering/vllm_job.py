@@ -2,7 +2,8 @@
 
     <vllm venv>/bin/python vllm_job.py JOB.json
 
-JOB.json: {"models": [{"path", "prompts", "max_tokens"}, ...], "eager": bool}. Each model is
+JOB.json: {"models": [{"path", "prompts", "max_tokens"}, ...], "eager": bool,
+"tensor_parallel": int}. Each model is
 loaded with `vllm.LLM(path, dtype="float32")` and its prompts generated greedily in one batch
 (`LLM.generate`, temperature 0); the last line printed is `TW-VLLM-RESULT <json>`: per model
 its completions, prompt token ids, generated token counts, load and generation seconds.
@@ -26,7 +27,8 @@ def run(job: dict) -> list[dict]:
     for model in job["models"]:
         t0 = time.perf_counter()
         llm = LLM(model=model["path"], dtype="float32", gpu_memory_utilization=0.1,
-                  enforce_eager=bool(job.get("eager", True)), seed=0)
+                  enforce_eager=bool(job.get("eager", True)), seed=0,
+                  tensor_parallel_size=int(job.get("tensor_parallel", 1)))
         t1 = time.perf_counter()
         params = SamplingParams(temperature=0.0, max_tokens=int(model["max_tokens"]),
                                 skip_special_tokens=True)

@@ -2,7 +2,8 @@
 Llama exports of the bundled token programs, loaded by vLLM's CPU build in float32, answer
 prompts as typed exactly as tw's own generate does, through the offline engine
 (`LLM.generate`) at vLLM's thread count and at one thread, and through `vllm serve`'s
-OpenAI-compatible completions API on 127.0.0.1.
+OpenAI-compatible completions API on 127.0.0.1, and split over two processes by tensor
+parallelism.
 
 vLLM lives in a virtual environment of its own (it pins transformers): `.ci/run` makes it, and
 this module makes it when it is missing (about 2 minutes, from the package registry); where
@@ -106,6 +107,29 @@ def test_one_thread_answers_the_same(vllm_python, exports):
     path, prompts, want, n = exports[("calculator", "transformers")]
     (got,) = vllm_generate(vllm_python, [(path, prompts, n)], threads=1)
     assert got["texts"] == want
+
+
+def test_two_way_tensor_parallel_answers_as_tw(vllm_python, exports, tmp_path):
+    """Exported with tensor_parallel=2 (heads and MLP width padded to even counts), each model
+    is split over two vLLM processes (`--tensor-parallel-size 2`), whose all-reduce adds the
+    halves of every sum in one more order: the answers stay tw's."""
+    jobs, want = [], []
+    for case in [("calculator", "transformers"), ("rotary_adder", "llama")]:
+        name, fmt = case
+        p = examples.load(name)
+        g = p.geometry
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ct = compile(p.module, d=g.d, d_head=g.d_head, d_hidden=g.d_hidden)
+        path = tmp_path / f"{name}-tp2"
+        export(ct, path, fmt, vocab=p.vocab, end=p.end, prompt_rules=p.prompt_rules,
+               tensor_parallel=2)
+        _, prompts, answers, n = exports[case]
+        jobs.append((str(path), prompts, n))
+        want.append(answers)
+    for (path, _, _), got, w in zip(jobs, vllm_generate(vllm_python, jobs, tensor_parallel=2),
+                                    want):
+        assert got["texts"] == w, path
 
 
 def test_vllm_serve_answers_completions_as_tw(vllm_python, exports):

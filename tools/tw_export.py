@@ -52,6 +52,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--n-positions", type=bounded_int("--n-positions", 1, 1 << 20),
                    help="positions the export takes (default: the graph's pos_encoding max_len, "
                    "or its pos_table's rows)")
+    p.add_argument("--tensor-parallel", type=bounded_int("--tensor-parallel", 1, 1024),
+                   default=None, help="transformers, llama: pad heads and MLP width to multiples "
+                   "of N, for vllm serve --tensor-parallel-size N")
     p.add_argument("--json", action="store_true", help="one JSON object")
     add_quiet(p)
     return p
@@ -116,6 +119,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         raise _missing(e, args.format) from None
     if args.pipeline:
         check_pipeline_names(args.pipeline)
+    if args.tensor_parallel is not None and args.format not in ("transformers", "llama"):
+        raise ToolError(f"--tensor-parallel applies to the transformers and llama formats "
+                        f"(vLLM's), not {args.format}")
     module, (d, d_head, d_hidden), vocab, end, rules = _source(args)
     if d % d_head:
         raise ToolError(f"--d {d} is not a multiple of --d-head {d_head}")
@@ -129,6 +135,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         options = {"n_positions": args.n_positions, "prompt_rules": rules}
         if args.format in ("transformers", "gguf", "llama"):
             options.update(vocab=vocab, end=end)
+        if args.tensor_parallel is not None:
+            options["tensor_parallel"] = args.tensor_parallel
         _output_parent(args.output)
         try:
             report = export(model, args.output, args.format, **options)

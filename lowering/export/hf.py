@@ -50,17 +50,19 @@ WEIGHTS = "model.safetensors"
 
 def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
                         end: str | None = None, n_positions: int | None = None,
-                        norm_eps: float | None = None, prompt_rules=None) -> dict:
+                        norm_eps: float | None = None, prompt_rules=None,
+                        tensor_parallel: int = 1) -> dict:
     """Write compiled model `ct` to directory `path` as a GPT-2 checkpoint with its tokenizer.
 
     `vocab`: the token strings by id (a str: one character each; default "<0>", "<1>", ...);
     `end`: the end token (generation's eos); `n_positions`: the position table's length
     (default: the graph's pos_encoding max_len); `norm_eps`: a LayerNorm constant to use
     instead of the smallest certified one (refused, naming that one, if it cannot be
-    certified); `prompt_rules`: (pattern, replacement) rewrites the tokenizer applies to a
+    certified); `tensor_parallel`: heads and MLP width padded to multiples of it
+    (zero heads and neurons), for `vllm serve --tensor-parallel-size` N; `prompt_rules`: (pattern, replacement) rewrites the tokenizer applies to a
     prompt before splitting it (a bundled program's PROMPT_RULES: `export/prompts.py`)."""
     t0 = time.perf_counter()
-    plan = transformers_plan(ct, n_positions)
+    plan = transformers_plan(ct, n_positions, tensor_parallel)
     g = plan.geometry
     tokens = token_strings(vocab, g.vocab, "transformers export")
     # (a causal LM's logits are over its own token ids: where the graph's outputs and its token
@@ -80,12 +82,12 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
             "geometry": g.as_dict(), "norm_eps": eps, "seconds": time.perf_counter() - t0}
 
 
-def transformers_plan(ct, n_positions: int | None = None) -> StockPlan:
+def transformers_plan(ct, n_positions: int | None = None, shards: int = 1) -> StockPlan:
     """The stock layout of the GPT-2 export: twin columns (LayerNorm made exact), the head
     width tied to the residual (d_model = n_heads * head_dim, as GPT-2 derives it) and one of
-    ENGINE_HEAD_DIMS."""
+    ENGINE_HEAD_DIMS; heads and MLP width multiples of `shards` (tensor parallelism)."""
     return StockPlan(ct, twins=True, tied_width=True, n_ctx=n_positions, fmt=FORMAT,
-                     head_dims=engine_head_dim)
+                     head_dims=engine_head_dim, shards=shards)
 
 
 def _config(g, eps: float, eos: int | None, meta: dict) -> dict:

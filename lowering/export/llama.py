@@ -73,19 +73,21 @@ UNTURNED_THETA = 1e300
 
 def export_llama(ct, path, vocab: str | Sequence[str] | None = None, end: str | None = None,
                  n_positions: int | None = None, norm_eps: float | None = None,
-                 prompt_rules=None) -> dict:
+                 prompt_rules=None, tensor_parallel: int = 1) -> dict:
     """Write compiled model `ct` to directory `path` as a Llama checkpoint with its tokenizer.
 
-    `vocab`, `end`, `n_positions`, `norm_eps`, `prompt_rules`: as for the transformers export
-    (the token strings by id, the end token, `max_position_embeddings`, an RMSNorm constant to
-    use instead of the smallest certified one, the tokenizer's prompt rewrites). Refuses,
+    `vocab`, `end`, `n_positions`, `norm_eps`, `prompt_rules`, `tensor_parallel`: as for the
+    transformers export (the token strings by id, the end token, `max_position_embeddings`,
+    an RMSNorm constant to use instead of the smallest certified one, the tokenizer's prompt
+    rewrites, the number of devices the heads and MLP width must split over). Refuses,
     with one line naming the reason, a model Llama cannot carry exactly (see the module
     docstring)."""
     t0 = time.perf_counter()
     rope = rotary_layout(ct)
     check_no_positions(ct)
     plan = StockPlan(ct, n_ctx=n_positions, fmt=FORMAT, rotary=True, gated=True,
-                     head_dims=lambda e: e == rope.head_dim, divisible_width=True)
+                     head_dims=lambda e: e == rope.head_dim, divisible_width=True,
+                     shards=tensor_parallel)
     g = plan.geometry
     tokens = token_strings(vocab, g.vocab, "llama export")
     tokens += [f"<{i}>" for i in range(len(tokens), max(g.vocab, g.n_out))]

@@ -95,11 +95,14 @@ class StockPlan:
     the rows of the graph's `tw.pos_table`s, whose rows join the position table). A model with
     full-mask heads is refused (`check_causal`), and one with rotary heads (`check_unrotated`:
     the stock formats have learned absolute positions, no rotation), and one with swish or
-    gated MLP neurons (`check_relu_mlps`: the stock MLP is relu, ungated)."""
+    gated MLP neurons (`check_relu_mlps`: the stock MLP is relu, ungated). `shards`: the head
+    count and the MLP width are padded (zero heads, zero neurons) to multiples of it, so an
+    engine can split them over that many devices (tensor parallelism)."""
 
     def __init__(self, ct, twins: bool = False, tied_width: bool = False,
                  head_dims=None, n_ctx: int | None = None, fmt: str = "stock",
-                 rotary: bool = False, gated: bool = False, divisible_width: bool = False):
+                 rotary: bool = False, gated: bool = False, divisible_width: bool = False,
+                 shards: int = 1):
         self.ct = ct
         self.machine = m = ct.machine
         self.twins = twins
@@ -139,11 +142,16 @@ class StockPlan:
         heads = max((layer.attn.n_heads for layer in ct.layers if layer.attn.active), default=0)
         dims = max((_kept_dims(layer.attn) for layer in ct.layers if layer.attn.active),
                    default=0)
+        shards = check_shards(shards, fmt)
         n_heads, head_dim, d_model = _choose_heads(max(heads, 1), max(dims, 1), n_cols,
                                                    tied_width, head_dims)
+        if n_heads % shards:  # zero heads up to a multiple of the shards
+            n_heads = -(-n_heads // shards) * shards
+            d_model = n_heads * head_dim if tied_width else d_model
         if divisible_width:  # zero columns up to a multiple of n_heads
             d_model = -(-d_model // n_heads) * n_heads
         d_mlp = max((layer.mlp.n_neurons for layer in ct.layers), default=0)
+        d_mlp = -(-max(d_mlp, 1) // shards) * shards
         self.geometry = StockGeometry(
             n_layers=len(ct.layers), d_model=d_model, n_heads=n_heads, head_dim=head_dim,
             d_mlp=max(d_mlp, 1), vocab=self._vocab(), n_out=sum(len(o.rows) for o in ct.outputs),
@@ -600,6 +608,14 @@ def _choose_heads(heads: int, dims: int, n_cols: int, tied: bool, head_dims) -> 
         e = _first_allowed(max(dims, n_cols), allowed)
         return heads, e, heads * e
     return best[1]
+
+
+def check_shards(shards, fmt: str) -> int:
+    """A tensor-parallel size: a whole number from 1 to 1024."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 1024:
+        raise ExportError(f"export_{fmt}: tensor_parallel must be a whole number from 1 to "
+                          f"1024, got {shards!r}")
+    return shards
 
 
 def _first_allowed(e: int, allowed, limit: int = 1 << 16) -> int:
