@@ -152,24 +152,6 @@ def test_tw_run(capsys):
 
 # -- the Llama export: relu neurons carried by scaled SiLU ------------------------------------
 
-# Runs in a fresh interpreter that imports only transformers: a stock user of the checkpoint.
-LOADER = r'''
-import json, sys
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-job = json.loads(sys.stdin.read())
-model = AutoModelForCausalLM.from_pretrained(job["path"], dtype="float32").eval()
-tok = AutoTokenizer.from_pretrained(job["path"])
-out = {"class": type(model).__name__, "gens": [], "ids": []}
-for text in job["texts"]:
-    ids = tok(text, return_tensors="pt").input_ids
-    out["ids"].append(ids[0].tolist())
-    gen = model.generate(ids, max_new_tokens=job["max_new"], do_sample=False)
-    out["gens"].append(tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
-print(json.dumps(out))
-'''
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     pytest.importorskip("transformers")
@@ -210,6 +192,8 @@ def test_llama_greedy_generates_tws_answers(llama):
 
 
 def test_a_fresh_transformers_process_generates_the_answers_from_typed_prompts(llama):
+    from test_export_llama import LOADER  # (a fresh process importing only transformers)
+
     p, ct, path, _ = llama
     rng = np.random.default_rng(6)
     raw = ["123=", "7", "0099"] + [p.sample(rng) for _ in range(5)]
