@@ -1,0 +1,363 @@
+"""firebrand's integer expression IR (`firebrand.ir`: `Expr`, `Machine`) as a tw graph.
+
+    from twdialect.frontends.firebrand import translate
+    module = translate(machine, max_context=64)          # or translate(expr, lower=0, upper=9, ...)
+    evaluate(module, {"tokens": np.array(prefix) - machine.lower})["next"][-1, 0]
+
+The graph reads one token input, `tw.embedding("tokens", table)`, whose row i holds the token
+value lower + i, and writes one output, "next" (1 wide): at every position p the value of the
+expression on the prefix tokens[0..p], wherever firebrand's reference (`firebrand.reference.
+evaluate`) is defined there. Where the reference raises (too little history, a lookup argument
+outside its table, a mod of a negative number, a select condition other than 0/1), the value is
+unspecified.
+
+Every node first gets an integer interval (lo, hi) from the token alphabet [lower, upper] and the
+positions 0..max_context-1 (`intervals`); nodes are then translated one by one:
+
+* constant, add, scale: affine forms with integer coefficients over the values already built
+  (no op until a nonlinear node or the output reads them; then one `tw.linear`);
+* relu: the form itself when lo >= 0, 0 when hi <= 0, else `tw.relu`;
+* clip: the form where the interval already lies inside, else `tw.clamp`;
+* equals, mod, lookup: `tw.piecewise_linear` through the integer points where the function's
+  slope changes (a sum of hinges, exact at every integer of the interval): equals is a tent of
+  three breakpoints, mod a sawtooth of two breakpoints per period, lookup its table's bends;
+* select: b + (a - b) c, an affine form, when both branches are constants; else `tw.select`
+  on the +/-1 condition 2c - 1;
+* position: column 0 of `tw.pos_encoding`; position_mod, position_digit, position_quotient:
+  a `tw.pos_table` column holding the feature at every position < max_context;
+* history(k): `tw.attend_to_offset(pos, token, k)` (k = 0: the token itself).
+
+read_at, latest and match are refused (`FirebrandError`, one line naming the construct).
+A function over more than `MAX_DOMAIN` integers, a breakpoint list longer than that, or an
+interval beyond +/-2**24 (where float32 stops holding every integer) is refused naming the op
+and its interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from twdialect import ops as tw
+from twdialect.errors import TwError
+
+MAX_DOMAIN = 4096            # integers a tabled function (lookup, mod) may range over
+MAX_MAGNITUDE = 2 ** 24      # float32 holds every integer up to here
+MAX_POSITIONS = 1024         # tw.attend_to_offset's longest sequence
+UNSUPPORTED = {"read_at", "latest", "match"}
+POINTWISE = {"constant", "add", "scale", "relu", "clip", "equals", "mod", "lookup", "select"}
+POSITIONAL = {"position", "position_mod", "position_digit", "position_quotient"}
+SUPPORTED = POINTWISE | POSITIONAL | {"history"}
+
+
+class FirebrandError(TwError):
+    """A firebrand expression (or one of its nodes, named) that tw cannot translate, and why."""
+
+
+def _walk(root) -> list:
+    """Nodes in topological order (children first), each once; iterative."""
+    order, seen, stack = [], {id(root)}, [(root, iter(_children(root)))]
+    while stack:
+        node, it = stack[-1]
+        child = next(it, None)
+        if child is None:
+            stack.pop()
+            order.append(node)
+        elif id(child) not in seen:
+            seen.add(id(child))
+            stack.append((child, iter(_children(child))))
+    return order
+
+
+def _is_expr(x) -> bool:
+    return hasattr(x, "op") and hasattr(x, "args") and isinstance(getattr(x, "op"), str)
+
+
+def _children(node) -> list:
+    return [a for a in node.args if _is_expr(a)]
+
+
+def _describe(node) -> str:
+    ints = [repr(a) for a in node.args if isinstance(a, int)]
+    return f"{node.op}({', '.join(ints)})" if ints else node.op
+
+
+# --------------------------------------------------------------------------------------
+# Positional features (functions of the position index i) and the interval analysis
+# --------------------------------------------------------------------------------------
+
+
+def position_feature(node, i: int) -> int:
+    """The value of a positional node at zero-based position i (firebrand's meaning)."""
+    op, args = node.op, node.args
+    if op == "position":
+        return i
+    if op == "position_mod":
+        period, offset = args
+        return (i + offset) % period
+    power, offset = args
+    shifted = i + offset
+    if op == "position_digit":
+        return (shifted // 256 ** power) % 256 if shifted >= 0 else 0
+    return shifted // power if shifted >= 0 else -1  # position_quotient: power is the period
+
+
+def _mod_interval(lo: int, hi: int, m: int) -> tuple[int, int] | None:
+    lo = max(lo, 0)            # a negative operand is undefined in firebrand
+    if lo > hi:
+        return None
+    if hi - lo + 1 < m and lo // m == hi // m:
+        return (lo % m, hi % m)
+    return (0, m - 1)
+
+
+def intervals(root, lower: int, upper: int, max_context: int) -> dict:
+    """{id(node): (lo, hi)}: integers holding the node's value at every position < max_context
+    of every token prefix over [lower, upper] where firebrand's reference is defined. A node
+    whose value is never defined gets None (the expression is then never defined)."""
+    out: dict = {}
+    for node in _walk(root):
+        out[id(node)] = _interval(node, out, lower, upper, max_context)
+    return out
+
+
+def _interval(node, iv, lower, upper, max_context):
+    op, args = node.op, node.args
+    arg = [iv[id(a)] if _is_expr(a) else a for a in args]
+    if any(a is None for a in arg):
+        return None
+    if op == "constant":
+        return (args[0], args[0])
+    if op == "history":
+        return (lower, upper)
+    if op in POSITIONAL:
+        vals = [position_feature(node, i) for i in range(max_context)]
+        return (min(vals), max(vals))
+    if op == "add":
+        return (arg[0][0] + arg[1][0], arg[0][1] + arg[1][1])
+    if op == "scale":
+        ends = (arg[0][0] * arg[1], arg[0][1] * arg[1])
+        return (min(ends), max(ends))
+    if op == "relu":
+        return (max(arg[0][0], 0), max(arg[0][1], 0))
+    if op == "clip":
+        (lo, hi), a, b = arg
+        return (min(b, max(a, lo)), min(b, max(a, hi)))
+    if op == "equals":
+        (lo, hi), v = arg
+        if lo == hi:
+            return (int(lo == v),) * 2
+        return (0, 1) if lo <= v <= hi else (0, 0)
+    if op == "mod":
+        (lo, hi), m = arg
+        return _mod_interval(lo, hi, m)
+    if op == "lookup":
+        (lo, hi), start, table = arg
+        a, b = max(lo, start), min(hi, start + len(table) - 1)
+        if a > b:
+            return None
+        part = table[a - start:b - start + 1]
+        return (min(part), max(part))
+    if op == "select":
+        c, (alo, ahi), (blo, bhi) = arg
+        if c[1] < 0 or c[0] > 1:
+            return None
+        if c[0] == 1:
+            return (alo, ahi)
+        if c[1] == 0:
+            return (blo, bhi)
+        return (min(alo, blo), max(ahi, bhi))
+    raise FirebrandError(f"firebrand: {op} is not supported")
+
+
+# --------------------------------------------------------------------------------------
+# Affine forms over built values
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Form:
+    """const + sum coef * atoms[k] (integer coefficients; atoms are 1-wide tw values)."""
+
+    const: int = 0
+    terms: dict = field(default_factory=dict)  # atom index -> coefficient
+
+    def __add__(self, other: Form) -> Form:
+        terms = dict(self.terms)
+        for k, c in other.terms.items():
+            terms[k] = terms.get(k, 0) + c
+        return Form(self.const + other.const, {k: c for k, c in terms.items() if c})
+
+    def scaled(self, c: int) -> Form:
+        if c == 0:
+            return Form(0)
+        return Form(self.const * c, {k: v * c for k, v in self.terms.items()})
+
+
+class _Builder:
+    def __init__(self, lower: int, upper: int, max_context: int):
+        self.lower, self.upper, self.max_context = lower, upper, max_context
+        self.atoms: list = []
+        self.atom_index: dict = {}
+        self._pos = None
+        self._history: dict = {}
+        self.token = tw.embedding("tokens", np.arange(lower, upper + 1, dtype=np.float64)[:, None])
+
+    def atom(self, value) -> Form:
+        key = id(value)
+        if key not in self.atom_index:
+            self.atom_index[key] = len(self.atoms)
+            self.atoms.append(value)
+        return Form(0, {self.atom_index[key]: 1})
+
+    def value(self, f: Form):
+        """The form as one 1-wide tw value (a literal, an atom itself, or one tw.linear)."""
+        if not f.terms:
+            return tw.literal([float(f.const)])
+        if f.const == 0 and len(f.terms) == 1:
+            (k, c), = f.terms.items()
+            if c == 1:
+                return self.atoms[k]
+        keys = sorted(f.terms)
+        x = self.atoms[keys[0]] if len(keys) == 1 else tw.concat(*(self.atoms[k] for k in keys))
+        w = np.array([[float(f.terms[k])] for k in keys])
+        return tw.linear(x, w, [float(f.const)])
+
+    def pos(self):
+        if self._pos is None:
+            self._pos = tw.pos_encoding(2, self.max_context)
+        return self._pos
+
+    def history(self, k: int):
+        if k == 0:
+            return self.token
+        if k not in self._history:
+            self._history[k] = tw.attend_to_offset(self.pos(), self.token, k)
+        return self._history[k]
+
+
+def _bends(lo: int, hi: int, fn) -> tuple[list[int], list[float]]:
+    """The integers of [lo, hi] where fn's slope changes, with both ends: a piecewise-linear
+    interpolant through them equals fn at every integer of [lo, hi]."""
+    xs = list(range(lo, hi + 1))
+    ys = [fn(x) for x in xs]
+    keep = [0] + [k for k in range(1, len(xs) - 1)
+                  if ys[k] - ys[k - 1] != ys[k + 1] - ys[k]] + [len(xs) - 1]
+    return [xs[k] for k in keep], [float(ys[k]) for k in keep]
+
+
+def _refuse_domain(node, lo, hi, what: str):
+    raise FirebrandError(
+        f"firebrand {_describe(node)}: {what} over [{lo}, {hi}] ({hi - lo + 1} integers) exceeds "
+        f"{MAX_DOMAIN}; clip its argument to a smaller interval")
+
+
+def translate(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
+              max_context: int | None = None):
+    """The tw module of a firebrand `Machine` (its next_value over its alphabet) or `Expr`
+    (over tokens lower..upper), for sequences of up to `max_context` positions (a Machine's
+    context_limit by default). Output "next" (1 wide), input "tokens" (ids: value - lower)."""
+    root = machine_or_expr
+    if hasattr(machine_or_expr, "next_value"):
+        root = machine_or_expr.next_value
+        lower = machine_or_expr.lower if lower is None else lower
+        upper = machine_or_expr.upper if upper is None else upper
+        if max_context is None:
+            max_context = machine_or_expr.context_limit
+    if not _is_expr(root):
+        raise FirebrandError(f"firebrand: expected a Machine or an Expr, got {type(root).__name__}")
+    for name, v in (("lower", lower), ("upper", upper), ("max_context", max_context)):
+        if type(v) is not int:
+            raise FirebrandError(f"firebrand: {name} must be an integer, got {v!r}")
+    if lower > upper:
+        raise FirebrandError(f"firebrand: empty token alphabet [{lower}, {upper}]")
+    if upper - lower + 1 > MAX_DOMAIN:
+        raise FirebrandError(f"firebrand: token alphabet [{lower}, {upper}] has {upper - lower + 1}"
+                             f" tokens, above {MAX_DOMAIN}")
+    if max_context < 1:
+        raise FirebrandError(f"firebrand: max_context must be positive, got {max_context}")
+    order = _walk(root)
+    for node in order:
+        if node.op in UNSUPPORTED:
+            raise FirebrandError(f"firebrand {node.op} is not supported yet (tw translates "
+                                 f"{', '.join(sorted(SUPPORTED))})")
+        if node.op not in SUPPORTED:
+            raise FirebrandError(f"firebrand: unknown operation {node.op!r}")
+    if any(n.op == "history" for n in order) and max_context > MAX_POSITIONS:
+        raise FirebrandError(f"firebrand history: max_context {max_context} exceeds "
+                             f"{MAX_POSITIONS}, the longest sequence tw.attend_to_offset reads")
+    iv = intervals(root, lower, upper, max_context)
+    for node in order:
+        b = iv[id(node)]
+        if b is not None and max(abs(b[0]), abs(b[1])) > MAX_MAGNITUDE:
+            raise FirebrandError(f"firebrand {_describe(node)}: interval [{b[0]}, {b[1]}] exceeds "
+                                 f"2**24, beyond float32's exact integers")
+    with tw.Graph("main") as g:
+        bld = _Builder(lower, upper, max_context)
+        forms: dict = {}
+        for node in order:
+            forms[id(node)] = _node(bld, node, forms, iv)
+        tw.output("next", bld.value(forms[id(root)]))
+    return g.module
+
+
+def _node(bld: _Builder, node, forms, iv) -> Form:
+    op, args = node.op, node.args
+    box = iv[id(node)]
+    if box is None:           # never defined: any value will do
+        return Form(0)
+    if box[0] == box[1]:      # one value wherever defined
+        return Form(box[0])
+    if op == "history":
+        return bld.atom(bld.history(args[0]))
+    if op == "position":
+        return bld.atom(tw.slice(bld.pos(), 0, 1))
+    if op in POSITIONAL:
+        col = [[float(position_feature(node, i))] for i in range(bld.max_context)]
+        return bld.atom(tw.pos_table(np.array(col)))
+    f = forms[id(args[0])] if _is_expr(args[0]) else None
+    lo, hi = iv[id(args[0])] if _is_expr(args[0]) else (None, None)
+    if op == "add":
+        return f + forms[id(args[1])]
+    if op == "scale":
+        return f.scaled(args[1])
+    if op == "relu":
+        return f if lo >= 0 else bld.atom(tw.relu(bld.value(f)))
+    if op == "clip":
+        a, b = args[1], args[2]
+        if a <= lo and hi <= b:
+            return f
+        return bld.atom(tw.clamp(bld.value(f), float(a), float(b)))
+    if op == "equals":
+        v = args[1]
+        xs = [x for x in (v - 1, v, v + 1) if lo <= x <= hi]
+        return bld.atom(tw.piecewise_linear(bld.value(f), xs, [float(x == v) for x in xs]))
+    if op == "mod":
+        m = args[1]
+        a = max(lo, 0)
+        if hi < m:                        # a < m too: mod is the identity here
+            return f
+        # sawtooth: bends at k m - 1 and k m for every multiple k m in (a, hi]
+        first = (a // m + 1) * m
+        if (hi - first) // m + 1 > MAX_DOMAIN // 2:
+            _refuse_domain(node, a, hi, "its sawtooth")
+        xs = {a, hi}
+        for km in range(first, hi + 1, m):
+            xs.update((km - 1, km))
+        xs = sorted(x for x in xs if a <= x <= hi)
+        return bld.atom(tw.piecewise_linear(bld.value(f), xs, [float(x % m) for x in xs]))
+    if op == "lookup":
+        start, table = args[1], args[2]
+        a, b = max(lo, start), min(hi, start + len(table) - 1)
+        if b - a + 1 > MAX_DOMAIN:
+            _refuse_domain(node, a, b, "its table")
+        xs, ys = _bends(a, b, lambda x: table[x - start])
+        return bld.atom(tw.piecewise_linear(bld.value(f), xs, ys))
+    if op == "select":
+        fa, fb = forms[id(args[1])], forms[id(args[2])]
+        if not fa.terms and not fb.terms:     # b + (a - b) c
+            return Form(fb.const) + f.scaled(fa.const - fb.const)
+        cond = bld.value(f.scaled(2) + Form(-1))
+        return bld.atom(tw.select(cond, bld.value(fa), bld.value(fb)))
+    raise FirebrandError(f"firebrand: unknown operation {op!r}")
