@@ -266,4 +266,16 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
     return model
 
 
-__all__ = ["compile", "prepare", "lower", "Machine", "GeometryError", "LoweringError"]
+
+
+def __getattr__(name: str):
+    """`compile_machine` (lowering/machines.py), imported on first use."""
+    if name == "compile_machine":
+        from tw_lowering.machines import compile_machine
+
+        return compile_machine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["compile", "compile_machine", "prepare", "lower", "Machine", "GeometryError",
+           "LoweringError"]

@@ -17,7 +17,7 @@ import twdialect
 DIST = "tw-compiler"
 SCRIPTS = {"tw-opt": "tw_tools.tw_opt", "tw-run": "tw_tools.tw_run",
            "tw-stats": "tw_tools.tw_stats", "tw-export": "tw_tools.tw_export",
-           "tw-rasp": "tw_tools.tw_rasp"}
+           "tw-rasp": "tw_tools.tw_rasp", "tw-machine": "tw_tools.tw_machine"}
 
 
 def test_one_version_everywhere():

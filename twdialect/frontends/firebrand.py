@@ -27,7 +27,31 @@ positions 0..max_context-1 (`intervals`); nodes are then translated one by one:
   a `tw.pos_table` column holding the feature at every position < max_context;
 * history(k): `tw.attend_to_offset(pos, token, k)` (k = 0: the token itself).
 
-read_at, latest and match are refused (`FirebrandError`, one line naming the construct).
+The three content reads are one `tw.attn` head each, written here (no library op fits: the
+library's position reads take a constant offset, its argmax reads a fixed gain); each picks
+the wanted key j by an integer score S_j (gap >= 1 between the winner and every other key)
+times a gain g (30, or 40 for read_at), so the oracle's softmax leaks below exp(-30):
+
+* read_at(a): query [a, 1], key [j, j^2] (`tw.pos_encoding`), S = 2aj - j^2 (peak at j = a);
+* latest(key, period, phase, start): query [key, 1], key [t_j, t_j^2, j, tag_j] (the token
+  embedding carries t and t^2, tag_j a `tw.pos_table` column), S = L (2 key t_j - t_j^2) + j
+  + T tag_j: nearer values beat any recency (L = max_context), the newest wins among ties,
+  and the tag bonus T exceeds the spread of the rest, so every tagged key beats every
+  untagged one;
+* match(query, keys, ...): query [q_d, 1, w], key [k_jd, k_jd^2, j, sentinel_j, tag_j] (the
+  key digits and their squares are graph values computed at every position),
+  S = 2A sum_d (2 q_d k_jd - k_jd^2) + 2j + A sentinel_j w + T tag_j with A = 2L + 1 and
+  w = 2 sum_d q_d^2 - min(sum_d q_d^2, 1): up to the query's constant, an exact match scores
+  0, a mismatch <= -2A, and the sentinel (whose keys are 0) -A (0 if the query is all 0), so
+  the newest exact match wins, else the sentinel.
+
+The float32 limit: a head is exact in float32 while its score terms stay below
+`FLOAT32_SCORE_LIMIT` = 3 * 2**20 in score units (read_at: 3 L^2, i.e. L <= 1024, the bound
+`tw.attend_to_offset` keeps); beyond that the graph is still translated and is exact under
+`compile(..., dtype="float64")` (up to `FLOAT64_SCORE_LIMIT`, beyond which translate refuses):
+`needs_float64(machine_or_expr, ...)` says which a translation needs, and `score_magnitudes`
+lists every head's magnitude. match's default digit_limit 255 reaches float64 at short
+contexts unless the digits' intervals are smaller (tokens 0..9 keep them 0..9).
 A function over more than `MAX_DOMAIN` integers, a breakpoint list longer than that, or an
 interval beyond +/-2**24 (where float32 stops holding every integer) is refused naming the op
 and its interval.
@@ -45,10 +69,15 @@ from twdialect.errors import TwError
 MAX_DOMAIN = 4096            # integers a tabled function (lookup, mod) may range over
 MAX_MAGNITUDE = 2 ** 24      # float32 holds every integer up to here
 MAX_POSITIONS = 1024         # tw.attend_to_offset's longest sequence
-UNSUPPORTED = {"read_at", "latest", "match"}
+FLOAT32_SCORE_LIMIT = 3 * 2 ** 20   # score-unit magnitude a content read keeps exact in float32
+FLOAT64_SCORE_LIMIT = 2 ** 46       # ... and in float64
+SOFTMAX_GAIN = 30.0          # logit per score unit (leakage exp(-30) per other key)
+POSITION_GAIN = 40.0         # read_at's gain, as tw.attend_to_offset's
+UNSUPPORTED: set = set()
+CONTENT = {"read_at", "latest", "match"}
 POINTWISE = {"constant", "add", "scale", "relu", "clip", "equals", "mod", "lookup", "select"}
 POSITIONAL = {"position", "position_mod", "position_digit", "position_quotient"}
-SUPPORTED = POINTWISE | POSITIONAL | {"history"}
+SUPPORTED = POINTWISE | POSITIONAL | CONTENT | {"history"}
 
 
 class FirebrandError(TwError):
@@ -129,8 +158,13 @@ def _interval(node, iv, lower, upper, max_context):
         return None
     if op == "constant":
         return (args[0], args[0])
-    if op == "history":
+    if op in ("history", "read_at"):
         return (lower, upper)
+    if op in ("latest", "match"):
+        start = args[3]
+        if op == "match":
+            start = min(start, args[4])
+        return (start, max_context - 1) if start <= max_context - 1 else None
     if op in POSITIONAL:
         vals = [position_feature(node, i) for i in range(max_context)]
         return (min(vals), max(vals))
@@ -202,7 +236,9 @@ class _Builder:
         self.atom_index: dict = {}
         self._pos = None
         self._history: dict = {}
-        self.token = tw.embedding("tokens", np.arange(lower, upper + 1, dtype=np.float64)[:, None])
+        values = np.arange(lower, upper + 1, dtype=np.float64)
+        self.embedded = tw.embedding("tokens", np.stack([values, values * values], axis=1))
+        self.token = tw.slice(self.embedded, 0, 1)
 
     def atom(self, value) -> Form:
         key = id(value)
@@ -253,11 +289,8 @@ def _refuse_domain(node, lo, hi, what: str):
         f"{MAX_DOMAIN}; clip its argument to a smaller interval")
 
 
-def translate(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
-              max_context: int | None = None):
-    """The tw module of a firebrand `Machine` (its next_value over its alphabet) or `Expr`
-    (over tokens lower..upper), for sequences of up to `max_context` positions (a Machine's
-    context_limit by default). Output "next" (1 wide), input "tokens" (ids: value - lower)."""
+def _prepare(machine_or_expr, lower, upper, max_context):
+    """(root, lower, upper, max_context, order, intervals), every argument checked."""
     root = machine_or_expr
     if hasattr(machine_or_expr, "next_value"):
         root = machine_or_expr.next_value
@@ -293,6 +326,88 @@ def translate(machine_or_expr, *, lower: int | None = None, upper: int | None = 
         if b is not None and max(abs(b[0]), abs(b[1])) > MAX_MAGNITUDE:
             raise FirebrandError(f"firebrand {_describe(node)}: interval [{b[0]}, {b[1]}] exceeds "
                                  f"2**24, beyond float32's exact integers")
+    return root, lower, upper, max_context, order, iv
+
+
+def _abs_max(box) -> int:
+    return max(abs(box[0]), abs(box[1]))
+
+
+def _latest_scores(key_box, lower, upper):
+    """(min, max) of 2 key t - t^2 over key in key_box, t in [lower, upper]."""
+    ts = {lower, upper}
+    for k in key_box:
+        ts.add(min(upper, max(lower, k)))
+    vals = [2 * k * t - t * t for k in key_box for t in ts]
+    return min(vals), max(vals)
+
+
+def _match_parts(node, iv, max_context):
+    """(digits, A, spread, T) of a match head (see the module doc): spread bounds |S| before
+    the tag bonus T."""
+    n = node.args[0]
+    q = node.args[6:6 + n]
+    qsq = node.args[6 + n:6 + 2 * n]
+    k = node.args[6 + 2 * n:6 + 3 * n]
+    ksq = node.args[6 + 3 * n:6 + 4 * n]
+    a = 2 * max_context + 1
+    per_digit = sum(2 * _abs_max(iv[id(x)]) * _abs_max(iv[id(y)]) + _abs_max(iv[id(z)])
+                    for x, y, z in zip(q, k, ksq))
+    w_max = 2 * sum(_abs_max(iv[id(x)]) for x in qsq) + 1
+    spread = 2 * a * per_digit + a * w_max + 2 * max_context
+    return n, a, spread, 2 * spread + 1
+
+
+def _score_magnitude(node, iv, lower, upper, max_context) -> int:
+    """The largest score-unit term sum a content read's logits reach (before the gain)."""
+    L = max_context
+    if node.op == "read_at":
+        return 3 * L * L
+    if node.op == "latest":
+        smin, smax = _latest_scores(iv[id(node.args[0])], lower, upper)
+        tag = L * (smax - smin) + L
+        return L * (2 * _abs_max(iv[id(node.args[0])]) * max(abs(lower), abs(upper))
+                    + max(lower * lower, upper * upper)) + L + tag
+    _, _, spread, tag = _match_parts(node, iv, max_context)
+    return spread + tag
+
+
+def score_magnitudes(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
+                     max_context: int | None = None) -> list:
+    """[(op, magnitude)] for every content read (read_at, latest, match) of the translation
+    `translate` would make with these arguments: float32 keeps a head exact while its
+    magnitude stays within FLOAT32_SCORE_LIMIT, float64 within FLOAT64_SCORE_LIMIT."""
+    _, lower, upper, max_context, order, iv = _prepare(machine_or_expr, lower, upper,
+                                                       max_context)
+    return [(n.op, _score_magnitude(n, iv, lower, upper, max_context)) for n in order
+            if n.op in CONTENT and iv[id(n)] is not None and iv[id(n)][0] != iv[id(n)][1]]
+
+
+def needs_float64(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
+                  max_context: int | None = None) -> bool:
+    """True when the translation (same arguments as `translate`) is exact only under
+    `compile(..., dtype="float64")`: some content read's scores exceed FLOAT32_SCORE_LIMIT."""
+    return any(m > FLOAT32_SCORE_LIMIT for _, m in score_magnitudes(
+        machine_or_expr, lower=lower, upper=upper, max_context=max_context))
+
+
+def translate(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
+              max_context: int | None = None):
+    """The tw module of a firebrand `Machine` (its next_value over its alphabet) or `Expr`
+    (over tokens lower..upper), for sequences of up to `max_context` positions (a Machine's
+    context_limit by default). Output "next" (1 wide), input "tokens" (ids: value - lower).
+    Where `needs_float64` says so, only `compile(..., dtype="float64")` keeps it exact."""
+    root, lower, upper, max_context, order, iv = _prepare(machine_or_expr, lower, upper,
+                                                          max_context)
+    for node in order:
+        b = iv[id(node)]
+        if node.op in CONTENT and b is not None and b[0] != b[1]:
+            m = _score_magnitude(node, iv, lower, upper, max_context)
+            if m > FLOAT64_SCORE_LIMIT:
+                raise FirebrandError(
+                    f"firebrand {_describe(node)}: its attention scores reach {m}, beyond "
+                    f"2**46 where even float64 loses the gap; shorten max_context "
+                    f"({max_context}) or narrow its values")
     with tw.Graph("main") as g:
         bld = _Builder(lower, upper, max_context)
         forms: dict = {}
@@ -311,6 +426,8 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
         return Form(box[0])
     if op == "history":
         return bld.atom(bld.history(args[0]))
+    if op in CONTENT:
+        return bld.atom(_content(bld, node, forms, iv))
     if op == "position":
         return bld.atom(tw.slice(bld.pos(), 0, 1))
     if op in POSITIONAL:
@@ -361,3 +478,55 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
         cond = bld.value(f.scaled(2) + Form(-1))
         return bld.atom(tw.select(cond, bld.value(fa), bld.value(fb)))
     raise FirebrandError(f"firebrand: unknown operation {op!r}")
+
+
+def _read(query, key, value, wq, gain: float):
+    return tw.attn(query, key, value, np.asarray(wq, dtype=np.float64) * gain,
+                   np.eye(np.asarray(wq).shape[1]), np.eye(1), np.eye(1))
+
+
+def _content(bld: _Builder, node, forms, iv):
+    """One attention head: read_at's token, latest's or match's position (module doc)."""
+    L = bld.max_context
+    pos = bld.pos()
+    one = tw.literal([1.0])
+    if node.op == "read_at":
+        query = tw.concat(bld.value(forms[id(node.args[0])]), one)
+        return _read(query, tw.slice(pos, 0, 2), bld.token, [[2.0, 0.0], [0.0, -1.0]],
+                     POSITION_GAIN)
+    position = tw.slice(pos, 0, 1)
+    if node.op == "latest":
+        key, period, phase, start = node.args
+        tag = tw.pos_table(np.array([[float(j >= start and j % period == phase)]
+                                     for j in range(L)]))
+        smin, smax = _latest_scores(iv[id(key)], bld.lower, bld.upper)
+        t = L * (smax - smin) + L
+        query = tw.concat(bld.value(forms[id(key)]), one)
+        keys = tw.concat(bld.embedded, position, tag)       # [t, t^2, j, tag]
+        wq = [[2.0 * L, 0.0, 0.0, 0.0], [0.0, -float(L), 1.0, float(t)]]
+        return _read(query, keys, position, wq, SOFTMAX_GAIN)
+    n, a, _, t = _match_parts(node, iv, L)
+    _, period, phase, start, sentinel, end = node.args[:6]
+    q = [forms[id(x)] for x in node.args[6:6 + n]]
+    qsq = Form(0)
+    for x in node.args[6 + n:6 + 2 * n]:
+        qsq = qsq + forms[id(x)]
+    k = [bld.value(forms[id(x)]) for x in node.args[6 + 2 * n:6 + 4 * n]]
+    lo, hi = 0, 0
+    for x in node.args[6 + n:6 + 2 * n]:
+        lo, hi = lo + iv[id(x)][0], hi + iv[id(x)][1]
+    small = qsq if lo >= 0 and hi <= 1 else bld.atom(tw.clamp(bld.value(qsq), 0.0, 1.0))
+    w = qsq.scaled(2) + small.scaled(-1)
+    cols = np.array([[float(j == sentinel),
+                      float(j >= start and j % period == phase and (end == -1 or j < end))]
+                     for j in range(L)])
+    query = tw.concat(*(bld.value(f) for f in q), one, bld.value(w))
+    keys = tw.concat(*k, position, tw.pos_table(cols))  # [k_d, k_d^2, j, sentinel, tag]
+    wq = np.zeros((n + 2, 2 * n + 3))
+    for d in range(n):
+        wq[d, d] = 4.0 * a
+        wq[n, n + d] = -2.0 * a
+    wq[n, 2 * n] = 2.0
+    wq[n, 2 * n + 2] = float(t)
+    wq[n + 1, 2 * n + 1] = float(a)
+    return _read(query, keys, position, wq, SOFTMAX_GAIN)
