@@ -4,31 +4,21 @@ whichever compiler ran generates firebrand.reference.run's tokens ("exact")."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from bench_loader import loaded_bench
 
 pytest.importorskip("firebrand", reason="firebrand (tw-compiler[firebrand]) is not installed")
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "machines.py"
 COMMON = ("machine", "inputs", "prefix_length", "max_context", "max_steps", "steps", "halted",
           "exact", "error", "firebrand_error")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    name = "machines_bench_under_test"
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
+    with loaded_bench("machines.py") as mod:
         yield mod
-    finally:
-        sys.modules.pop(name, None)
 
 
 def _keys(bench) -> set:

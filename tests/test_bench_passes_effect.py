@@ -4,17 +4,14 @@ passes on an intact program and catches a broken one."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_loader import loaded_bench
 
 from tw_passes.optimize import DEFAULT_SPEC
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "passes_effect.py"
 PROGRAM = "binary_increment"  # small: a few ms to compile, 2 layers
 FIGURES = ("ops", "floor", "layers", "heads", "neurons", "graph_params", "allocated_params",
            "exact", "oracle_exact")
@@ -22,15 +19,8 @@ FIGURES = ("ops", "floor", "layers", "heads", "neurons", "graph_params", "alloca
 
 @pytest.fixture(scope="module")
 def bench():
-    name = "passes_effect_under_test"
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # its dataclasses look their module up while being built
-    try:
-        spec.loader.exec_module(mod)
+    with loaded_bench("passes_effect.py") as mod:
         yield mod
-    finally:
-        sys.modules.pop(name, None)
 
 
 def test_example_cases_cover_every_program_and_pipeline(bench):

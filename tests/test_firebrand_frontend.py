@@ -31,6 +31,21 @@ def _reference(expr, tokens):
         return None
 
 
+def _compiled_checks(ct, expr, rng, label="") -> int:
+    """The compiled model against firebrand's reference at every defined position of three
+    random sequences (within 1e-3); returns how many positions were checked."""
+    checked = 0
+    for _ in range(3):
+        tokens = [rng.randint(LOWER, UPPER) for _ in range(CONTEXT)]
+        got = ct.run({"tokens": np.array(tokens) - LOWER})["next"][:, 0]
+        for p in range(CONTEXT):
+            want = _reference(expr, tokens[:p + 1])
+            if want is not None:
+                assert abs(got[p] - want) < 1e-3, (label, tokens[:p + 1], got[p], want)
+                checked += 1
+    return checked
+
+
 def _interval(expr):
     return intervals(expr, LOWER, UPPER, CONTEXT)[id(expr)]
 
@@ -177,16 +192,7 @@ def test_compiled_model_agrees():
         with warnings.catch_warnings():  # the static attention bound is loose (see report)
             warnings.simplefilter("ignore")
             ct = compile(module, d=64, d_head=8, d_hidden=256)
-        checked = 0
-        for _ in range(3):
-            tokens = [rng.randint(LOWER, UPPER) for _ in range(CONTEXT)]
-            got = ct.run({"tokens": np.array(tokens) - LOWER})["next"][:, 0]
-            for p in range(CONTEXT):
-                want = _reference(expr, tokens[:p + 1])
-                if want is not None:
-                    assert abs(got[p] - want) < 1e-3, (tokens[:p + 1], got[p], want)
-                    checked += 1
-        assert checked >= 20
+        assert _compiled_checks(ct, expr, rng) >= 20
 
 
 def _content(kind, rng, depth):
@@ -258,16 +264,7 @@ def test_content_reads_compiled():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ct = compile(module, d=64, d_head=8, d_hidden=256, dtype=dtype)
-            checked = 0
-            for _ in range(3):
-                tokens = [rng.randint(LOWER, UPPER) for _ in range(CONTEXT)]
-                got = ct.run({"tokens": np.array(tokens) - LOWER})["next"][:, 0]
-                for p in range(CONTEXT):
-                    want = _reference(expr, tokens[:p + 1])
-                    if want is not None:
-                        assert abs(got[p] - want) < 1e-3, (dtype, tokens[:p + 1], got[p], want)
-                        checked += 1
-            assert checked >= 20
+            assert _compiled_checks(ct, expr, rng, dtype) >= 20
 
 
 def test_content_read_is_checked_when_broken(monkeypatch):

@@ -4,13 +4,11 @@ models match the oracle, and bench/primitive_graphs.py runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_loader import loaded_bench
 
 import tw_examples.primitive as prim
 from tw_examples.primitive import prims as P
@@ -22,7 +20,6 @@ from twdialect.interp import find_graph
 
 ALLOWED = {"tw.input", "tw.embedding", "tw.pos_encoding", "tw.linear", "tw.relu", "tw.add",
            "tw.concat", "tw.slice", "tw.attn", "tw.literal", "tw.output"}
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "primitive_graphs.py"
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +135,8 @@ def test_synthetic_attention_on_a_position_input_compiles():
 
 @pytest.fixture(scope="module")
 def bench():
-    name = "primitive_graphs_under_test"
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
+    with loaded_bench("primitive_graphs.py") as mod:
         yield mod
-    finally:
-        sys.modules.pop(name, None)
 
 
 def test_bench_quick_on_one_program(bench, capsys):

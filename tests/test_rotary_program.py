@@ -10,11 +10,12 @@ import functools
 
 import numpy as np
 import pytest
+from token_program_checks import check_bad_prompts, forced_wrong, kv_generated
 
 import tw_examples as examples
 import twdialect
 from tw_examples import rotary_adder
-from tw_examples.token_program import (PromptError, Space, build_mlp, eq, gate, generate,
+from tw_examples.token_program import (Space, build_mlp, eq, gate, generate,
                                        integer_function, matches_reference, step)
 from twdialect import ops as tw
 from twdialect.analysis import critical_path
@@ -39,25 +40,6 @@ def compiled():
 
 def every_prompt() -> list[str]:
     return [f"{a}+{b}=" for a in range(100) for b in range(100)]
-
-
-def forced_wrong(p, prompts: list[str], run_batch) -> list[str]:
-    """The prompts whose teacher-forced answers (prompt + reference + end, one batched pass)
-    are not the argmax at every answer position: `matches_reference` for many prompts."""
-    seqs, starts, wants = [], [], []
-    for q in prompts:
-        ids = list(p.encode(q))
-        want = [p.vocab.index(c) for c in p.reference(q) + p.end]
-        seqs.append({"tokens": np.array(ids + want[:-1], np.int64)})
-        starts.append(len(ids) - 1)
-        wants.append(want)
-    wrong = []
-    for lo in range(0, len(seqs), 1000):
-        outs = run_batch(seqs[lo: lo + 1000])
-        for q, out, start, want in zip(prompts[lo:], outs, starts[lo:], wants[lo:]):
-            if not np.array_equal(np.argmax(out["logits"][start:], axis=1), want):
-                wrong.append(q)
-    return wrong
 
 
 def test_registered_and_written_for_a_swiglu_rope_machine():
@@ -108,19 +90,12 @@ def test_the_exhaustive_check_can_fail():
 
 @pytest.mark.parametrize("q", ["47+85=", "0+0=", "99+99="])
 def test_compiled_generate_with_kv_cache_matches(q):
-    p, ct = program(), compiled()
-    want = p.reference(q) + p.end
-    ids = p.encode(q)
-    out = ct.generate({"tokens": ids}, len(want) - 1,
-                      lambda last: {"tokens": int(np.argmax(last["logits"]))})
-    assert p.decode(np.argmax(out["logits"][len(ids) - 1:], axis=1)) == want
+    p = program()
+    assert kv_generated(p, compiled(), q) == p.reference(q) + p.end
 
 
 def test_bad_prompts_are_rejected_with_one_line():
-    for q in BAD:
-        with pytest.raises(PromptError) as info:
-            program().encode(q)
-        assert "\n" not in str(info.value) and "rotary_adder" in str(info.value)
+    check_bad_prompts(program(), BAD)
 
 
 def test_tw_run(capsys):

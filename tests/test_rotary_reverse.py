@@ -14,11 +14,12 @@ import sys
 
 import numpy as np
 import pytest
+from token_program_checks import check_bad_prompts, forced_wrong, kv_generated
 
 import tw_examples as examples
 import twdialect
 from tw_examples import rotary_reverse
-from tw_examples.token_program import PromptError, generate, matches_reference
+from tw_examples.token_program import generate, matches_reference
 from twdialect.analysis import critical_path
 from twdialect.dialect import ROPE_BASE
 from twdialect.interp import find_graph
@@ -43,25 +44,6 @@ def compiled():
 
 def every_prompt() -> list[str]:
     return [f"{n:04d}=" for n in range(10 ** rotary_reverse.DIGITS)]
-
-
-def forced_wrong(p, prompts: list[str], run_batch) -> list[str]:
-    """The prompts whose teacher-forced answers (prompt + reference + end, one batched pass)
-    are not the argmax at every answer position: `matches_reference` for many prompts."""
-    seqs, starts, wants = [], [], []
-    for q in prompts:
-        ids = list(p.encode(q))
-        want = [p.vocab.index(c) for c in p.reference(q) + p.end]
-        seqs.append({"tokens": np.array(ids + want[:-1], np.int64)})
-        starts.append(len(ids) - 1)
-        wants.append(want)
-    wrong = []
-    for lo in range(0, len(seqs), 1000):
-        outs = run_batch(seqs[lo: lo + 1000])
-        for q, out, start, want in zip(prompts[lo:], outs, starts[lo:], wants[lo:]):
-            if not np.array_equal(np.argmax(out["logits"][start:], axis=1), want):
-                wrong.append(q)
-    return wrong
 
 
 def test_registered_and_written_for_a_rope_machine_with_relu_mlps():
@@ -124,19 +106,12 @@ def test_the_exhaustive_check_can_fail():
 
 @pytest.mark.parametrize("q", ["123=", "0=", "9876="])
 def test_compiled_generate_with_kv_cache_matches(q):
-    p, ct = program(), compiled()
-    want = p.reference(q) + p.end
-    ids = p.encode(q)
-    out = ct.generate({"tokens": ids}, len(want) - 1,
-                      lambda last: {"tokens": int(np.argmax(last["logits"]))})
-    assert p.decode(np.argmax(out["logits"][len(ids) - 1:], axis=1)) == want
+    p = program()
+    assert kv_generated(p, compiled(), q) == p.reference(q) + p.end
 
 
 def test_bad_prompts_are_rejected_with_one_line():
-    for q in BAD:
-        with pytest.raises(PromptError) as info:
-            program().encode(q)
-        assert "\n" not in str(info.value) and "rotary_reverse" in str(info.value)
+    check_bad_prompts(program(), BAD)
 
 
 def test_tw_run(capsys):
