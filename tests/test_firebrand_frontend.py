@@ -309,7 +309,25 @@ def test_large_domains_refused():
         translate((x * 50) % 3, lower=0, upper=9, max_context=64)
     with pytest.raises(FirebrandError, match="2\\*\\*24"):
         translate(fb.history(0) * 10**8, lower=0, upper=9, max_context=8)
-    with pytest.raises(FirebrandError, match="max_context"):
-        translate(fb.history(1), lower=0, upper=9, max_context=2048)
     with pytest.raises(FirebrandError, match="unknown operation"):
         translate(fb.history(0) + fb.Expr("gather", ()), lower=0, upper=9, max_context=8)
+
+
+def test_history_beyond_1024_positions_reads_by_address_in_float64():
+    """Past tw.attend_to_offset's 1024 positions, history(k) is the read_at head at address
+    position - k: flagged as needing float64, and exact there over a 1500-token sequence."""
+    from tw_lowering import compile  # noqa: A004
+    from twdialect.frontends.firebrand import needs_float64
+
+    expr = fb.history(3) * 2 + fb.history(1)
+    assert not needs_float64(expr, lower=0, upper=9, max_context=1024)
+    assert needs_float64(expr, lower=0, upper=9, max_context=1536)
+    module = translate(expr, lower=0, upper=9, max_context=1536)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ct = compile(module, d=64, d_head=8, d_hidden=64, dtype="float64")
+    rng = random.Random(11)
+    tokens = [rng.randint(0, 9) for _ in range(1500)]
+    got = ct.run({"tokens": np.array(tokens)})["next"][:, 0]
+    want = np.array([2 * tokens[p - 3] + tokens[p - 1] for p in range(3, 1500)], np.float64)
+    assert np.abs(got[3:] - want).max() < 1e-6

@@ -25,7 +25,9 @@ positions 0..max_context-1 (`intervals`); nodes are then translated one by one:
   on the +/-1 condition 2c - 1;
 * position: column 0 of `tw.pos_encoding`; position_mod, position_digit, position_quotient:
   a `tw.pos_table` column holding the feature at every position < max_context;
-* history(k): `tw.attend_to_offset(pos, token, k)` (k = 0: the token itself).
+* history(k): `tw.attend_to_offset(pos, token, k)` (k = 0: the token itself); beyond
+  `MAX_POSITIONS` (its longest sequence) the read_at head below at address position - k,
+  which needs float64 there (`needs_float64`).
 
 The three content reads are one `tw.attn` head each, written here (no library op fits: the
 library's position reads take a constant offset, its argmax reads a fixed gain); each picks
@@ -269,7 +271,14 @@ class _Builder:
         if k == 0:
             return self.token
         if k not in self._history:
-            self._history[k] = tw.attend_to_offset(self.pos(), self.token, k)
+            if self.max_context <= MAX_POSITIONS:
+                self._history[k] = tw.attend_to_offset(self.pos(), self.token, k)
+            else:  # (read_at(position - k): exact under float64 at any context it takes)
+                pos = self.pos()
+                address = tw.linear(tw.slice(pos, 0, 1), [[1.0]], [-float(k)])
+                self._history[k] = _read(tw.concat(address, tw.literal([1.0])),
+                                         tw.slice(pos, 0, 2), self.token,
+                                         [[2.0, 0.0], [0.0, -1.0]], POSITION_GAIN)
         return self._history[k]
 
 
@@ -317,9 +326,6 @@ def _prepare(machine_or_expr, lower, upper, max_context):
                                  f"{', '.join(sorted(SUPPORTED))})")
         if node.op not in SUPPORTED:
             raise FirebrandError(f"firebrand: unknown operation {node.op!r}")
-    if any(n.op == "history" for n in order) and max_context > MAX_POSITIONS:
-        raise FirebrandError(f"firebrand history: max_context {max_context} exceeds "
-                             f"{MAX_POSITIONS}, the longest sequence tw.attend_to_offset reads")
     iv = intervals(root, lower, upper, max_context)
     for node in order:
         b = iv[id(node)]
@@ -379,8 +385,13 @@ def score_magnitudes(machine_or_expr, *, lower: int | None = None, upper: int | 
     magnitude stays within FLOAT32_SCORE_LIMIT, float64 within FLOAT64_SCORE_LIMIT."""
     _, lower, upper, max_context, order, iv = _prepare(machine_or_expr, lower, upper,
                                                        max_context)
-    return [(n.op, _score_magnitude(n, iv, lower, upper, max_context)) for n in order
-            if n.op in CONTENT and iv[id(n)] is not None and iv[id(n)][0] != iv[id(n)][1]]
+    reads = [(n.op, _score_magnitude(n, iv, lower, upper, max_context)) for n in order
+             if n.op in CONTENT and iv[id(n)] is not None and iv[id(n)][0] != iv[id(n)][1]]
+    if max_context > MAX_POSITIONS:  # (history reads become read_at heads there)
+        reads += [("history", 3 * max_context * max_context) for n in order
+                  if n.op == "history" and n.args[0] > 0 and iv[id(n)] is not None
+                  and iv[id(n)][0] != iv[id(n)][1]]
+    return reads
 
 
 def needs_float64(machine_or_expr, *, lower: int | None = None, upper: int | None = None,
