@@ -114,7 +114,7 @@ def export_gguf(ct, path, n_positions: int | None = None, vocab=None, end=None,
     n_tok = max(g.vocab, g.n_out)  # llama.cpp's vocabulary: the token ids and the LM head width
     tokens += [f"<tw:unused {i}>" for i in range(len(tokens), n_tok)]
     end_id = _end_id(end, tokens[: g.vocab])
-    q_gain = float(math.isqrt(g.head_dim))  # sqrt(head_dim): a power of two
+    q_gain = float(g.q_prescale)
     scales, gelu_bounds = _ffn_scales(plan)
 
     meta = export_metadata(

@@ -26,7 +26,6 @@ safetensors header.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
@@ -74,7 +73,7 @@ def export_transformers(ct, path, vocab: str | Sequence[str] | None = None,
     ensure_space(path, 4 * g.params(), plan.trimmed_params(), "transformers export")
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(ct, FORMAT, g.as_dict(), norm_eps=repr(eps), twins=int(
-        (plan.twin_col >= 0).sum()), q_prescale=math.isqrt(g.head_dim))
+        (plan.twin_col >= 0).sum()), q_prescale=g.q_prescale)
     size = write_checkpoint(path, _config(g, eps, eos, meta), _groups(plan, eps), meta,
                             tokens, eos, g.n_ctx, rules=prompt_rules)
     return {"format": FORMAT, "path": str(path), "bytes": size,
@@ -111,7 +110,7 @@ def _groups(plan: StockPlan, eps: float):
     d, hd = g.d_model, g.n_heads * g.head_dim
     gain = np.full(d, np.sqrt(eps), np.float32)  # a power of two: eps is a power of four
     zero = np.zeros(d, np.float32)
-    q_gain = float(math.isqrt(g.head_dim))  # sqrt(head_dim), a power of two
+    q_gain = float(g.q_prescale)
     v = max(g.vocab, g.n_out)
     yield ([Tensor("transformer.wte.weight", (v, d)),
             Tensor("transformer.wpe.weight", (g.n_ctx, d))],

@@ -99,7 +99,7 @@ def export_llama(ct, path, vocab: str | Sequence[str] | None = None, end: str | 
     os.makedirs(path, exist_ok=True)
     meta = export_metadata(
         ct, FORMAT, g.as_dict(), norm_eps=repr(eps), rope_theta=rope.theta, hidden_act=ACT,
-        rope_dims=rope.dims, q_prescale=math.isqrt(g.head_dim),
+        rope_dims=rope.dims, q_prescale=g.q_prescale,
         ffn_scale_log2=[[int(k.min()), int(k.max())] if len(k) else [] for k in scales],
         silu_error_bounds=bounds,
         exactness="swish neurons are SiLU; a relu neuron's pre-activation z with |z| >= "
@@ -266,7 +266,7 @@ def _groups(plan: StockPlan, eps: float, rope: RotaryLayout, scales: list[np.nda
     g = plan.geometry
     d, hd, m = g.d_model, g.n_heads * g.head_dim, g.d_mlp
     gain = np.full(d, math.sqrt(eps), np.float32)  # a power of two: eps is a power of four
-    q_scale = np.float32(math.sqrt(g.head_dim))  # undoes Llama's head_dim^-1/2
+    q_scale = np.float32(g.q_prescale)  # undoes Llama's head_dim^-1/2
     v = max(g.vocab, g.n_out)
     yield ([Tensor("model.embed_tokens.weight", (v, d))],
            lambda: {"model.embed_tokens.weight": _rows_padded(_token_rows(plan), v)})

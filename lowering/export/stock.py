@@ -74,6 +74,14 @@ class StockGeometry:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def q_prescale(self) -> int:
+        """sqrt(head_dim), what W_Q and b_Q are multiplied by in a format whose attention
+        scales q.k by 1/sqrt(head_dim) (GGUF, transformers, Llama): a power of two, so the
+        scores stay bit-identical to tw's unscaled ones, for the power-of-four head widths
+        those formats use."""
+        return math.isqrt(self.head_dim)
+
     def params(self) -> int:
         """Parameters of the stock layout: per layer Q, K, V, O with their biases, W_in, W_out
         with theirs, plus the token and position tables and the unembedding."""
@@ -154,7 +162,7 @@ class StockPlan:
         d_mlp = -(-max(d_mlp, 1) // shards) * shards
         self.geometry = StockGeometry(
             n_layers=len(ct.layers), d_model=d_model, n_heads=n_heads, head_dim=head_dim,
-            d_mlp=max(d_mlp, 1), vocab=self._vocab(), n_out=sum(len(o.rows) for o in ct.outputs),
+            d_mlp=d_mlp, vocab=self._vocab(), n_out=sum(len(o.rows) for o in ct.outputs),
             n_ctx=self._ctx)
 
     # -- what can be exported ------------------------------------------------------------
