@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
@@ -26,24 +27,29 @@ from twdialect.dialect import GraphOp
 from twdialect.ops import gc_paused
 
 
-def prepare(module, pipeline: str | tuple | None = None, after_each=None):
+def prepare(module, pipeline: str | tuple | None = None, after_each=None,
+            dtype: str = "float32"):
     """A lowered-ready copy of `module` (a ModuleOp, or one tw.graph): the pipeline (see
     `check_pipeline`) applied, then `decompose` where library ops remain. A lone GraphOp is
     copied into a module of its own first (the passes rewrite the graphs of a module: on a bare
     graph `decompose` did nothing). `after_each(pass, module)`: called after every pass run
-    (`run_pipeline`'s hook)."""
+    (`run_pipeline`'s hook). `dtype`: what the model will compute in; every `decompose` then
+    bounds that dtype's rounding (its `dtype` option)."""
     from tw_passes import needs_decompose, run_pipeline
+    from tw_passes.decompose import DecomposePass
 
     check_module("prepare", module)
     passes = check_pipeline("prepare", pipeline)
+    dtype = np.dtype(dtype).name
+    if dtype != "float32":
+        passes = tuple(dataclasses.replace(p, dtype=dtype) if isinstance(p, DecomposePass)
+                       else p for p in passes)
     if not passes and not needs_decompose(module):
         return module  # the lowering only reads the graph: no copy needed
     module = ModuleOp([module.clone()]) if isinstance(module, GraphOp) else module.clone()
     run_pipeline(module, passes, after_each)
     if needs_decompose(module):
-        from tw_passes.decompose import DecomposePass
-
-        run_pipeline(module, (DecomposePass(),), after_each)
+        run_pipeline(module, (DecomposePass(dtype=dtype),), after_each)
     return module
 
 
@@ -164,7 +170,7 @@ def check_float32_magnitudes(graph) -> None:
                                 f"float32's {FLOAT32_MAX:.4g}: declare narrower input ranges")
 
 
-def pressure_of(module, tg, pipeline, graph: str = "main"):
+def pressure_of(module, tg, pipeline, graph: str = "main", dtype: str = "float32"):
     """The residual pressure of `tg`, the graph `pipeline` made of `module`: where it does not
     fit a width, the graph as written (decompose only) may stand in for it
     (`lowering.schedule.Pressure.alternatives`): a pipeline never turns a graph that fits
@@ -178,7 +184,7 @@ def pressure_of(module, tg, pipeline, graph: str = "main"):
     name = module.sym_name.data if isinstance(module, GraphOp) else graph
 
     def graph_after(passes):
-        return lambda: TaskGraph(find_graph(prepare(module, passes), name))
+        return lambda: TaskGraph(find_graph(prepare(module, passes, dtype=dtype), name))
 
     tuned = None if tuple(pipeline) == DEFAULT_PIPELINE else graph_after(DEFAULT_PIPELINE)
     if not pipeline:
@@ -215,13 +221,13 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
     from tw_lowering.stats import ramp_zones
 
     ramps = ramp_zones(find_graph(module, name))
-    prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)))
+    prepared = prepare(module, pipeline, _after_each_pass(trace, len(pipeline)), dtype)
     report_progress("passes", max(len(pipeline), 1), max(len(pipeline), 1))
     g = find_graph(prepared, name)
     seconds["passes"] = time.perf_counter() - t0
     check_float32_magnitudes(g)
     tg = TaskGraph(g)
-    model = lower(tg, machine, pressure_of(module, tg, pipeline, graph), seconds, on_margin,
+    model = lower(tg, machine, pressure_of(module, tg, pipeline, graph, dtype), seconds, on_margin,
                   verbose, trace.steps if trace is not None else [], dtype=dtype)
     model.stats.ramps = ramps
     return model

@@ -187,20 +187,19 @@ def compile_machine(machine, *, max_context: int | None = None, d: int | None = 
         ct = compile(module, d=d, d_head=dh, d_hidden=d_hidden, pipeline=pipeline,
                      dtype=np_dtype.name)
     else:
-        ct = _narrowest_at_fewest_layers(module, pipeline, dh, d_hidden)
-        if np_dtype != np.float32:
-            ct = ct.to(np_dtype.name)
+        ct = _narrowest_at_fewest_layers(module, pipeline, dh, d_hidden, np_dtype.name)
     t2 = time.perf_counter()
     return CompiledMachine(machine, ct, max_context,
                            {"translate": t1 - t0, "compile": t2 - t1, "total": t2 - t0})
 
 
-def _narrowest_at_fewest_layers(module, pipeline, d_head: int, d_hidden: int | None):
+def _narrowest_at_fewest_layers(module, pipeline, d_head: int, d_hidden: int | None,
+                                dtype: str = "float32"):
     """The model at the narrowest d (a multiple of d_head) whose schedule has the fewest
     layers of any width (`sweep.curve` up to the floor, then `width_for`'s bisection)."""
     from tw_lowering.sweep import Sweep, width_for
 
-    sweep = Sweep(module, pipeline, stand_ins=False)
+    sweep = Sweep(module, pipeline, stand_ins=False, dtype=dtype)
     curve = sweep.curve(d_head, d_hidden=d_hidden)
     fewest = min(p.n_layers for p in curve)
     point = width_for(None, d_head, max_layers=fewest, d_hidden=d_hidden, curve=curve,

@@ -17,6 +17,8 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from tw_lowering.machine import MAX_DIM, GeometryError, Machine
 
 GROWTH = math.sqrt(2.0)  # each width of the default series is about sqrt(2) times the last
@@ -53,7 +55,7 @@ class Sweep:
     widths never runs the pipeline again."""
 
     def __init__(self, module, pipeline: str | None = None, graph: str = "main",
-                 stand_ins: bool = True):
+                 stand_ins: bool = True, dtype: str = "float32"):
         from tw_lowering import check_module, check_pipeline, prepare, pressure_of
         from tw_lowering.tasks import TaskGraph
         from twdialect.interp import find_graph
@@ -62,8 +64,9 @@ class Sweep:
         check_module("width_sweep", module)
         with gc_paused():
             passes = check_pipeline("width_sweep", pipeline)
-            self.tg = TaskGraph(find_graph(prepare(module, passes), graph))
-            self.pressure = pressure_of(module, self.tg, passes, graph)
+            self.tg = TaskGraph(find_graph(prepare(module, passes, dtype=dtype), graph))
+            self.pressure = pressure_of(module, self.tg, passes, graph, dtype)
+        self.dtype = np.dtype(dtype)  # what `compile` materializes
         # Machine -> (its WidthPoint, its Schedule), or None where it does not fit: the
         # schedule is deterministic, so a width a search meets twice is scheduled once, and
         # `compile` writes the schedule `point` made
@@ -86,7 +89,7 @@ class Sweep:
         with gc_paused():
             check_float32_magnitudes(self.tg.graph)
             return lower(self.tg, machine, self.pressure,
-                         sched=known[1] if known is not None else None)
+                         sched=known[1] if known is not None else None, dtype=self.dtype.type)
 
     def point(self, d: int, d_head: int, d_hidden: int | None = None) -> WidthPoint | None:
         """The schedule at width d (None where it does not fit)."""

@@ -393,7 +393,7 @@ def _pwl2d(op: PiecewiseLinear2dOp, em: _Emitter,
 def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
                  integers: dict[SSAValue, np.ndarray] | None = None,
                  lattice_neurons: int = LATTICE_MAX_NEURONS,
-                 tolerance: float = DEFAULT_TOLERANCE) -> list[Operation]:
+                 tolerance: float = DEFAULT_TOLERANCE, dtype: str = "float32") -> list[Operation]:
     """The replacement ops of library op `op`; the last one produces its value. Intermediate
     results get name hints `<name>_in` (operand concat) and `<name>_strips` (pwl_2d chain 1).
     `integers` (`twdialect.ranges.integer_components`) enables the one-chain lattice form of
@@ -404,8 +404,10 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
     is kept when its float32 rounding over the operands' value ranges is within tolerance, else
     the one whose rounding is smallest; if even that exceeds
     `tolerance * max(1, |output|)` (the output's range), the op is refused, with the range
-    that would fit (`contracts.py`, `twdialect/f32_error.py`)."""
+    that would fit (`contracts.py`, `twdialect/f32_error.py`). `dtype` "float64": the model
+    computes in float64, whose rounding is the float32 bound times FLOAT64_BOUND_SCALE."""
     integers = integers or {}
+    scale = ROUNDING_SCALE[dtype]
     if (accepted := op.attributes.get(TOLERANCE)) is not None:  # the author's wider contract
         tolerance = max(tolerance, accepted.value.data)
     candidates: list[_Emitter] = []
@@ -413,7 +415,7 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
     try:
         for down in _orientations(op):  # the usual one first: graphs that fit keep their form
             candidates.append(_build(op, ranges, integers, lattice_neurons, down))
-            bounds.append(_relative_bound(op, candidates[-1], ranges, integers))
+            bounds.append(_relative_bound(op, candidates[-1], ranges, integers) * scale)
             if bounds[-1] <= tolerance:
                 break
     except (ContractError, DecomposeError) as e:
@@ -426,7 +428,7 @@ def decompose_op(op: Operation, ranges: dict[SSAValue, Box],
     if bounds[best] > tolerance:
         candidates[best].discard()
         raise DecomposeError(_too_wide_message(op, bounds[best], tolerance, ranges, integers,
-                                               lattice_neurons), op)
+                                               lattice_neurons, dtype), op)
     em = candidates[best]
     if op.results[0].name_hint:
         for new, suffix in zip(em.ops[:-1], em.suffixes):
@@ -496,6 +498,13 @@ def _strips_down(op: PiecewiseLinear2dOp, ranges: dict[SSAValue, Box]) -> np.nda
     return np.concatenate(out)
 
 
+# The rounding bound of a dtype relative to float32's (f32_error bounds float32): float64's unit
+# roundoff is 2^-29 of float32's, and the bound is first order in it; one bit of that is kept
+# for the second-order terms.
+FLOAT64_BOUND_SCALE = 2.0 ** -28
+ROUNDING_SCALE = {"float32": 1.0, "float64": FLOAT64_BOUND_SCALE}
+
+
 def _operand_box(x: SSAValue, ranges: dict[SSAValue, Box],
                  integers: dict[SSAValue, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, integer) of an mlp's input: a graph value, or the concat the emitter made."""
@@ -537,16 +546,17 @@ def _relative_bound(op: Operation, em: _Emitter, ranges: dict[SSAValue, Box],
 
 def _too_wide_message(op: Operation, bound: float, tolerance: float,
                       ranges: dict[SSAValue, Box], integers: dict[SSAValue, np.ndarray],
-                      lattice_neurons: int) -> str:
+                      lattice_neurons: int, dtype: str = "float32") -> str:
     """Why `op` is refused and the operand range that would fit (found by bisection)."""
     names = {CompareOp: ("x",), ClampOp: ("x",), PiecewiseLinearOp: ("x",),
              SelectOp: ("if_true", "if_false"), PiecewiseLinear2dOp: ("x", "y")}[type(op)]
     values = [getattr(op, n) for n in names]
     declared = ", ".join(f"{n} in [{ranges[v][0].min():.6g}, {ranges[v][1].max():.6g}]"
                          for n, v in zip(names, values))
-    head = (f"{describe(op)}: float32 rounding of its hinges can reach {bound:.3g} x max(1, "
+    head = (f"{describe(op)}: {dtype} rounding of its hinges can reach {bound:.3g} x max(1, "
             f"|output|) over {declared} (allowed {tolerance:g})")
-    fits = _fitting_ranges(op, values, tolerance, ranges, integers, lattice_neurons)
+    fits = _fitting_ranges(op, values, tolerance / ROUNDING_SCALE[dtype], ranges, integers,
+                           lattice_neurons)
     where = (", ".join(f"{n} in [{lo:.6g}, {hi:.6g}]" for n, (lo, hi) in zip(names, fits))
              if fits else None)
     advice = f"; it fits with {where}" if where else ""
@@ -644,8 +654,14 @@ class DecomposePass(GraphPass):
     # The float32 error a decomposition may reach over the declared ranges, relative to
     # max(1, |output|); a library op whose bound exceeds it is refused.
     tolerance: float = DEFAULT_TOLERANCE
+    # What the compiled model computes in ("float32" or "float64": `compile(dtype=)` sets it):
+    # the rounding the check bounds.
+    dtype: str = "float32"
 
     def check_options(self) -> None:
+        if self.dtype not in ROUNDING_SCALE:
+            raise DecomposeError(f"decompose: dtype must be one of {', '.join(ROUNDING_SCALE)}, "
+                                 f"got {self.dtype!r}")
         if self.lattice_neurons < 0:
             raise DecomposeError("decompose: lattice-neurons must be >= 0, got "
                                  f"{self.lattice_neurons}")
@@ -660,6 +676,6 @@ class DecomposePass(GraphPass):
         ranges = value_ranges(graph, strict=False)
         integers = integer_components(graph)
         for op in library:
-            _replace(op, decompose_op(op, ranges, integers, self.lattice_neurons, self.tolerance),
-                     ranges, integers)
+            _replace(op, decompose_op(op, ranges, integers, self.lattice_neurons, self.tolerance,
+                                      self.dtype), ranges, integers)
         return len(library)

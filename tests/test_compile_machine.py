@@ -159,3 +159,26 @@ def test_cli_errors_are_one_line(capsys, argv, says):
     assert e.value.code == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("tw-machine: error: ") and says in err
+
+
+@pytest.mark.parametrize("name,words,layers_below", [
+    ("gcd", ["6", "4"], 23),              # firebrand: 23 FFN stages
+    ("histogram", ["0", "2", "1", "2"], 21),
+    ("stack", ["push:3", "push:4", "pop"], 13),
+    ("life", [], 17),
+    ("arithmetic", ["12+34="], 122),
+])
+def test_bundled_firebrand_machines_run_exactly(name, words, layers_below):
+    """Every firebrand machine tw-machine bundles compiles (hard reads count as integers, so
+    the float32 check of the tents behind them passes) and generates the reference's tokens,
+    in fewer layers than firebrand's own compile has FFN stages."""
+    import types
+
+    from tw_tools.tw_machine import build
+
+    args = types.SimpleNamespace(max_context=None, upper=15, modulus=10)
+    machine, prefix = build(name, words, args)
+    cm = compile_machine(machine)
+    steps = min(400, cm.max_context - len(prefix))
+    assert cm.generate(prefix, steps) == reference.run(machine, prefix, steps)
+    assert cm.stats.layers < layers_below

@@ -268,8 +268,10 @@ def test_content_reads_compiled():
 
 
 def test_content_read_is_checked_when_broken(monkeypatch):
-    """A broken score (latest without its recency term) disagrees with the reference."""
+    """A broken score (latest without its recency term) ties keys: the oracle refuses the head's
+    `tw.hard` claim, naming it; without the claim, the values disagree with the reference."""
     import twdialect.frontends.firebrand as frontend
+    from twdialect.inputs import EvaluationError
 
     expr = fb.latest(fb.history(0) % 3, period=1, phase=0, start=0)
     rng = random.Random("firebrand-broken")
@@ -277,6 +279,16 @@ def test_content_read_is_checked_when_broken(monkeypatch):
     real = frontend._read
     monkeypatch.setattr(frontend, "_read", lambda q, k, v, wq, g: real(
         q, k, v, np.asarray(wq) * [1, 1, 0, 1], g))
+    with pytest.raises(EvaluationError, match=r"'tw.attn' in @main: declared tw.hard but query "
+                                              r"\d+'s top logit leads the next by 0"):
+        _check_oracle(expr, random.Random("firebrand-broken"))
+
+    def unclaimed(q, k, v, wq, g):
+        out = real(q, k, v, np.asarray(wq) * [1, 1, 0, 1], g)
+        del out.owner.attributes["tw.hard"]
+        return out
+
+    monkeypatch.setattr(frontend, "_read", unclaimed)
     with pytest.raises(AssertionError):
         _check_oracle(expr, random.Random("firebrand-broken"))
 

@@ -293,3 +293,22 @@ def test_cuda_float64_graph_decoder_equals_run(compiled):
     for f, n, got in runs:
         want = evaluate(module, {k: v[: n + 12] for k, v in f.items()})
         assert max_rel_error(got, want) <= TIGHT
+
+
+def test_decompose_bounds_the_compile_dtype_rounding():
+    """A tent over a wide non-integer range: float32's hinge rounding is refused (naming the
+    op and float32), float64's fits; the float64 model matches the oracle there."""
+    from tw_passes.decompose import DecomposeError
+
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (-3000.0, 3000.0))
+        tw.output("y", tw.piecewise_linear(x, [2.0, 3.0, 4.0], [0.0, 1.0, 0.0]))
+    with pytest.raises(TwError, match=r"'tw.piecewise_linear' in @main: float32 rounding"):
+        lowering.compile(g.module, d=16, d_head=4)
+    ct = lowering.compile(g.module, d=16, d_head=4, dtype="float64")
+    xs = np.array([[-3000.0], [2.5], [3.0], [3.25], [2999.75]])
+    got = ct.run({"x": xs})["y"][:, 0]
+    assert np.allclose(got, [0.0, 0.5, 1.0, 0.75, 0.0], atol=1e-9)
+    with pytest.raises(DecomposeError, match="dtype must be one of float32, float64"):
+        from tw_passes.decompose import DecomposePass
+        DecomposePass(dtype="float16").check_options()

@@ -175,3 +175,39 @@ def test_overflowing_range_names_the_op():
         value_ranges(g.op)
     lo, hi = value_ranges(g.op, strict=False)[y]
     assert lo[0] == -np.inf and hi[0] == np.inf
+
+
+def _hard_read(hard, scale=1.0):
+    """position - 1's token through an attend_to_offset-shaped head; `hard` its claimed gap."""
+    with tw.Graph() as g:
+        tokens = tw.embedding("tokens", np.arange(5.0)[:, None])
+        pos = tw.pos_encoding(32)
+        query = tw.concat(tw.slice(pos, 0, 1), tw.literal([1.0]))
+        read = tw.attn(query, tw.slice(pos, 0, 2), tokens,
+                       np.array([[80.0, 0.0], [-80.0, -40.0]]) * scale, np.eye(2), np.eye(1),
+                       [[3.0]], hard=hard)
+        tw.output("y", read)
+    return g.module, read
+
+
+@pytest.mark.parametrize("hard,integer", [(None, False), (40.0, True), (10.0, False)])
+def test_hard_read_is_integer_only_when_claimed_wide(hard, integer):
+    from twdialect.ranges import integer_components
+
+    module, read = _hard_read(hard)
+    assert bool(integer_components(module)[read][0]) is integer
+
+
+def test_oracle_refuses_a_false_hard_claim():
+    from twdialect.inputs import EvaluationError
+    from twdialect.interp import evaluate
+
+    module, _ = _hard_read(40.0)
+    y = evaluate(module, {"tokens": np.array([1, 4, 2, 3])})["y"][:, 0]
+    assert np.allclose(y, [3, 3, 12, 6])                       # 3 x the previous token
+    weak, _ = _hard_read(40.0, scale=0.5)                      # the gap is only 20
+    with pytest.raises(EvaluationError, match=r"'tw.attn' in @main: declared tw.hard but query "
+                                              r"\d+'s top logit leads the next by 20"):
+        evaluate(weak, {"tokens": np.array([1, 4, 2, 3])})
+    with pytest.raises(Exception, match="hard"):
+        _hard_read(-1.0)

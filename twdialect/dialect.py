@@ -105,6 +105,12 @@ ITERATION = "tw.iteration"
 SCOPE_TERMINAL = "tw.scope_terminal"
 TOLERANCE = "tw.tolerance"
 MARGIN = "tw.margin"
+# On a tw.attn: the author's claim that at every query the largest logit leads every other
+# visible key's by at least this much (a hard, one-key read: the output is that key's value up
+# to a leakage below n exp(-gap) of the values). The oracle checks the claim at every run;
+# the integrality analysis then treats the read as its winner's value (HARD_INTEGER_GAP).
+HARD = "tw.hard"
+HARD_INTEGER_GAP = 24.0
 
 
 # --------------------------------------------------------------------------------------
@@ -305,7 +311,7 @@ _UNIT = "a unit attribute (no value)"
 _FLOAT = "a positive finite float"
 DISCARDABLE_KINDS: dict[str, str] = {
     ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT, TOLERANCE: _FLOAT,
-    MARGIN: _FLOAT,
+    MARGIN: _FLOAT, HARD: _FLOAT,
     "tw.layer": _INT, "tw.sublayer": _STR, "tw.heads": _INT, "tw.dims": _INT,
     "tw.neurons": _INT, "tw.cancel": _STR, "tw.accumulate": _UNIT, "tw.n_layers": _INT,
     "tw.floor": _INT, "tw.geometry": _STR,

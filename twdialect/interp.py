@@ -26,6 +26,7 @@ from xdsl.ir import Operation, SSAValue
 
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
+    HARD,
     AddOp,
     AttnOp,
     ClampOp,
@@ -196,10 +197,12 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, base: float, dims: int) -> 
 
 
 def attention(q, k, v, wq, wk, wv, wo, mask: str = "causal",
-              rope: tuple[float, int] | None = None) -> np.ndarray:
+              rope: tuple[float, int] | None = None, hard: float | None = None) -> np.ndarray:
     """One head family: "causal" (a query at i sees keys j <= i) or "full" (every key of the
     sequence; a non-finite value anywhere then legitimately reaches every output). `rope`
-    (base, dims): q Wq and k Wk rotated by their absolute positions first (`apply_rope`)."""
+    (base, dims): q Wq and k Wk rotated by their absolute positions first (`apply_rope`).
+    `hard` (a `tw.hard` claim): a query whose top logit leads the next by less is a
+    HardReadError naming it."""
     qp, kp = q @ wq, k @ wk
     if rope is not None:
         pos = np.arange(qp.shape[0])
@@ -208,10 +211,32 @@ def attention(q, k, v, wq, wk, wv, wo, mask: str = "causal",
     n = logits.shape[0]
     if mask != FULL:
         logits = np.where(np.tri(n, dtype=bool), logits, -np.inf)
+    if hard is not None:
+        check_hard_gap(logits, hard)
     logits -= logits.max(axis=1, keepdims=True)
     p = np.exp(logits)
     p /= p.sum(axis=1, keepdims=True)
     return weighted_values(p, v @ wv) @ wo
+
+
+class HardReadError(ValueError):
+    """A `tw.hard` head's query whose top logit does not lead by the claimed gap."""
+
+
+def check_hard_gap(logits: np.ndarray, gap: float) -> None:
+    """Every row's largest logit leads its second by at least `gap`, up to float64 rounding
+    of the logits (rows with one visible key lead by definition)."""
+    if logits.shape[1] < 2:
+        return
+    top2 = -np.partition(-logits, 1, axis=1)[:, :2]
+    with np.errstate(invalid="ignore"):
+        lead = top2[:, 0] - top2[:, 1]
+    slack = 8 * np.finfo(np.float64).eps * np.abs(top2[:, 0])
+    bad = np.flatnonzero(~(np.isinf(top2[:, 1]) | (lead >= gap - slack)))
+    if bad.size:
+        i = int(bad[0])
+        raise HardReadError(f"query {i}'s top logit leads the next by {lead[i]:.6g}, below the "
+                            f"claimed gap {gap:g}")
 
 
 def weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -347,8 +372,13 @@ def swish(z: np.ndarray) -> np.ndarray:
 
 @ORACLE.rule(AttnOp)
 def _attn(op: AttnOp, args, run: Run) -> np.ndarray:
-    return attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"), attn_mask(op),
-                     attn_rope(op))
+    hard = op.attributes.get(HARD)
+    try:
+        return attention(*args, _p(op, "wq"), _p(op, "wk"), _p(op, "wv"), _p(op, "wo"),
+                         attn_mask(op), attn_rope(op),
+                         None if hard is None else hard.value.data)
+    except HardReadError as e:
+        raise EvaluationError(f"{describe(op)}: declared {HARD} but {e}") from None
 
 
 @ORACLE.rule(CompareOp)

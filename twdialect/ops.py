@@ -56,6 +56,7 @@ from twdialect.dialect import (
     SCOPE_TERMINAL,
     TOLERANCE,
     MARGIN,
+    HARD,
     LIBRARY_OPS,
     AddOp,
     AttnOp,
@@ -571,7 +572,8 @@ def after(x: Value, *deps: Value) -> Value:
 
 
 def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "causal",
-         rope=None, rope_base: float | None = None, rope_dims: int | None = None) -> Value:
+         rope=None, rope_base: float | None = None, rope_dims: int | None = None,
+         hard: float | None = None) -> Value:
     """Attention: softmax_j((q_i Wq).(k_j Wk)) over j <= i (`mask="causal"`, the default) or
     over every position of the sequence (`mask="full"`: bidirectional, encoder-style; a graph
     with such a head runs on whole sequences only, never step by step), applied to
@@ -581,7 +583,11 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "ca
     `rope=(base, dims)` rotates q Wq and k Wk by their absolute positions over their first
     `dims` components; `rope=True` is torchwright's default (base 5e5, every d_qk component);
     or the keywords `rope_base=` (and `rope_dims=`, default d_qk). None (the default): no
-    rotation."""
+    rotation.
+
+    `hard=g` claims a one-key read: at every query the top logit leads every other visible
+    key's by at least g (`tw.hard`; the oracle checks it on every run, and from g >=
+    HARD_INTEGER_GAP the analyses take the output as the winner's value)."""
     mask = check_choice("attn", mask, "mask", ATTN_MASKS)
     for v, nm in ((query, "query"), (key, "key"), (value, "value")):
         check_value("attn", v, nm)
@@ -592,8 +598,10 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "ca
     if q.shape[1] != k.shape[1]:
         fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
     base, dims = _rope_of(rope, rope_base, rope_dims, q.shape[1])
-    return _one(AttnOp(query, key, value, q, k, v, o, mask=mask, rope_base=base,
-                       rope_dims=dims), "attn")
+    op = AttnOp(query, key, value, q, k, v, o, mask=mask, rope_base=base, rope_dims=dims)
+    if hard is not None:
+        op.attributes[HARD] = FloatAttr(check_number("attn", hard, "hard", positive=True), f64)
+    return _one(op, "attn")
 
 
 def _rope_of(rope, rope_base, rope_dims, d_qk: int) -> tuple[float | None, int | None]:

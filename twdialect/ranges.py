@@ -26,6 +26,8 @@ from xdsl.ir import Operation, SSAValue
 
 from twdialect.dense import to_numpy
 from twdialect.dialect import (
+    HARD,
+    HARD_INTEGER_GAP,
     AddOp,
     AfterOp,
     AttnOp,
@@ -455,9 +457,21 @@ def _pwl_integer(op: PiecewiseLinearOp, ins: list[np.ndarray]) -> np.ndarray:
     return ok & _is_int(v).all(axis=0) & _is_int(slopes).all(axis=0)
 
 
-@INTEGRALITY.rule(AttnOp, PiecewiseLinear2dOp)
-def _not_known_integer(op: AttnOp | PiecewiseLinear2dOp, ins: list[np.ndarray]) -> np.ndarray:
-    return np.zeros(width_of(op.out), dtype=bool)  # attn averages, 2-d tables interpolate
+@INTEGRALITY.rule(AttnOp)
+def _attn_integer(op: AttnOp, ins: list[np.ndarray]) -> np.ndarray:
+    """An average is not an integer, but a hard read (`tw.hard` of at least HARD_INTEGER_GAP,
+    checked by the oracle) is its one winner's value v Wv Wo, up to a leakage below
+    n exp(-gap) of the values: integer where that map is."""
+    hard = op.attributes.get(HARD)
+    if hard is None or hard.value.data < HARD_INTEGER_GAP:
+        return np.zeros(width_of(op.out), dtype=bool)
+    vw = _affine_integer(ins[2], _prop(op, "wv"), None)
+    return _affine_integer(vw, _prop(op, "wo"), None)
+
+
+@INTEGRALITY.rule(PiecewiseLinear2dOp)
+def _not_known_integer(op: PiecewiseLinear2dOp, ins: list[np.ndarray]) -> np.ndarray:
+    return np.zeros(width_of(op.out), dtype=bool)  # 2-d tables interpolate
 
 
 def integer_components(graph: GraphOp | ModuleOp, name: str = "main") -> dict[SSAValue, np.ndarray]:

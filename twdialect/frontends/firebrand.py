@@ -492,8 +492,9 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
 
 
 def _read(query, key, value, wq, gain: float):
+    """A hard read: integer scores whose winner leads by >= 1, times `gain` (`tw.hard`)."""
     return tw.attn(query, key, value, np.asarray(wq, dtype=np.float64) * gain,
-                   np.eye(np.asarray(wq).shape[1]), np.eye(1), np.eye(1))
+                   np.eye(np.asarray(wq).shape[1]), np.eye(1), np.eye(1), hard=gain)
 
 
 def _content(bld: _Builder, node, forms, iv):

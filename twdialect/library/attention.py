@@ -41,10 +41,10 @@ POSITION_GAIN = 40.0
 MAX_POSITIONS = 1024
 
 
-def _identity_read(query: Value, key: Value, value: Value, wq, wk, mask: str = "causal"
-                   ) -> Value:
+def _identity_read(query: Value, key: Value, value: Value, wq, wk, mask: str = "causal",
+                   hard: float | None = None) -> Value:
     n = width_of(value)
-    return tw.attn(query, key, value, wq, wk, np.eye(n), np.eye(n), mask=mask)
+    return tw.attn(query, key, value, wq, wk, np.eye(n), np.eye(n), mask=mask, hard=hard)
 
 
 def _mask(op: str, mask) -> str:
@@ -79,7 +79,7 @@ def attend_to_offset(pos: Value, value: Value, offset: int) -> Value:
     query = tw.concat(tw.slice(pos, 0, 1), ones_literal())
     key = tw.slice(pos, 0, 2)
     wq = np.array([[2.0 * g, 0.0], [-2.0 * g * k, -g]])
-    return _identity_read(query, key, value, wq, np.eye(2))
+    return _identity_read(query, key, value, wq, np.eye(2), hard=g)  # peak at i - offset
 
 
 @library_op("attention")
