@@ -24,6 +24,7 @@ TW_PASSES: dict[str, str] = {
     "decompose": "tw_passes.decompose",
     "form-mlps": "tw_passes.form_mlps",
     "fuse-linears": "tw_passes.fuse_linears",
+    "fuse-select-trees": "tw_passes.fuse_select_trees",
     "horizontal-fuse": "tw_passes.horizontal_fuse",
     "select-tree-to-pwl2d": "tw_passes.select_tree_to_pwl2d",
     "sequential-scope": "tw_passes.sequential_scope",

@@ -149,7 +149,7 @@ def test_cli_runs_a_machine(capsys):
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["rv32", "prog.elf"], "RV32 machine is not supported yet"),
+    (["rv32", "no-such.elf"], "rv32: cannot read no-such.elf"),
     (["nope"], "unknown machine"),
     (["counter", "x"], "not an integer"),
 ])

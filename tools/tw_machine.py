@@ -11,9 +11,12 @@ Prints the tokens (the prefix, then the generated ones), then one `#` line: the 
 whether the machine halted, the model's layers and size, and tokens per second of the
 KV-cache decode. `--json`: one JSON object instead.
 
-firebrand's bundled machines all read memory through read_at (and arithmetic through
-latest): constructs tw's firebrand frontend does not translate yet, so each of them ends with
-one error line naming the construct. `tw-machine rv32 prog.elf` is not supported yet.
+    tw-machine rv32 prog.elf [--ram 8192] # firebrand's RV32IM machine running a bare-metal ELF
+
+`rv32` loads the ELF (`tw_lowering.rv32.load_elf`), compiles firebrand's RV32IM interpreter
+with tw, runs the program to its exit call and prints its console output, then one `#` line:
+exit code, instructions, tokens, tokens per second, and the model's layers and size.
+`--max-steps` bounds the instructions there (default: none, the context bounds the run).
 
 Error contract (tools/cli.py): a bad argument, an input the machine's encoder refuses, a
 construct tw cannot translate, a prefix and step count beyond max_context, or a next value
@@ -33,6 +36,7 @@ PROG = "tw-machine"
 DEMOS = ("counter", "fibonacci")
 BUNDLED = ("gcd", "histogram", "stack", "life", "arithmetic")
 NAMES = DEMOS + BUNDLED + ("rv32",)
+DEFAULT_STEPS = 100
 
 
 def _parser() -> ArgumentParser:
@@ -42,8 +46,9 @@ def _parser() -> ArgumentParser:
     add_version(p, PROG)
     p.add_argument("name", help=f"the machine: {', '.join(NAMES)}")
     p.add_argument("args", nargs="*", help="the machine's inputs (see the module docstring)")
-    p.add_argument("--max-steps", type=bounded_int("--max-steps", 0, 1 << 16), default=100,
-                   help="the most tokens to generate (default 100)")
+    p.add_argument("--max-steps", type=bounded_int("--max-steps", 0, 1 << 20),
+                   help=f"the most tokens to generate (default {DEFAULT_STEPS}); rv32: the most "
+                        "instructions (default: until the program exits)")
     p.add_argument("--max-context", type=bounded_int("--max-context", 1, 1 << 20),
                    help="the longest sequence compiled for (default: the machine's limit)")
     p.add_argument("--upper", type=bounded_int("--upper", 1, 4095), default=15,
@@ -54,6 +59,8 @@ def _parser() -> ArgumentParser:
                    help="residual width (default: the narrowest that reaches the fewest layers)")
     p.add_argument("--d-head", type=bounded_int("--d-head", 1, MAX_DIM),
                    help="head width (default 16)")
+    p.add_argument("--ram", type=bounded_int("--ram", 256, 1 << 25), default=8192,
+                   help="rv32: RAM bytes (a multiple of 4; default 8192)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     return p
 
@@ -77,9 +84,6 @@ def build(name: str, words: Sequence[str], args) -> tuple:
         raise ToolError("tw-machine needs firebrand (pip install firebrand)") from None
     from firebrand.ir import Machine, history
 
-    if name == "rv32":
-        raise ToolError("the RV32 machine is not supported yet: tw does not load ELF files "
-                        "or compile firebrand's RV32IM interpreter (docs/machines.md)")
     if name not in NAMES:
         raise ToolError(f"unknown machine {name!r} (known: {', '.join(NAMES)})")
     try:
@@ -138,8 +142,50 @@ def _build(name, words, args, Machine, history):  # noqa: N803 - firebrand's cla
     return ArithmeticSpec().machine(), encode_text(list(text))
 
 
+def run_rv32(args) -> int:
+    """`tw-machine rv32 prog.elf`: load, compile, run, print the console and a `#` line."""
+    from tw_lowering.rv32 import RV32, load_elf
+
+    if len(args.args) != 1:
+        raise ToolError(f"rv32 takes one ELF file, got {len(args.args)} arguments")
+    path = args.args[0]
+    try:
+        with open(path, "rb") as f:
+            elf = f.read()
+    except OSError as e:
+        raise ToolError(f"rv32: cannot read {path}: {e.strerror}") from None
+    if args.ram % 4:
+        raise ToolError(f"--ram must be a multiple of 4, got {args.ram}")
+    load_elf(elf, args.ram)  # a bad ELF is refused before the compile
+    options = {k: v for k, v in (("d", args.d), ("d_head", args.d_head)) if v is not None}
+    rv = RV32(ram_bytes=args.ram, max_context=args.max_context, **options)
+    t0 = time.perf_counter()
+    cm = rv.compiled
+    compile_s = time.perf_counter() - t0
+    res = rv.run(elf, max_instructions=args.max_steps)
+    s = cm.stats
+    if args.json:
+        print(json.dumps(dict(machine="rv32", console=res.console, exit_code=res.exit_code,
+                              halted=res.halted, instructions=res.instructions,
+                              tokens=res.tokens, tokens_per_s=round(res.tokens_per_s, 1),
+                              compile_seconds=round(compile_s, 4), ram=args.ram,
+                              max_context=rv.max_context, **s.as_dict()), sort_keys=True))
+        return 0
+    print(res.console, end="" if res.console.endswith("\n") or not res.console else "\n")
+    ended = f"exit {res.exit_code}" if res.halted else "stopped (no exit)"
+    print(f"# {ended}; {res.instructions} instructions, {res.tokens} tokens, "
+          f"{res.tokens_per_s:.1f} tokens/s; {s.layers} layers (floor {s.floor}), "
+          f"d={s.residual}, {s.heads} heads, {s.neurons} neurons, {s.params} params; "
+          f"compiled in {compile_s:.2f} s")
+    return 0
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.name == "rv32":
+        return run_rv32(args)
+    if args.max_steps is None:
+        args.max_steps = DEFAULT_STEPS
     machine, prefix = build(args.name, args.args, args)
     from tw_lowering.machines import compile_machine
 

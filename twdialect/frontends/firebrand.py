@@ -65,7 +65,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xdsl.dialects.builtin import FloatAttr, f64
+
 from twdialect import ops as tw
+from twdialect.dialect import HARD
 from twdialect.errors import TwError
 
 MAX_DOMAIN = 4096            # integers a tabled function (lookup, mod) may range over
@@ -272,7 +275,10 @@ class _Builder:
             return self.token
         if k not in self._history:
             if self.max_context <= MAX_POSITIONS:
-                self._history[k] = tw.attend_to_offset(self.pos(), self.token, k)
+                read = tw.attend_to_offset(self.pos(), self.token, k)
+                # its peak at i - k leads by POSITION_GAIN: a hard read of an integer token
+                read.owner.attributes[HARD] = FloatAttr(POSITION_GAIN, f64)
+                self._history[k] = read
             else:  # (read_at(position - k): exact under float64 at any context it takes)
                 pos = self.pos()
                 address = tw.linear(tw.slice(pos, 0, 1), [[1.0]], [-float(k)])
@@ -478,9 +484,11 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
     if op == "lookup":
         start, table = args[1], args[2]
         a, b = max(lo, start), min(hi, start + len(table) - 1)
-        if b - a + 1 > MAX_DOMAIN:
-            _refuse_domain(node, a, b, "its table")
         xs, ys = _bends(a, b, lambda x: table[x - start])
+        if len(xs) > MAX_DOMAIN:   # a long table is fine while its slope seldom changes
+            raise FirebrandError(
+                f"firebrand {_describe(node)}: its table over [{a}, {b}] bends at {len(xs)} "
+                f"integers, above {MAX_DOMAIN}; clip its argument to a smaller interval")
         return bld.atom(tw.piecewise_linear(bld.value(f), xs, ys))
     if op == "select":
         fa, fb = forms[id(args[1])], forms[id(args[2])]

@@ -79,7 +79,7 @@ def attend_to_offset(pos: Value, value: Value, offset: int) -> Value:
     query = tw.concat(tw.slice(pos, 0, 1), ones_literal())
     key = tw.slice(pos, 0, 2)
     wq = np.array([[2.0 * g, 0.0], [-2.0 * g * k, -g]])
-    return _identity_read(query, key, value, wq, np.eye(2), hard=g)  # peak at i - offset
+    return _identity_read(query, key, value, wq, np.eye(2))
 
 
 @library_op("attention")
