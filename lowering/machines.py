@@ -138,10 +138,45 @@ class CompiledMachine:
         return tokens
 
 
+def as_machine(obj, transition=None):
+    """The `firebrand.ir.Machine` of what firebrand users hold: a Machine itself; a
+    `SequenceMachine` (its `lower_machine()`); an `@program` function (its SequenceMachine's);
+    a `RecordMachine` with its `transition` (`lower_machine(transition)`); a machine spec
+    with a `machine()` method (RV32Spec, LifeSpec, ...). Anything else is a MachineError."""
+    try:
+        from firebrand.ir import Machine
+        from firebrand.machine import RecordMachine
+        from firebrand.program import Program
+        from firebrand.sequence import SequenceMachine
+    except ImportError:
+        raise MachineError("compile_machine needs firebrand (pip install firebrand)") from None
+    if transition is not None and not isinstance(obj, RecordMachine):
+        raise MachineError("compile_machine: transition= goes with a firebrand RecordMachine, "
+                           f"not a {type(obj).__name__}")
+    if isinstance(obj, Program):
+        obj = obj.machine
+    if isinstance(obj, SequenceMachine):
+        obj = obj.lower_machine()
+    elif isinstance(obj, RecordMachine):
+        if transition is None:
+            raise MachineError("compile_machine: a RecordMachine needs its transition "
+                               "(compile_machine(protocol, transition=fn))")
+        obj = obj.lower_machine(transition)
+    elif not isinstance(obj, Machine) and callable(getattr(obj, "machine", None)):
+        obj = obj.machine()
+    if not isinstance(obj, Machine):
+        raise MachineError(f"compile_machine: expected a firebrand Machine, SequenceMachine, "
+                           f"RecordMachine, @program function or machine spec, got "
+                           f"{type(obj).__name__}")
+    return obj
+
+
 def compile_machine(machine, *, max_context: int | None = None, d: int | None = None,
                     d_head: int | None = None, d_hidden: int | None = None,
-                    pipeline="default", dtype=None) -> CompiledMachine:
-    """Compile a `firebrand.ir.Machine` (firebrand's `compile_machine`'s input) with tw.
+                    pipeline="default", dtype=None, transition=None) -> CompiledMachine:
+    """Compile a firebrand machine with tw: a `firebrand.ir.Machine` (firebrand's
+    `compile_machine`'s input), or a SequenceMachine, an `@program` function, a RecordMachine
+    with its `transition`, or a spec with a `machine()` method (`as_machine`).
 
     `max_context`: the longest sequence (default: the machine's `context_limit`, else
     DEFAULT_CONTEXT; never beyond its context_limit). `d`, `d_head`, `d_hidden`, `pipeline`,
@@ -154,13 +189,7 @@ def compile_machine(machine, *, max_context: int | None = None, d: int | None = 
     from tw_lowering.materialize import check_dtype
     from twdialect.frontends.firebrand import needs_float64, translate
 
-    try:
-        from firebrand.ir import Machine
-    except ImportError:
-        raise MachineError("compile_machine needs firebrand (pip install firebrand)") from None
-    if not isinstance(machine, Machine):
-        raise MachineError(f"compile_machine: expected a firebrand.ir.Machine, got "
-                           f"{type(machine).__name__}")
+    machine = as_machine(machine, transition)
     limit = machine.context_limit
     if max_context is None:
         max_context = limit if limit is not None else DEFAULT_CONTEXT
@@ -207,5 +236,5 @@ def _narrowest_at_fewest_layers(module, pipeline, d_head: int, d_hidden: int | N
     return sweep.compile(point.d, d_head, d_hidden if d_hidden is not None else point.d_hidden)
 
 
-__all__ = ["compile_machine", "CompiledMachine", "MachineStats", "MachineError",
+__all__ = ["compile_machine", "as_machine", "CompiledMachine", "MachineStats", "MachineError",
            "DEFAULT_CONTEXT"]

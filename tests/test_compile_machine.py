@@ -11,6 +11,7 @@ pytest.importorskip("firebrand", reason="firebrand (tw-compiler[firebrand]) is n
 
 from firebrand import reference  # noqa: E402
 from firebrand.ir import Machine, constant, history, position_mod, select  # noqa: E402
+from firebrand.program import Int  # noqa: E402,F401 - the @program annotations below
 
 from tw_lowering import compile_machine  # noqa: E402
 from tw_lowering.machines import CompiledMachine, MachineError  # noqa: E402
@@ -182,3 +183,74 @@ def test_bundled_firebrand_machines_run_exactly(name, words, layers_below):
     steps = min(400, cm.max_context - len(prefix))
     assert cm.generate(prefix, steps) == reference.run(machine, prefix, steps)
     assert cm.stats.layers < layers_below
+
+
+def _program_gcd():
+    """An @program function (firebrand reads its annotations from the module's globals)."""
+    from firebrand.program import program
+
+    def gcd(a: Int[0, 31], b: Int[0, 31]):
+        while a != 0 and b != 0:
+            if a > b:
+                a = a - b
+            else:
+                b = b - a
+        return a + b
+
+    return program(max_context=1024)(gcd)
+
+
+def _example_machines():
+    """firebrand's other example machines, each as a user holds it (a spec, a RecordMachine
+    with its transition, a SequenceMachine, an @program function), with a small input."""
+    from firebrand.machines.gcd import gcd_machine
+    from firebrand.machines.instruction import ADD, LOAD, OUT, SET, STORE, InstructionSpec
+    from firebrand.machines.lambda_calculus import App, Lam, LambdaSpec, Var
+    from firebrand.machines.pixel import PixelMachineSpec
+    from firebrand.machines.scheduled_histogram import ScheduledHistogramSpec
+    from firebrand.machines.tile import TileMachineSpec
+    gcd = _program_gcd()
+    lam = LambdaSpec()
+    ins = InstructionSpec()
+    tile = TileMachineSpec()
+    seq = gcd_machine(value_limit=15, max_context=512)
+
+    program_ = [(SET, 3), (ADD, 4), (STORE, 1), (LOAD, 1), (OUT, 0)]
+    return {
+        "lambda": (lam, {}, list(lam.serialize(App(Lam(Var(0)), Lam(Var(0))))[0])),
+        "pixel": (PixelMachineSpec(), {}, list(PixelMachineSpec().encode([1, 2]))),
+        "tile": (tile, {}, list(tile.encode([1], [[0] * tile.width] * tile.height))),
+        "instruction": (ins.protocol, {"transition": ins.transition}, list(ins.encode(program_))),
+        "scheduled_histogram": (ScheduledHistogramSpec(cells=3, capacity=8), {},
+                                list(ScheduledHistogramSpec(cells=3, capacity=8).encode([0, 2, 1]))),
+        "indexed_histogram": (ScheduledHistogramSpec(cells=3, capacity=8, indexed=True), {},
+                              list(ScheduledHistogramSpec(cells=3, capacity=8, indexed=True)
+                                   .encode([0, 2, 1]))),
+        "sequence_gcd": (seq, {}, list(seq.initialize(a=6, b=4, result=0))),
+        "program_gcd": (gcd, {}, list(gcd.prompt(12, 8))),
+    }
+
+
+@pytest.mark.parametrize("name", ["lambda", "pixel", "tile", "instruction", "scheduled_histogram",
+                                  "indexed_histogram", "sequence_gcd", "program_gcd"])
+def test_every_firebrand_form_compiles_and_runs_exactly(name):
+    from tw_lowering.machines import as_machine
+
+    held, kw, prefix = _example_machines()[name]
+    machine = as_machine(held, **kw)
+    cm = compile_machine(held, **kw)
+    steps = min(400, cm.max_context - len(prefix))
+    assert cm.generate(prefix, steps) == reference.run(machine, prefix, steps)
+
+
+def test_machine_forms_refused_in_one_line():
+    from firebrand.machines.instruction import InstructionSpec
+
+    from tw_lowering.machines import MachineError
+
+    with pytest.raises(MachineError, match="a RecordMachine needs its transition"):
+        compile_machine(InstructionSpec().protocol)
+    with pytest.raises(MachineError, match="transition= goes with a firebrand RecordMachine"):
+        compile_machine(Machine(history(0), lower=0, upper=3), transition=lambda s: None)
+    with pytest.raises(MachineError, match="got int"):
+        compile_machine(3)
