@@ -28,9 +28,8 @@ biases: it has none); `firebrand_compile_seconds`, `firebrand_exact`,
 generated steps over the median of `--repeats` generate calls. `exact`: every compiler that
 compiled the machine generates the reference's tokens. A compiler that refuses the machine
 leaves its columns null and its one-line message in `error` (tw) or `firebrand_error`.
-Expected today: tw refuses gcd, histogram and arithmetic (a float32 precision check of a
-`tw.piecewise_linear`), firebrand refuses counter (its inferred output range exceeds the
-alphabet).
+Expected today: every machine exact in both; firebrand refuses counter (its inferred output
+range exceeds the alphabet). The RV32IM machine has a benchmark of its own (bench/rv32.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ running the same bare-metal C programs. JSON, one object per line (sort_keys).
 First line ("kind": "compile"): the machine (firebrand's node count), tw's model
 (`CompiledMachine.stats`: layers, floor, residual d, heads, neurons, params, compile seconds;
 `critical_path` and `critical_path_after_passes`: the graph's longest chain of MLP and attention
-sublayers before and after tw's passes, `twdialect.analysis.critical_path`), firebrand's
+sublayers as translated (each library op lowered on its own: `decompose{select-trees=false}`)
+and after tw's default pipeline, `twdialect.analysis.critical_path`), firebrand's
 (`layers` = FFN stages, width, heads, compile seconds) and the compile-time ratio.
 
 Then one line per program ("kind": "run"): instructions, tokens, console, exit code, tw's and
@@ -37,7 +38,10 @@ def _critical_paths(module, dtype: str) -> tuple[int, int]:
     from twdialect.analysis import critical_path
     from twdialect.interp import find_graph
 
-    before = critical_path(find_graph(prepare(module, None, dtype=dtype), "main"))
+    from tw_passes.decompose import DecomposePass
+
+    as_written = (DecomposePass(select_trees=False),)  # each op on its own, nothing fused
+    before = critical_path(find_graph(prepare(module, as_written, dtype=dtype), "main"))
     after = critical_path(find_graph(prepare(module, DEFAULT_PIPELINE, dtype=dtype), "main"))
     return before.n_layers, after.n_layers
 

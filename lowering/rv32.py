@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -160,7 +161,7 @@ class RV32:
     (e.g. "cuda"); `compile_options` go to `compile_machine` (d, d_head, ...)."""
 
     def __init__(self, ram_bytes: int = DEFAULT_RAM, max_context: int | None = None,
-                 device: str | None = None, **compile_options):
+                 device: str | None = None, cache: bool = False, **compile_options):
         try:
             from firebrand.machines.rv32 import RV32Spec
         except ImportError:
@@ -173,6 +174,8 @@ class RV32:
         self.ram_bytes = ram_bytes
         self.compile_options = compile_options
         self.device = device
+        self.cache = cache
+        self.loaded_from_cache = False
         self._compiled = None
 
     @property
@@ -187,14 +190,42 @@ class RV32:
     def compiled(self):
         """The `CompiledMachine` (compiled on first use)."""
         if self._compiled is None:
-            from tw_lowering.machines import compile_machine
+            from tw_lowering.machines import CompiledMachine, compile_machine
 
-            cm = compile_machine(self.spec.machine(), max_context=self.max_context,
-                                 **self.compile_options)
+            machine = self.spec.machine()
+            ct = _load_cached(self.cache_path) if self.cache else None
+            if ct is not None:
+                cm = CompiledMachine(machine, ct, self.max_context, {"cache": 0.0})
+                self.loaded_from_cache = True
+            else:
+                cm = compile_machine(machine, max_context=self.max_context,
+                                     **self.compile_options)
+                if self.cache:
+                    _store(self.cache_path, cm.compiled)
             if self.device is not None:
                 cm.compiled.to(self.device)
             self._compiled = cm
         return self._compiled
+
+    @property
+    def cache_path(self) -> Path:
+        """Where `cache=True` keeps this compile: the cache folder (TW_CACHE_DIR, else
+        $XDG_CACHE_HOME/tw, else ~/.cache/tw), rv32/, a name digesting the RAM, context and
+        compile options, tw's version and the source of the compiler and firebrand (a
+        changed compiler never loads an old model)."""
+        import hashlib
+        import json
+        from importlib.metadata import version
+
+        from twdialect import __version__
+
+        h = hashlib.sha256(json.dumps(
+            dict(ram=self.ram_bytes, context=self.max_context, tw=__version__,
+                 firebrand=version("firebrand"), options=sorted(
+                     (k, repr(v)) for k, v in self.compile_options.items())),
+            sort_keys=True).encode())
+        h.update(_source_digest())
+        return _cache_root() / "rv32" / f"{h.hexdigest()[:32]}.pkl"
 
     def prompt(self, image: bytes, entry: int) -> list[int]:
         """The machine's first prompt: RAM, sentinel, registers, the resume record."""
@@ -224,6 +255,93 @@ class RV32:
             exit_code=spec.registers(trace)[10] if halted else None,
             instructions=len(spec.records(trace)), tokens=len(trace) - prompt_length,
             seconds=seconds, trace=trace)
+
+
+def _cache_root() -> Path:
+    import os
+
+    if os.environ.get("TW_CACHE_DIR"):
+        return Path(os.environ["TW_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tw"
+
+
+def _source_digest() -> bytes:
+    """sha256 over the source of tw's compiler packages and firebrand's."""
+    import hashlib
+    import importlib
+
+    h = hashlib.sha256()
+    for name in ("twdialect", "tw_passes", "tw_lowering", "firebrand"):
+        root = Path(importlib.import_module(name).__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.digest()
+
+
+def _deep(fn):
+    """fn() on a thread with a 512 MiB stack and a high recursion limit: a compiled model
+    keeps its graph, whose op list pickle walks recursively (thousands of ops deep)."""
+    import sys
+    import threading
+
+    out: dict = {}
+
+    def work():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            out["error"] = e
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(max(limit, 1_000_000))
+    threading.stack_size(1 << 29)
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _store(path: Path, ct) -> None:
+    """The model pickled with its sha256 in front, written atomically (a cache is a
+    convenience: a folder that cannot be written is skipped)."""
+    import hashlib
+    import os
+    import pickle
+
+    try:
+        data = _deep(lambda: pickle.dumps(ct, protocol=pickle.HIGHEST_PROTOCOL))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(hashlib.sha256(data).digest() + data)
+        tmp.replace(path)
+    except (OSError, RecursionError, pickle.PicklingError):
+        pass
+
+
+def _load_cached(path: Path):
+    """The cached model, or None where there is none, or it is damaged (its digest does not
+    match: then it is compiled again and rewritten)."""
+    import hashlib
+    import pickle
+
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    digest, data = blob[:32], blob[32:]
+    if len(blob) < 33 or hashlib.sha256(data).digest() != digest:
+        return None
+    try:
+        return _deep(lambda: pickle.loads(data))
+    except Exception:  # noqa: BLE001 - any unpickling failure means: compile again
+        return None
 
 
 def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: int | None):

@@ -505,6 +505,15 @@ FLOAT64_BOUND_SCALE = 2.0 ** -28
 ROUNDING_SCALE = {"float32": 1.0, "float64": FLOAT64_BOUND_SCALE}
 
 
+def check_rounding_options(name: str, tolerance, dtype, error: type[Exception]) -> None:
+    """The options every pass bounding its rounding takes: a positive `tolerance` and a
+    `dtype` of ROUNDING_SCALE."""
+    if dtype not in ROUNDING_SCALE:
+        raise error(f"{name}: dtype must be one of {', '.join(ROUNDING_SCALE)}, got {dtype!r}")
+    if not tolerance > 0:
+        raise error(f"{name}: tolerance must be > 0, got {tolerance}")
+
+
 def _operand_box(x: SSAValue, ranges: dict[SSAValue, Box],
                  integers: dict[SSAValue, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, integer) of an mlp's input: a graph value, or the concat the emitter made."""
@@ -657,16 +666,15 @@ class DecomposePass(GraphPass):
     # What the compiled model computes in ("float32" or "float64": `compile(dtype=)` sets it):
     # the rounding the check bounds.
     dtype: str = "float32"
+    # Fuse trees of selects whose conditions are exactly +/-1 into one chain each first
+    # (`passes/fuse_select_trees.py`), with the ranges of the graph as written.
+    select_trees: bool = True
 
     def check_options(self) -> None:
-        if self.dtype not in ROUNDING_SCALE:
-            raise DecomposeError(f"decompose: dtype must be one of {', '.join(ROUNDING_SCALE)}, "
-                                 f"got {self.dtype!r}")
+        check_rounding_options("decompose", self.tolerance, self.dtype, DecomposeError)
         if self.lattice_neurons < 0:
             raise DecomposeError("decompose: lattice-neurons must be >= 0, got "
                                  f"{self.lattice_neurons}")
-        if not self.tolerance > 0:
-            raise DecomposeError(f"decompose: tolerance must be > 0, got {self.tolerance}")
 
     def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
         """Replace every library op of `graph` in place; returns how many were replaced."""
@@ -675,6 +683,16 @@ class DecomposePass(GraphPass):
             return 0
         ranges = value_ranges(graph, strict=False)
         integers = integer_components(graph)
+        if self.select_trees:
+            from tw_passes.fuse_select_trees import MAX_LEAVES, fuse_select_trees
+
+            fused = fuse_select_trees(graph, ranges, integers, MAX_LEAVES,
+                                      self.tolerance / ROUNDING_SCALE[self.dtype])
+            for old, new in fused.items():  # the tree's hull, not its chain's looser box
+                ranges[new] = ranges[old]
+                integers[new] = integers[old]
+            if fused:
+                library = [op for op in graph.block.ops if isinstance(op, LIBRARY_OPS)]
         for op in library:
             _replace(op, decompose_op(op, ranges, integers, self.lattice_neurons, self.tolerance,
                                       self.dtype), ranges, integers)

@@ -17,8 +17,8 @@ when not) is read by, per component,
 
     h = relu(v - o - K (n - sum_i l_i)),   g = relu(1 - (n - sum_i l_i)),   out += h + o g,
 
-with o the offset below v's range and K the power of two with K (1 - SELECT_COND_TOLERANCE / 2)
->= hi - o (`decompose.select_offsets`' grid, so o and K are exact in float32): on the leaf's
+with o = floor(lo), the integer at or below v's range, and K the power of two with
+K (1 - SELECT_COND_TOLERANCE / 2) >= hi - o (so the biases -o - K n / 2 are exact): on the leaf's
 path h = v - o and g = 1, anywhere else both are 0 (exactly, for conditions +/-1), so the
 sum over leaves is the selected leaf. A constant leaf needs only g. A path on which one
 condition appears with both polarities never holds and is dropped; a repeated literal counts
@@ -72,49 +72,78 @@ class FuseSelectTrees(GraphPass):
     dtype: str = "float32"
 
     def check_options(self) -> None:
-        from tw_passes.decompose import ROUNDING_SCALE
+        from tw_passes.decompose import check_rounding_options
 
         if self.max_leaves < 2:
             raise PassOptionError(f"fuse-select-trees: max-leaves must be at least 2, got "
                                   f"{self.max_leaves}")
-        if not self.tolerance > 0:
-            raise PassOptionError(f"fuse-select-trees: tolerance must be > 0, got "
-                                  f"{self.tolerance}")
-        if self.dtype not in ROUNDING_SCALE:
-            raise PassOptionError(f"fuse-select-trees: dtype must be one of "
-                                  f"{', '.join(ROUNDING_SCALE)}, got {self.dtype!r}")
+        check_rounding_options(self.name, self.tolerance, self.dtype, PassOptionError)
 
     def run_on_graph(self, ctx: Context, graph: GraphOp) -> int:
         """Fuse every select tree of `graph` of two levels or more; returns how many."""
         from tw_passes.decompose import ROUNDING_SCALE
 
-        selects = [op for op in graph.block.ops
-                   if isinstance(op, SelectOp) and width_of(op.cond) == 1]
-        if not any(_child(op.if_true) or _child(op.if_false) for op in selects):
+        if not _has_trees(graph):
             return 0
-        ranges = value_ranges(graph, strict=False)
-        integers = integer_components(graph)
-        signs = _Signs(ranges, integers)
-        selects = [op for op in selects if signs.exact(op.cond)]
-        allowed = self.tolerance / ROUNDING_SCALE[self.dtype]
-        trees: dict[Operation, list[tuple[SSAValue, tuple[Literal, ...]]]] = {}
-        fused: list[tuple[SelectOp, tuple]] = []
-        for op in selects:  # block order: children first
-            leaves, deep = _collect(op, trees, self.max_leaves)
-            built = _build(op, leaves, ranges, integers, allowed) if deep else None
-            if built is None:  # the direct branches only: a parent may still absorb this level
-                leaves = _collect(op, {}, self.max_leaves)[0]
-            else:
-                fused.append((op, built))
-            trees[op] = leaves
-        now: dict[SSAValue, SSAValue] = {}  # a fused select's value -> its chain's
-        for op, (inputs, w1, b1, w2) in fused:
-            now[op.results[0]] = _rewrite(op, [now.get(v, v) for v in inputs], w1, b1, w2)
-        for op in reversed(selects):
-            if op.parent is not None and not op.results[0].uses:
-                op.detach()
-                op.erase()
-        return len(fused)
+        done = fuse_select_trees(graph, value_ranges(graph, strict=False),
+                                 integer_components(graph), self.max_leaves,
+                                 self.tolerance / ROUNDING_SCALE[self.dtype])
+        return len(done)
+
+
+def _has_trees(graph: GraphOp) -> bool:
+    return any(isinstance(op, SelectOp) and (_child(op.if_true) or _child(op.if_false))
+               for op in graph.block.ops)
+
+
+def fuse_select_trees(graph: GraphOp, ranges: dict, integers: dict,
+                      max_leaves: int = MAX_LEAVES, allowed: float = DEFAULT_TOLERANCE
+                      ) -> dict[SSAValue, SSAValue]:
+    """Fuse the select trees of `graph` in place (the module doc), reading `ranges` and
+    `integers` of the graph as it stands; returns each fused select's value -> its chain's
+    value (`decompose` carries a tree's ranges over to its chain: the chain's own interval
+    box is far wider than the hull of its leaves). `allowed`: the float32-scale rounding
+    bound a chain may reach, relative to max(1, |output|)."""
+    if not _has_trees(graph):
+        return {}
+    selects = [op for op in graph.block.ops
+               if isinstance(op, SelectOp) and width_of(op.cond) == 1]
+    signs = _Signs(ranges, integers)
+    selects = [op for op in selects if signs.exact(op.cond)]
+    trees: dict[Operation, list[tuple[SSAValue, tuple[Literal, ...]]]] = {}
+    kids: dict[Operation, list[Operation]] = {}  # the child selects a tree absorbed
+    for op in selects:  # block order: children first
+        trees[op], kids[op] = _collect(op, trees, max_leaves)
+    # Build only the trees whose value is read outside a tree that absorbed it (an inner
+    # select read by its parent alone is computed by the parent's chain); where a build
+    # fails (an unbounded leaf, rounding), the tree stays a select and its absorbed
+    # children are built on their own.
+    absorbed: dict[Operation, set[Operation]] = {}
+    for op, ks in kids.items():
+        for k in ks:
+            absorbed.setdefault(k, set()).add(op)
+    order = {op: i for i, op in enumerate(selects)}
+    todo = [op for op in selects
+            if any(u.operation not in absorbed.get(op, ()) for u in op.results[0].uses)]
+    fused: dict[Operation, tuple] = {}
+    while todo:
+        op = todo.pop()
+        if op in fused or not kids[op]:
+            continue
+        built = _build(op, trees[op], ranges, integers, allowed)
+        if built is not None:
+            fused[op] = built
+        else:
+            todo.extend(kids[op])
+    fused = dict(sorted(fused.items(), key=lambda item: order[item[0]]))
+    now: dict[SSAValue, SSAValue] = {}  # a fused select's value -> its chain's
+    for op, (inputs, w1, b1, w2) in fused.items():
+        now[op.results[0]] = _rewrite(op, [now.get(v, v) for v in inputs], w1, b1, w2)
+    for op in reversed(selects):
+        if op.parent is not None and not op.results[0].uses:
+            op.detach()
+            op.erase()
+    return now
 
 
 def _child(v: SSAValue) -> bool:
@@ -198,15 +227,15 @@ class _Signs:
 
 
 def _collect(op: SelectOp, trees: dict, max_leaves: int):
-    """(leaves of `op`'s tree, whether a child tree was absorbed): each leaf a value and its
+    """(leaves of `op`'s tree, the child selects it absorbed): each leaf a value and its
     path's literals (contradictory paths dropped, repeated literals once)."""
     out: list[tuple[SSAValue, tuple[Literal, ...]]] = []
-    deep = False
+    deep: list[Operation] = []
     for branch, polarity in ((op.if_true, True), (op.if_false, False)):
         sub = trees.get(branch.owner) if _child(branch) else None
         room = max_leaves - len(out) - (1 if polarity else 0)  # the false branch's own leaf
         if sub is not None and len(sub) <= room:
-            deep = True
+            deep.append(branch.owner)
             for value, lits in sub:
                 path = _join((op.cond, polarity), lits)
                 if path is not None:
@@ -226,8 +255,6 @@ def _join(lit: Literal, lits: tuple[Literal, ...]) -> tuple[Literal, ...] | None
 def _build(op: SelectOp, leaves, ranges, integers, allowed: float):
     """(inputs, w1, b1, w2) of the fused chain, or None where a leaf's range is unbounded or
     too wide, or the float32 bound exceeds `allowed`."""
-    from tw_passes.decompose import select_offsets
-
     n = width_of(op.out)
     inputs: list[SSAValue] = []
     rows: dict[SSAValue, int] = {}
@@ -246,7 +273,7 @@ def _build(op: SelectOp, leaves, ranges, integers, allowed: float):
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or \
                 max(np.abs(lo).max(), np.abs(hi).max()) > SELECT_MAX_MAGNITUDE:
             return None
-        o, _, _, _ = select_offsets((lo, hi), (lo, hi))
+        o = np.floor(lo)  # an integer offset: o and the biases -o - K n / 2 stay exact
         k = _pow2_ceil(np.maximum((hi - o) / _FAILED_AT_LEAST, 1.0))
         # sum of failing parts n - sum l: true literal (1 - c) / 2, false literal (1 + c) / 2
         fail_rows = [(row(c), -0.5 if pol else 0.5) for c, pol in lits]

@@ -1,17 +1,16 @@
 """`optimize`: the default pipeline, as one pass.
 
-    DEFAULT_PIPELINE = (FuseSelectTrees(), DecomposePass(), CanonicalizePass(), FuseLinears(),
-                        FormMlps(), FuseLinears(), BalanceSums(), CanonicalizePass(),
+    DEFAULT_PIPELINE = (DecomposePass(), CanonicalizePass(), FuseLinears(), FormMlps(),
+                        FuseLinears(), BalanceSums(), CanonicalizePass(),
                         CommonSubexpressionElimination(), DeadCodeElimination())
-    DEFAULT_SPEC = "fuse-select-trees,decompose,canonicalize,fuse-linears,form-mlps,"
-                   "fuse-linears,balance-sums,canonicalize,cse,dce"  (its text form)
+    DEFAULT_SPEC = "decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,balance-sums,"
+                   "canonicalize,cse,dce"       (its text form, for the command line)
 
 Why this order (measured by `bench/passes_effect.py`; figures in docs/passes.md):
-  fuse-select-trees  a tree of selects is one MLP chain instead of one per level (a chain of
-                  k selects: k chains on the critical path before, one after). Before
-                  decompose, which would lower each select on its own.
   decompose       the lowering reads primitives only, and the later passes see through the
-                  library ops' affine parts only once they are primitives. Skipped when the
+                  library ops' affine parts only once they are primitives. It fuses select
+                  trees first (fuse-select-trees: a chain of k selects is one MLP chain,
+                  not k), with the ranges of the graph as written. Skipped when the
                   module holds no library op (it would change nothing).
   canonicalize    folds literals, drops identity linears, flattens nested concats: fusion then
                   sees `linear(concat(...))` directly instead of behind a concat of a concat.
@@ -47,10 +46,8 @@ from tw_passes.balance_sums import BalanceSums
 from tw_passes.decompose import DecomposePass
 from tw_passes.form_mlps import FormMlps
 from tw_passes.fuse_linears import FuseLinears
-from tw_passes.fuse_select_trees import FuseSelectTrees
 
 DEFAULT_PIPELINE: Pipeline = (
-    FuseSelectTrees(),
     DecomposePass(),
     CanonicalizePass(),
     FuseLinears(),

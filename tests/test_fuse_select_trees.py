@@ -76,13 +76,14 @@ def test_a_chain_is_one_mlp_chain():
         for i in range(k):
             cur = tw.select(tw.compare(x, i + 0.5), tw.literal([float(i + 1)]), cur)
         tw.output("y", cur)
-    plain = tw_lowering.compile(g.module, d=64, d_head=8, pipeline="decompose")
+    plain = tw_lowering.compile(g.module, d=64, d_head=8,
+                                pipeline="decompose{select-trees=false}")
     fused = tw_lowering.compile(g.module, d=64, d_head=8)
     assert plain.stats.n_layers == k + 1 and fused.stats.n_layers == 2  # compares, then one
     xs = {"x": np.arange(16.0)[:, None]}
     assert np.array_equal(fused.run(xs)["y"][:, 0], np.minimum(np.arange(16), k))
     module = g.module.clone()
-    assert run_pipeline(module, (FuseSelectTrees(),)) is None or True
+    run_pipeline(module, (FuseSelectTrees(),))
     assert not any(isinstance(o, SelectOp) for o in module.walk())
 
 
@@ -109,3 +110,25 @@ def test_leaf_limit_splits_a_long_chain():
 def test_bad_options(option, value, says):
     with pytest.raises(PassOptionError, match=says):
         FuseSelectTrees(**{option: value}).check_options()
+
+
+def test_decompose_keeps_the_trees_hull_downstream():
+    """decompose fuses with the ranges of the graph as written: a clamp after a 12-leaf
+    tree of values in [-1e5, 1e5] still sees that range (the fused chain's own interval box
+    is about 12 times wider, and float32's check of the clamp would refuse it)."""
+    from tw_passes.decompose import DecomposeError, DecomposePass
+
+    with tw.Graph() as g:
+        x = tw.input("x", 1, (-1.0e5, 1.0e5))
+        n = tw.input("n", 1, (0.0, 15.0), integer=True)
+        cur = x
+        for i in range(11):
+            cur = tw.select(tw.compare(n, i + 0.5), tw.linear(x, [[1.0]], [float(i % 3)]), cur)
+        tw.output("y", tw.clamp(cur, -1200.0, 1200.0))
+    fused = g.module.clone()
+    run_pipeline(fused, (DecomposePass(),))
+    assert not any(isinstance(o, SelectOp) for o in fused.walk())
+    alone = g.module.clone()
+    run_pipeline(alone, (FuseSelectTrees(),))
+    with pytest.raises(DecomposeError, match="'tw.clamp'"):
+        run_pipeline(alone, (DecomposePass(),))

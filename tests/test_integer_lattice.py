@@ -194,14 +194,15 @@ def test_lattice_too_many_points_keeps_two_chains():
 def test_depth4_select_tree_layers(integer, layers):
     feed = lattice_feed((0, 9), (0, 9))
     ideal = evaluate(select_tree_depth4(integer), feed)["d"]
-    before = compile(select_tree_depth4(integer), d=64, d_head=16, pipeline="decompose")
+    before = compile(select_tree_depth4(integer), d=64, d_head=16,
+                     pipeline="decompose{select-trees=false}")
     assert before.stats.n_layers == 5
     module = run_pipeline(select_tree_depth4(integer), "select-tree-to-pwl2d")
     ct = compile(module, d=64, d_head=16, pipeline="default")
     assert ct.stats.n_layers == layers
     assert np.abs(ct.run(feed)["d"] - ideal).max() <= 1e-4 * (1 + np.abs(ideal).max())
-    # the default pipeline's fuse-select-trees: on integers (no point in a ramp zone) the
-    # compares, then the tree in one chain; real inputs may sit in a ramp zone: left alone
+    # decompose's select-tree fusion (the default): on integers (no point in a ramp zone)
+    # the compares, then the tree in one chain; real inputs may sit in a ramp zone: left alone
     fused = compile(select_tree_depth4(integer), d=64, d_head=16, pipeline="default")
     assert fused.stats.n_layers == (2 if integer else 5)
     assert np.abs(fused.run(feed)["d"] - ideal).max() <= 1e-4 * (1 + np.abs(ideal).max())

@@ -21,11 +21,7 @@ N_POS = 5
 
 
 def test_default_pipeline_starts_with_decompose_and_its_spec_reads_back():
-    from tw_passes.fuse_select_trees import FuseSelectTrees
-
-    # select trees fuse first (decompose would lower each select alone), then decompose
-    assert isinstance(DEFAULT_PIPELINE[0], FuseSelectTrees)
-    assert isinstance(DEFAULT_PIPELINE[1], DecomposePass)
+    assert isinstance(DEFAULT_PIPELINE[0], DecomposePass)
     names = [p.name for p in DEFAULT_PIPELINE]
     assert {"canonicalize", "fuse-linears", "balance-sums", "cse", "dce"} <= set(names)
     assert DEFAULT_SPEC.split(",") == names  # every stage at its defaults: bare names

@@ -96,8 +96,8 @@ def test_every_per_graph_pass_derives_from_graph_pass_and_keeps_no_loop_of_its_o
 
 
 def test_default_pipeline_round_trips_to_the_cli_string():
-    assert DEFAULT_SPEC == ("fuse-select-trees,decompose,canonicalize,fuse-linears,form-mlps,"
-                            "fuse-linears,balance-sums,canonicalize,cse,dce")
+    assert DEFAULT_SPEC == ("decompose,canonicalize,fuse-linears,form-mlps,fuse-linears,"
+                            "balance-sums,canonicalize,cse,dce")
     assert pipeline_spec(DEFAULT_PIPELINE) == DEFAULT_SPEC
     assert pipeline_passes(DEFAULT_SPEC) == DEFAULT_PIPELINE
     assert Optimize().pipeline == DEFAULT_SPEC

@@ -67,16 +67,32 @@ def test_hello_runs_exactly_as_firebrand(rv, hello):
     assert stats.layers <= 49 and stats.residual <= 4586 // 2
 
 
-def test_cli_runs_an_elf(tmp_path, hello, capsys):
+def test_cli_runs_an_elf_and_caches_the_compile(tmp_path, hello, capsys, monkeypatch):
+    """The first run compiles and stores the model; the second loads it; a damaged cache file
+    is compiled again (and rewritten)."""
     from tw_tools.tw_machine import main
 
+    monkeypatch.setenv("TW_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "hello.elf"
     path.write_bytes(hello)
-    assert main(["rv32", str(path), "--ram", str(RAM), "--max-context", str(CONTEXT),
-                 "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["console"] == "hi\n" and out["exit_code"] == 7 and out["halted"]
-    assert out["layers"] <= 49 and out["instructions"] > 20
+    argv = ["rv32", str(path), "--ram", str(RAM), "--max-context", str(CONTEXT), "--json"]
+    runs = []
+    for damage in (False, False, True):
+        if damage:
+            (cached,) = (tmp_path / "cache" / "rv32").glob("*.pkl")
+            blob = bytearray(cached.read_bytes())
+            blob[len(blob) // 2] ^= 0xFF
+            cached.write_bytes(bytes(blob))
+        assert main(argv) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    assert [r["cached"] for r in runs] == [False, True, False]
+    for out in runs:
+        assert out["console"] == "hi\n" and out["exit_code"] == 7 and out["halted"]
+        assert out["layers"] <= 49 and out["instructions"] > 20
+    assert main(argv[:-1]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == "hi" and text[1].startswith("# exit 7; ") \
+        and "loaded the cached compile" in text[1]
 
 
 def _patched(elf: bytes, offset: int, data: bytes) -> bytes:

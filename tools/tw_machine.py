@@ -14,7 +14,9 @@ KV-cache decode. `--json`: one JSON object instead.
     tw-machine rv32 prog.elf [--ram 8192] # firebrand's RV32IM machine running a bare-metal ELF
 
 `rv32` loads the ELF (`tw_lowering.rv32.load_elf`), compiles firebrand's RV32IM interpreter
-with tw, runs the program to its exit call and prints its console output, then one `#` line:
+with tw (or loads the compile cached by an earlier run: `RV32.cache_path`; `--no-cache`
+compiles again), runs the program to its exit call and prints its console output, then one
+`#` line:
 exit code, instructions, tokens, tokens per second, and the model's layers and size.
 `--max-steps` bounds the instructions there (default: none, the context bounds the run).
 
@@ -61,6 +63,8 @@ def _parser() -> ArgumentParser:
                    help="head width (default 16)")
     p.add_argument("--ram", type=bounded_int("--ram", 256, 1 << 25), default=8192,
                    help="rv32: RAM bytes (a multiple of 4; default 8192)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="rv32: compile again instead of loading the cached compile")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     return p
 
@@ -158,7 +162,8 @@ def run_rv32(args) -> int:
         raise ToolError(f"--ram must be a multiple of 4, got {args.ram}")
     load_elf(elf, args.ram)  # a bad ELF is refused before the compile
     options = {k: v for k, v in (("d", args.d), ("d_head", args.d_head)) if v is not None}
-    rv = RV32(ram_bytes=args.ram, max_context=args.max_context, **options)
+    rv = RV32(ram_bytes=args.ram, max_context=args.max_context, cache=not args.no_cache,
+              **options)
     t0 = time.perf_counter()
     cm = rv.compiled
     compile_s = time.perf_counter() - t0
@@ -169,6 +174,7 @@ def run_rv32(args) -> int:
                               halted=res.halted, instructions=res.instructions,
                               tokens=res.tokens, tokens_per_s=round(res.tokens_per_s, 1),
                               compile_seconds=round(compile_s, 4), ram=args.ram,
+                              cached=rv.loaded_from_cache,
                               max_context=rv.max_context, **s.as_dict()), sort_keys=True))
         return 0
     print(res.console, end="" if res.console.endswith("\n") or not res.console else "\n")
@@ -176,7 +182,8 @@ def run_rv32(args) -> int:
     print(f"# {ended}; {res.instructions} instructions, {res.tokens} tokens, "
           f"{res.tokens_per_s:.1f} tokens/s; {s.layers} layers (floor {s.floor}), "
           f"d={s.residual}, {s.heads} heads, {s.neurons} neurons, {s.params} params; "
-          f"compiled in {compile_s:.2f} s")
+          + (f"loaded the cached compile in {compile_s:.2f} s" if rv.loaded_from_cache
+             else f"compiled in {compile_s:.2f} s"))
     return 0
 
 
