@@ -171,10 +171,32 @@ def test_instruction_check(word, ok):
 
 
 def test_unsupported_instruction_stops_the_run_in_one_line(rv, hello):
+    # a CSR write at the entry point (address 0)
+    with pytest.raises(MachineError, match=r"unsupported instruction 0x30529073 at pc 0x0"):
+        rv.run(_at_entry(hello, [0x30529073]))
+
+
+def _at_entry(hello: bytes, words: list[int]) -> bytes:
+    """hello with `words` written over its first instructions (at the entry point)."""
     image, entry = load_elf(hello, RAM)
-    # the ELF's first loaded byte is address 0: put a CSR write at the entry point
     ph = _phdr(hello)
     p_offset, p_vaddr = struct.unpack_from("<II", hello, ph + 4)
-    bad = _patched(hello, p_offset + entry - p_vaddr, struct.pack("<I", 0x30529073))
-    with pytest.raises(MachineError, match=r"unsupported instruction 0x30529073 at pc 0x0"):
-        rv.run(bad)
+    at = p_offset + entry - p_vaddr
+    return _patched(hello, at, b"".join(struct.pack("<I", w) for w in words))
+
+
+def test_a_program_that_never_exits_runs_out_of_context_in_one_line(rv, hello):
+    with pytest.raises(MachineError, match=r"ran out of context: 2048 tokens .* without halting"):
+        rv.run(_at_entry(hello, [0x0000006F]))  # j . (jal x0, 0)
+
+
+def test_max_instructions_stops_a_run(rv, hello):
+    run = rv.run(_at_entry(hello, [0x0000006F]), max_instructions=5)
+    assert run.instructions == 5 and not run.halted and run.exit_code is None
+    assert run.tokens == 5 * rv.spec.record.width
+
+
+def test_a_jump_outside_ram_is_named(rv, hello):
+    # lui t0, 0x1; jalr x0, 0(t0): to address 0x1000, beyond 1024 bytes of RAM
+    with pytest.raises(MachineError, match=r"jumped to 0x1000, outside its 1024 bytes of RAM"):
+        rv.run(_at_entry(hello, [0x000012B7, 0x00028067]))
