@@ -47,6 +47,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.ir import Block, Operation, SSAValue
 
+from tw_passes import PassOptionError
 from tw_passes.graph_pass import GraphPass
 from twdialect.analysis import critical_path, next_slot, placement_kind
 from twdialect.rounding import FoldCheck
@@ -383,8 +384,17 @@ class FuseLinears(GraphPass):
     depth_inflate_params: int = 4096
     """The most parameters a fold may add when it lowers its reader's floor slot (0: never)."""
 
+    dtype: str = "float32"
+    """What the model computes in (`compile(dtype=)` sets it): "float64" skips the float32
+    evaluation checks of a fold (`twdialect.rounding.FoldCheck`)."""
+
+    def check_options(self) -> None:
+        if self.dtype not in ("float32", "float64"):
+            raise PassOptionError(f"fuse-linears: dtype must be one of float32, float64, got "
+                                  f"{self.dtype!r}")
+
     def run_on_graph(self, ctx: Context, graph: GraphOp) -> FuseStats:
-        stats = FuseStats(check=FoldCheck(graph))
+        stats = FuseStats(check=FoldCheck(graph, self.dtype))
         self._fold_single_use(graph.block, stats)
         if self.fanout and self._duplicate_fanout(graph, stats):
             self._fold_single_use(graph.block, stats)

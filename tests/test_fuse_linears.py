@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tw_passes import run_pipeline
+from tw_passes import PassOptionError, run_pipeline
 from tw_passes.fuse_linears import FuseLinears
 from tw_passes.optimize import DEFAULT_PIPELINE
 from twdialect import evaluate, make_context, print_module
@@ -479,3 +479,28 @@ def test_the_float32_run_alone_keeps_the_gain_out(monkeypatch):
     monkeypatch.setattr(twdialect.rounding.FoldCheck, "input_grows_past_exact", lambda *a: False)
     module = _gain_after_compare()
     assert kinds(run_pipeline(module.clone(), DEFAULT_PIPELINE)).count("tw.linear") == 1
+
+
+def test_float64_skips_the_float32_evaluation_checks_but_not_the_deviation():
+    """compile(dtype="float64") sets fuse-linears' dtype: the gain after a compare of large
+    integers folds (float64 adds those sums exactly) and the model is exact; a fold whose
+    float32 weights would break a cancellation is still skipped."""
+    from tw_lowering import compile
+    from tw_passes.fuse_linears import FuseLinears
+
+    module = _gain_after_compare()
+    f32_kinds = kinds(run_pipeline(module.clone(), DEFAULT_PIPELINE))
+    f64 = tuple(FuseLinears(dtype="float64") if isinstance(p, FuseLinears) else p
+                for p in DEFAULT_PIPELINE)
+    f64_kinds = kinds(run_pipeline(module.clone(), f64))
+    assert f32_kinds.count("tw.linear") == 1 and f64_kinds.count("tw.linear") == 0
+    xs = {"x": np.array([[123457.0], [199999.0], [3.0], [49999.0], [50000.0]])}
+    want = evaluate(module, xs)["y"].ravel()
+    ct = compile(module, d=64, d_head=16, d_hidden=256, dtype="float64")
+    np.testing.assert_array_equal(ct.run(xs)["y"].ravel(), want)
+    near, ys = _near_cancellation()
+    want = evaluate(near, ys)["y"]
+    run_pipeline(near, (FuseLinears(dtype="float64"),))
+    np.testing.assert_array_equal(evaluate(near, ys)["y"], want)
+    with pytest.raises(PassOptionError, match="dtype must be one of float32, float64"):
+        FuseLinears(dtype="float16").check_options()

@@ -91,8 +91,12 @@ class _Unsampled(Exception):
 class FoldCheck:
     """Value ranges of a graph (computed on first use, extended to the ops a pass creates)."""
 
-    def __init__(self, graph: GraphOp):
+    def __init__(self, graph: GraphOp, dtype: str = "float32"):
         self.graph = graph
+        # "float64": the model computes in float64, where the float32 evaluation checks
+        # (sums past 2^24, hinge rounding, float32 samples) do not apply; the weights are
+        # still stored as float32, so a fold's deviation is checked as ever
+        self.dtype = dtype
         self._boxes: dict[SSAValue, tuple[np.ndarray, np.ndarray]] | None = None
         self._integers: dict[SSAValue, np.ndarray] | None = None
         self._samples: dict[SSAValue, np.ndarray] | None = None
@@ -301,6 +305,8 @@ class FoldCheck:
         without them, whether its sums stay below 2^24 if they did before (`grows_past_exact`)."""
         if not isinstance(op, (LinearOp, MlpOp)):
             return True
+        if self.dtype == "float64":
+            return self._within_deviation(op, replaced)
         if isinstance(op, MlpOp):  # (every kind of lane: relu, swish, gated)
             if op in _BEFORE and self.grows_past_exact(op):
                 return False
@@ -309,6 +315,11 @@ class FoldCheck:
                 return False
         if self.float32_worse_on_samples(op, replaced):
             return False
+        return self._within_deviation(op, replaced)
+
+    def _within_deviation(self, op: Operation, replaced: list[Operation] | None) -> bool:
+        """The rounding recorded for `op` keeps its output within TOLERANCE * max(1,
+        |output|) (`deviation`)."""
         dev = self.deviation(op)
         if dev is None or np.all(dev <= TOLERANCE):  # within tolerance at any scale >= 1:
             return True  # (the common case)

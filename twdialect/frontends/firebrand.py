@@ -288,14 +288,14 @@ class _Builder:
         return self._history[k]
 
 
-def _bends(lo: int, hi: int, fn) -> tuple[list[int], list[float]]:
-    """The integers of [lo, hi] where fn's slope changes, with both ends: a piecewise-linear
-    interpolant through them equals fn at every integer of [lo, hi]."""
-    xs = list(range(lo, hi + 1))
-    ys = [fn(x) for x in xs]
-    keep = [0] + [k for k in range(1, len(xs) - 1)
-                  if ys[k] - ys[k - 1] != ys[k + 1] - ys[k]] + [len(xs) - 1]
-    return [xs[k] for k in keep], [float(ys[k]) for k in keep]
+def _bends(lo: int, values) -> tuple[list[int], list[float]]:
+    """The integers of [lo, lo + len(values) - 1] (values[k] the function at lo + k) where the
+    slope changes, with both ends: a piecewise-linear interpolant through them equals the
+    function at every integer of the interval."""
+    ys = np.asarray(values, dtype=np.int64)
+    keep = np.flatnonzero(np.diff(ys, 2)) + 1 if ys.size > 2 else np.arange(0)
+    keep = np.concatenate([[0], keep, [ys.size - 1]]) if ys.size > 1 else np.array([0])
+    return [int(lo + k) for k in keep], [float(ys[k]) for k in keep]
 
 
 def _refuse_domain(node, lo, hi, what: str):
@@ -484,7 +484,7 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
     if op == "lookup":
         start, table = args[1], args[2]
         a, b = max(lo, start), min(hi, start + len(table) - 1)
-        xs, ys = _bends(a, b, lambda x: table[x - start])
+        xs, ys = _bends(a, table[a - start:b - start + 1])
         if len(xs) > MAX_DOMAIN:   # a long table is fine while its slope seldom changes
             raise FirebrandError(
                 f"firebrand {_describe(node)}: its table over [{a}, {b}] bends at {len(xs)} "
