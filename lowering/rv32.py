@@ -188,24 +188,29 @@ class RV32:
 
     @property
     def compiled(self):
-        """The `CompiledMachine` (compiled on first use)."""
+        """The `CompiledMachine` (compiled, or loaded from the cache, on first use)."""
         if self._compiled is None:
-            from tw_lowering.machines import CompiledMachine, compile_machine
-
-            machine = self.spec.machine()
-            ct = _load_cached(self.cache_path) if self.cache else None
-            if ct is not None:
-                cm = CompiledMachine(machine, ct, self.max_context, {"cache": 0.0})
-                self.loaded_from_cache = True
-            else:
-                cm = compile_machine(machine, max_context=self.max_context,
-                                     **self.compile_options)
-                if self.cache:
-                    _store(self.cache_path, cm.compiled)
-            if self.device is not None:
-                cm.compiled.to(self.device)
-            self._compiled = cm
+            self.compile()
         return self._compiled
+
+    def compile(self, machine=None):
+        """Compile now (or load the cached compile where `cache`), keep and return the
+        `CompiledMachine`; `machine`: the spec's `machine()` when already built."""
+        from tw_lowering.machines import CompiledMachine, compile_machine
+
+        machine = self.spec.machine() if machine is None else machine
+        ct = _load_cached(self.cache_path) if self.cache else None
+        self.loaded_from_cache = ct is not None
+        if ct is not None:
+            cm = CompiledMachine(machine, ct, self.max_context, {"cache": 0.0})
+        else:
+            cm = compile_machine(machine, max_context=self.max_context, **self.compile_options)
+            if self.cache:
+                _store(self.cache_path, cm.compiled)
+        if self.device is not None:
+            cm.compiled.to(self.device)
+        self._compiled = cm
+        return cm
 
     @property
     def cache_path(self) -> Path:

@@ -585,12 +585,14 @@ class FuseLinears(GraphPass):
             if concat is None:
                 new_ready = ready[producer.x]
             else:
-                if sum(1 for v in concat.ins if v is producer.out) != 1:
+                # (xDSL builds an operand or result view on every access: read them once)
+                ins, out = tuple(concat.ins), producer.out
+                if sum(1 for v in ins if v is out) != 1:
                     continue
-                if any(v not in ready for v in concat.ins):
+                if any(v not in ready for v in ins):
                     continue  # an operand made by this sweep: no floor estimate, leave it
-                new_ready = max(ready[producer.x] if v is producer.out else ready[v]
-                                for v in concat.ins)
+                from_x = ready[producer.x]
+                new_ready = max(from_x if v is out else ready[v] for v in ins)
                 if not _concat_inner_ok(target, producer.out, width_of(producer.out),
                                         self.allow_inflate):
                     continue
