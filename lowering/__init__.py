@@ -34,7 +34,8 @@ def prepare(module, pipeline: str | tuple | None = None, after_each=None,
     copied into a module of its own first (the passes rewrite the graphs of a module: on a bare
     graph `decompose` did nothing). `after_each(pass, module)`: called after every pass run
     (`run_pipeline`'s hook). `dtype`: what the model will compute in; every pass with a
-    `dtype` option (decompose, fuse-select-trees) then bounds that dtype's rounding."""
+    `dtype` option (decompose, fuse-select-trees, fuse-linears) then bounds that dtype's
+    rounding."""
     from tw_passes import needs_decompose, run_pipeline
     from tw_passes.decompose import DecomposePass
 
@@ -42,7 +43,7 @@ def prepare(module, pipeline: str | tuple | None = None, after_each=None,
     passes = check_pipeline("prepare", pipeline)
     dtype = np.dtype(dtype).name
     if dtype != "float32":
-        passes = tuple(dataclasses.replace(p, dtype=dtype)  # decompose, fuse-select-trees
+        passes = tuple(dataclasses.replace(p, dtype=dtype)  # (the passes with that option)
                        if "dtype" in {f.name for f in dataclasses.fields(p)} else p
                        for p in passes)
     if not passes and not needs_decompose(module):

@@ -108,23 +108,14 @@ class CompiledMachine:
         `max_steps` of them (firebrand's `reference.run`): no step when the prefix already
         ends in a halt value. A next value outside [lower, upper], or a run that needs a
         position beyond max_context before it halts, is a MachineError."""
-        from twdialect.inputs import check_feedback, check_inputs
-
         tokens = self._check_prefix(prefix, max_steps)
-        m, ct = self.machine, self.compiled
-        halts = set(m.halt_values)
+        halts = set(self.machine.halt_values)
         if max_steps == 0 or tokens[-1] in halts:
             return tokens
-        dec = ct.decoder(1, min(self.max_context, len(tokens) + int(max_steps) - 1))
-        feed = check_inputs(ct.contract, {"tokens": np.array(tokens) - m.lower})
-        out = dec.prefill([feed])[0]
+        nexts = self.next_values(tokens, min(self.max_context, len(tokens) + int(max_steps) - 1),
+                                 "generate")
         for step in range(int(max_steps)):
-            raw = float(out["next"][-1, 0])
-            value = int(round(raw))
-            if not m.lower <= value <= m.upper:
-                raise MachineError(f"generate: step {step + 1} (position {len(tokens)}): the "
-                                   f"machine's next value {value} lies outside its alphabet "
-                                   f"[{m.lower}, {m.upper}]")
+            value = next(nexts)
             tokens.append(value)
             if value in halts or step + 1 == max_steps:
                 break
@@ -133,9 +124,29 @@ class CompiledMachine:
                                    f"{len(tokens)} tokens, beyond max_context "
                                    f"{self.max_context}, and the machine has not halted "
                                    "(compile with a larger max_context, or take fewer steps)")
-            nxt = check_feedback(ct.contract, {"tokens": value - m.lower}, int(dec.positions[0]))
-            out = dec.step([nxt])[0]
         return tokens
+
+    def next_values(self, tokens: list[int], capacity: int, who: str):
+        """The machine's next value after `tokens`, then after each value it yields, fed
+        back (the compiled model's KV-cache decoder, `capacity` positions): the caller stops
+        asking before the cache is full. A value outside [lower, upper] is a MachineError
+        naming `who`, the step and the position."""
+        from twdialect.inputs import check_feedback, check_inputs
+
+        m, ct = self.machine, self.compiled
+        dec = ct.decoder(1, capacity)
+        out = dec.prefill([check_inputs(ct.contract, {"tokens": np.array(tokens) - m.lower})])[0]
+        start = position = len(tokens)
+        while True:
+            value = int(round(float(out["next"][-1, 0])))
+            if not m.lower <= value <= m.upper:
+                raise MachineError(f"{who}: step {position - start + 1} (position "
+                                   f"{position}): the machine's next value {value} lies "
+                                   f"outside its alphabet [{m.lower}, {m.upper}]")
+            yield value
+            position += 1
+            out = dec.step([check_feedback(ct.contract, {"tokens": value - m.lower},
+                                           int(dec.positions[0]))])[0]
 
 
 def as_machine(obj, transition=None):

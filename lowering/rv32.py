@@ -351,25 +351,15 @@ def _load_cached(path: Path):
 
 def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: int | None):
     """The prompt and the machine's tokens, watching each instruction before it runs."""
-    from twdialect.inputs import check_feedback, check_inputs
-
     width = rv.spec.record.width
-    ct, m = cm.compiled, cm.machine
     limit = rv.max_context
     records = 0
-    tokens = list(prompt)
-    yield from tokens
-    pc = _resume_pc(tokens, width)
-    _check_pc(pc, image, rv.ram_bytes, len(tokens))
-    dec = ct.decoder(1, limit)
-    out = dec.prefill([check_inputs(ct.contract, {"tokens": np.array(tokens) - m.lower})])[0]
-    n = len(tokens)
+    yield from prompt
+    pc = _resume_pc(prompt, width)
+    _check_pc(pc, image, rv.ram_bytes, len(prompt))
+    n = len(prompt)
     record: list[int] = []
-    while True:
-        value = int(round(float(out["next"][-1, 0])))
-        if not m.lower <= value <= m.upper:
-            raise MachineError(f"RV32: the machine's next value {value} at position {n} lies "
-                               f"outside its alphabet [{m.lower}, {m.upper}]")
+    for value in cm.next_values(prompt, limit, "RV32"):
         yield value
         n += 1
         if value == HALT:
@@ -388,8 +378,6 @@ def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: i
             raise MachineError(f"RV32: the program ran out of context: {n} tokens "
                                f"({records} records) without halting, max_context {limit}; "
                                "give a larger max_context or fewer instructions")
-        out = dec.step([check_feedback(ct.contract, {"tokens": value - m.lower},
-                                       int(dec.positions[0]))])[0]
 
 
 def _resume_pc(prompt: list[int], width: int) -> int:

@@ -211,3 +211,7 @@ def test_oracle_refuses_a_false_hard_claim():
         evaluate(weak, {"tokens": np.array([1, 4, 2, 3])})
     with pytest.raises(Exception, match="hard"):
         _hard_read(-1.0)
+    with tw.Graph():
+        x = tw.input("x", 1, (0.0, 1.0))
+        with pytest.raises(Exception, match="claim_hard: read must be the value of a tw.attn"):
+            tw.claim_hard(x, 30.0)

@@ -598,10 +598,19 @@ def attn(query: Value, key: Value, value: Value, wq, wk, wv, wo, mask: str = "ca
     if q.shape[1] != k.shape[1]:
         fail("attn", f"wk must have as many columns as wq ({k.shape[1]} vs {q.shape[1]})")
     base, dims = _rope_of(rope, rope_base, rope_dims, q.shape[1])
-    op = AttnOp(query, key, value, q, k, v, o, mask=mask, rope_base=base, rope_dims=dims)
-    if hard is not None:
-        op.attributes[HARD] = FloatAttr(check_number("attn", hard, "hard", positive=True), f64)
-    return _one(op, "attn")
+    out = _one(AttnOp(query, key, value, q, k, v, o, mask=mask, rope_base=base,
+                      rope_dims=dims), "attn")
+    return out if hard is None else claim_hard(out, hard)
+
+
+def claim_hard(read: Value, gap: float) -> Value:
+    """Mark the `tw.attn` that made `read` a hard read of logit gap `gap` (`tw.hard`, as
+    `attn(hard=...)` does; for heads a library op built). Returns `read`."""
+    if not isinstance(getattr(read, "owner", None), AttnOp):
+        fail("claim_hard", "read must be the value of a tw.attn")
+    read.owner.attributes[HARD] = FloatAttr(check_number("claim_hard", gap, "gap",
+                                                         positive=True), f64)
+    return read
 
 
 def _rope_of(rope, rope_base, rope_dims, d_qk: int) -> tuple[float | None, int | None]:

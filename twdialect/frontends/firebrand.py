@@ -65,10 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xdsl.dialects.builtin import FloatAttr, f64
-
 from twdialect import ops as tw
-from twdialect.dialect import HARD
 from twdialect.errors import TwError
 
 MAX_DOMAIN = 4096            # integers a tabled function (lookup, mod) may range over
@@ -275,10 +272,9 @@ class _Builder:
             return self.token
         if k not in self._history:
             if self.max_context <= MAX_POSITIONS:
-                read = tw.attend_to_offset(self.pos(), self.token, k)
                 # its peak at i - k leads by POSITION_GAIN: a hard read of an integer token
-                read.owner.attributes[HARD] = FloatAttr(POSITION_GAIN, f64)
-                self._history[k] = read
+                self._history[k] = tw.claim_hard(
+                    tw.attend_to_offset(self.pos(), self.token, k), POSITION_GAIN)
             else:  # (read_at(position - k): exact under float64 at any context it takes)
                 pos = self.pos()
                 address = tw.linear(tw.slice(pos, 0, 1), [[1.0]], [-float(k)])

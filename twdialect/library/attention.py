@@ -41,10 +41,10 @@ POSITION_GAIN = 40.0
 MAX_POSITIONS = 1024
 
 
-def _identity_read(query: Value, key: Value, value: Value, wq, wk, mask: str = "causal",
-                   hard: float | None = None) -> Value:
+def _identity_read(query: Value, key: Value, value: Value, wq, wk, mask: str = "causal"
+                   ) -> Value:
     n = width_of(value)
-    return tw.attn(query, key, value, wq, wk, np.eye(n), np.eye(n), mask=mask, hard=hard)
+    return tw.attn(query, key, value, wq, wk, np.eye(n), np.eye(n), mask=mask)
 
 
 def _mask(op: str, mask) -> str:
