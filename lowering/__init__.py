@@ -49,6 +49,9 @@ def prepare(module, pipeline: str | tuple | None = None, after_each=None,
     if not passes and not needs_decompose(module):
         return module  # the lowering only reads the graph: no copy needed
     module = ModuleOp([module.clone()]) if isinstance(module, GraphOp) else module.clone()
+    from tw_lowering.index_heads import annotate
+
+    annotate(module)  # (each head's lookup, planned on the graph as written)
     run_pipeline(module, passes, after_each)
     if needs_decompose(module):
         run_pipeline(module, (DecomposePass(dtype=dtype),), after_each)

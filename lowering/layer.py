@@ -68,6 +68,9 @@ class LayerWeights:
     # neuron that is not gated has a zero wu column and bu = 1. None: no neuron is gated.
     wu: Matrix | None = None  # (d, N)
     bu: np.ndarray | None = None  # (N,)
+    # per head: its lookup (`lowering.index_heads.HeadPlan`: position read, newest key match,
+    # or attention); empty: every head attends.
+    head_plans: tuple = ()
 
     @property
     def dtype(self) -> np.dtype:
@@ -156,6 +159,7 @@ class LayerBuilder:
         self.heads = 0  # whole heads taken by attn ops
         self.full: list[bool] = []  # per whole head: its mask is full
         self.rope: list[tuple[float, int]] = []  # per whole head: (base, dims), (0, 0): none
+        self.plans: list = []  # per whole head: its HeadPlan (lowering/index_heads.py)
         self.pool: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # head work
         self.neurons = 0
         self.swish: list[np.ndarray] = []  # per neuron block: swish activations
@@ -181,13 +185,17 @@ class LayerBuilder:
 
     # -- attention -------------------------------------------------------------------
     def take_heads(self, n: int, mask: str = "causal",
-                   rope: tuple[float, int] | None = None) -> int:
-        """n whole heads for an attn op with mask kind `mask` ("causal" or "full") and rotary
-        embedding `rope` ((base, dims), None: none)."""
+                   rope: tuple[float, int] | None = None, plan=None) -> int:
+        """n whole heads for an attn op with mask kind `mask` ("causal" or "full"), rotary
+        embedding `rope` ((base, dims), None: none) and lookup `plan` (a HeadPlan, None:
+        attention)."""
+        from tw_lowering.index_heads import SCAN
+
         start = self.heads
         self.heads += n
         self.full.extend([mask == "full"] * n)
         self.rope.extend([rope or (0.0, 0)] * n)
+        self.plans.extend([plan or SCAN] * n)
         return start
 
     @property
@@ -197,6 +205,8 @@ class LayerBuilder:
     def finish(self, dtype=np.float32) -> LayerWeights:
         """The layer's trimmed weights: coordinates summed in float64, then stored in `dtype`
         (np.float32, or np.float64 for a float64 model: the sums themselves, unrounded)."""
+        from tw_lowering.index_heads import self_plan
+
         m = self.m
         dh = m.d_head
         n_heads = self.heads_used
@@ -228,7 +238,8 @@ class LayerBuilder:
             swish=np.concatenate(self.swish) if any(b.any() for b in self.swish)
             else np.zeros(0, bool),
             wu=self.wu.matrix((m.d, self.neurons), dtype) if self.gated else None,
-            bu=np.concatenate(self.bu).astype(dtype) if self.gated else None)
+            bu=np.concatenate(self.bu).astype(dtype) if self.gated else None,
+            head_plans=tuple(self.plans) + (self_plan(m.self_attend_gain),) * (n_heads - self.heads))
 
 
 def component_rows(machine: Machine, cols, refs: Refs) -> tuple[np.ndarray, np.ndarray]:

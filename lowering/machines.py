@@ -126,11 +126,59 @@ class CompiledMachine:
                                    "(compile with a larger max_context, or take fewer steps)")
         return tokens
 
-    def next_values(self, tokens: list[int], capacity: int, who: str):
+    def next_values(self, tokens: list[int], capacity: int, who: str, decoder: str = "auto"):
         """The machine's next value after `tokens`, then after each value it yields, fed
-        back (the compiled model's KV-cache decoder, `capacity` positions): the caller stops
-        asking before the cache is full. A value outside [lower, upper] is a MachineError
-        naming `who`, the step and the position."""
+        back, with `capacity` positions at most: the caller stops asking before they are
+        used up. A value outside [lower, upper] is a MachineError naming `who`, the step and
+        the position. `decoder`: "index" (the compiled index decoder,
+        `lowering/fast_decode.py`), "torch" (the KV-cache decoder), or "auto": the index
+        decoder where it applies (numba present, a CPU model), else torch; both give the same
+        tokens."""
+        from tw_lowering.fast_decode import IndexMismatch, supports
+
+        why = supports(self.compiled)
+        if decoder == "index" and why:
+            raise MachineError(f"{who}: the index decoder does not apply: {why}")
+        if decoder == "torch" or why:
+            self.decoder_used = f"torch ({why})" if why else "torch"
+            yield from self._torch_values(tokens, capacity, who)
+            return
+        self.decoder_used = "index"
+        done = list(tokens)
+        try:
+            for value in self._index_values(tokens, capacity, who):
+                done.append(value)
+                yield value
+        except IndexMismatch:  # (a key off its plan: torch finishes the run, same tokens)
+            self.decoder_used = "index, then torch"
+            yield from self._torch_values(done, capacity, who)
+
+    def _index_values(self, tokens: list[int], capacity: int, who: str):
+        from tw_lowering.fast_decode import IndexDecoder
+
+        m = self.machine
+        dec = IndexDecoder(self.compiled, capacity)
+        self.index_decoder = dec
+        n = len(tokens)
+        ids = np.zeros(capacity + 1, np.int64)
+        ids[:n] = np.asarray(tokens, np.int64) - m.lower
+        start, chunk = 0, 64
+        while start < capacity:
+            stop = min(capacity, max(start + chunk, n))
+            status, nxt = dec.run_machine(ids, n, start, stop, m.lower, m.upper, m.halt_values)
+            for p in range(max(start + 1, n), nxt + 1):
+                value = int(ids[p]) + m.lower
+                if status == 2 and p == nxt:
+                    raise MachineError(f"{who}: step {p - n + 1} (position {p}): the machine's "
+                                       f"next value {value} lies outside its alphabet "
+                                       f"[{m.lower}, {m.upper}]")
+                yield value
+            if status == 1 or stop == capacity:
+                return
+            start = nxt
+            chunk = min(2 * chunk, 1 << 16)
+
+    def _torch_values(self, tokens: list[int], capacity: int, who: str):
         from twdialect.inputs import check_feedback, check_inputs
 
         m, ct = self.machine, self.compiled

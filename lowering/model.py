@@ -164,6 +164,10 @@ class Attention(nn.Module):
         self.register_buffer("v_dims", _index(v), persistent=False)
         self.n_write = len(write)
         self.active = bool(h) and self.n_write > 0
+        # per head: its lookup (lowering/index_heads.py), read by the index decoders
+        from tw_lowering.index_heads import SCAN
+
+        self.plans = tuple(w.head_plans) if len(w.head_plans) == h else (SCAN,) * h
         # Per-head mask kinds: full-mask heads (every query sees the whole sequence) run as a
         # second attention call beside the causal ones; a layer without them keeps the one
         # causal call (`is_causal`), unchanged.

@@ -37,6 +37,7 @@ from tw_lowering.layer import LayerBuilder, combine, component_rows
 from tw_lowering.machine import Machine
 from tw_lowering.tasks import Refs, Task, TaskGraph
 from twdialect.dense import shape_of, to_numpy
+from tw_lowering.index_heads import plan_of
 from twdialect.dialect import attn_rope
 from twdialect.dialect import AddOp, AttnOp, LinearOp, MlpOp, ReluOp, attn_mask, mlp_activation
 
@@ -126,7 +127,8 @@ def _write_attn(layer: LayerBuilder, machine: Machine, cols, tg: TaskGraph, t: T
     if extra_bias is not None:
         layer.bo[out_cols] += extra_bias
     n_heads = max(1, math.ceil(dims / dh))
-    h0 = layer.take_heads(n_heads, attn_mask(op), attn_rope(op))  # (q/k: head dims 0..d_qk-1)
+    h0 = layer.take_heads(n_heads, attn_mask(op), attn_rope(op),  # (q/k: head dims 0..d_qk-1)
+                          plan_of(op, tg.index_cache, tg.graph))
     qrows, qmat, qconst = combine(qr, qs, wq)
     krows, kmat, kconst = combine(kr, ks, wk)
     dqk = wq.shape[1]

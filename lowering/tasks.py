@@ -114,6 +114,7 @@ class TaskGraph:
 
     def __init__(self, graph: GraphOp):
         self.graph = graph
+        self.index_cache: dict = {}  # (lowering/index_heads.py: plans made on this graph)
         self.ops = list(graph.block.ops)
         self.index = {op: i for i, op in enumerate(self.ops)}
         self.groups: list[Group] = []

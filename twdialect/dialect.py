@@ -311,7 +311,7 @@ _UNIT = "a unit attribute (no value)"
 _FLOAT = "a positive finite float"
 DISCARDABLE_KINDS: dict[str, str] = {
     ANNOTATION: _STR, SCOPE: _STR, ITERATION: _INT, SCOPE_TERMINAL: _UNIT, TOLERANCE: _FLOAT,
-    MARGIN: _FLOAT, HARD: _FLOAT,
+    MARGIN: _FLOAT, HARD: _FLOAT, "tw.index": _STR,
     "tw.layer": _INT, "tw.sublayer": _STR, "tw.heads": _INT, "tw.dims": _INT,
     "tw.neurons": _INT, "tw.cancel": _STR, "tw.accumulate": _UNIT, "tw.n_layers": _INT,
     "tw.floor": _INT, "tw.geometry": _STR,
