@@ -213,17 +213,20 @@ def flatten(ct) -> Flat:
     keys = ("h0", "h1", "o0", "nw_a", "m_read0", "nr", "n0", "nn", "w0", "nw")
     ints["layers"] = np.array([[r[k] for k in keys] for r in layer_rows], np.int64).reshape(
         -1, len(keys))
-    arrays = {name: b.array(name, np.int64 if name in _INT_PARTS else dt) for name in b.parts}
+    names = set(b.parts) | set(ARRAY_ORDER) | {"v_dim_len"}
+    arrays = {name: b.array(name, np.int64 if name in _INT_PARTS else
+                            np.float64 if name in _F64_PARTS else dt) for name in names}
     arrays.update(ints)
     return Flat(arrays, heads, plans)
 
 
+_F64_PARTS = {"pa0", "pa1", "pa2", "mt_sigma", "mt_step", "mt_rec", "mt_const", "head_gap"}
 _INT_PARTS = {"q_ptr", "q_end", "q_row", "k_ptr", "k_end", "k_row", "v_ptr", "v_end", "v_row",
               "q_ptr_len", "head_q", "head_dq", "v_dim_len", "head_v", "head_nv", "head_kind",
               "o_ptr", "o_end", "o_row", "o_write", "m_read", "n_ptr", "n_end", "n_idx",
               "r_ptr", "r_end", "r_neuron", "w_ptr", "w_end", "w_neuron", "nw_ptr", "nw_end",
               "nw_col", "m_write", "mt_ptr", "mt_vdim", "mt_sdim", "mt_cdim", "mt_cptr",
-              "mt_rdim", "mt_n", "mt_cn"}
+              "mt_rdim", "mt_n", "mt_cn", "head_k"}
 
 
 def _plan_arrays(b: _Builder, plan, dq: int, dt) -> None:

@@ -843,26 +843,59 @@ class CompiledTransformer(nn.Module):
 
     def generate(self, inputs: Mapping[str, np.ndarray], steps: int,
                  feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
-                 on_out_of_range: str = "error", n_positions: int | None = None
-                 ) -> dict[str, np.ndarray]:
+                 on_out_of_range: str = "error", n_positions: int | None = None,
+                 decoder: str = "auto") -> dict[str, np.ndarray]:
         """Prefill `inputs`, then `steps` times feed `feedback(last outputs)` back as the next
         position, with a KV cache. Same contract as `twdialect.generate`: every step's inputs
-        are checked, fed-back reals stay real, a bad feedback is one line."""
-        return self.generate_batch([inputs], steps, feedback, on_out_of_range, n_positions)[0]
+        are checked, fed-back reals stay real, a bad feedback is one line. `decoder`: see
+        `generate_batch`."""
+        return self.generate_batch([inputs], steps, feedback, on_out_of_range, n_positions,
+                                   decoder)[0]
 
     def generate_batch(self, prompts: Sequence[Mapping[str, np.ndarray]], steps: int,
                        feedback: Callable[[dict[str, np.ndarray]], Mapping[str, object]],
-                       on_out_of_range: str = "error", n_positions: int | None = None
-                       ) -> list[dict[str, np.ndarray]]:
+                       on_out_of_range: str = "error", n_positions: int | None = None,
+                       decoder: str = "auto") -> list[dict[str, np.ndarray]]:
         """`generate` for a batch of prompts (lengths may differ): one prefill, then one batched
-        decode step per position, `feedback` called on each sequence's last outputs."""
-        from tw_lowering.decode import Decoder
+        decode step per position, `feedback` called on each sequence's last outputs.
+
+        `decoder`: "index" (the compiled index decoder, `lowering/fast_decode.py`: exact-index
+        heads, one compiled call per position, one sequence at a time), "torch" (the batched
+        KV-cache `Decoder`), or "auto": the index decoder where it applies (numba present, a
+        CPU model without rotary, full-mask, swish or gated units), else torch."""
+        from tw_lowering.fast_decode import supports
 
         self.check_stepwise("generate")
         steps = check_generate(steps, feedback)
         checked = self.check_batch(prompts, on_out_of_range, n_positions)
-        longest = max(c.n_positions for c in checked) + steps
-        dec = Decoder(self, len(checked), longest)
+        if decoder not in ("auto", "index", "torch"):
+            raise ArgumentError(f"generate: decoder must be 'auto', 'index' or 'torch', got "
+                                f"{decoder!r}")
+        why = supports(self) if decoder != "torch" else "asked for"
+        if decoder == "index" and why:
+            raise EvaluationError(f"generate: the index decoder does not apply: {why}")
+        self.decoder_used = "torch" if why else "index"
+        if why:
+            return self._generate_with(None, checked, steps, feedback, on_out_of_range)
+        return [self._generate_indexed(c, steps, feedback, on_out_of_range) for c in checked]
+
+    def _generate_indexed(self, prompt: CheckedInputs, steps: int, feedback, on_out_of_range):
+        """One sequence with the index decoder; where a key leaves its head's plan
+        (`IndexMismatch`), the torch decoder does the whole sequence again."""
+        from tw_lowering.fast_decode import IndexDecoder, IndexMismatch
+
+        try:
+            return self._generate_with(IndexDecoder(self, prompt.n_positions + steps), [prompt],
+                                       steps, feedback, on_out_of_range)[0]
+        except IndexMismatch:
+            self.decoder_used = "index, then torch"
+            return self._generate_with(None, [prompt], steps, feedback, on_out_of_range)[0]
+
+    def _generate_with(self, dec, checked, steps, feedback, on_out_of_range):
+        from tw_lowering.decode import Decoder
+
+        if dec is None:
+            dec = Decoder(self, len(checked), max(c.n_positions for c in checked) + steps)
         rows = [[r] for r in dec.prefill(checked)]
         for _ in range(steps):
             nxt = [check_feedback(self.contract, feedback({k: v[-1] for k, v in r[-1].items()}),

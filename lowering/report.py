@@ -35,6 +35,7 @@ from xdsl.ir import Operation
 
 from tw_lowering.layer import component_rows
 from tw_lowering.rules import task_cost
+from tw_lowering.stats import index_heads_lines
 from tw_lowering.schedule import WAIT_REASONS, Schedule
 from tw_lowering.tasks import TaskGraph
 from twdialect.analysis import critical_path, is_attention_slot, layer_of, sublayer_name
@@ -113,6 +114,10 @@ def summary_items(ct) -> list[tuple[str, str, float | int]]:
         ("total_capacity", "capacity params (all layers full)", s.total_capacity),
         ("compile_seconds", "compile time (s)", round(sum(s.seconds.values()), 3)),
     ]
+    heads = getattr(s, "index_heads", [])
+    if heads:
+        items.append(("indexed_heads", "heads answered from an index",
+                      sum(h["kind"] != "scan" for h in heads)))
     for key, label in (("full_heads", "full-mask heads"), ("rope_heads", "rotary heads"),
                        ("swish_neurons", "swish neurons"), ("gated_neurons", "gated neurons")):
         if getattr(s, key):
@@ -129,7 +134,24 @@ def summary_html(ct) -> str:
         for key, label, value in summary_items(ct))
     stages = ", ".join(f"{html.escape(k)} {v:.3f} s" for k, v in ct.stats.seconds.items())
     note = (f'<p class="note">note: {html.escape(ct.stats.note)}</p>' if ct.stats.note else "")
-    return f'<dl class="stats">{rows}</dl><p class="stages">stages: {stages}</p>{note}'
+    return (f'<dl class="stats">{rows}</dl><p class="stages">stages: {stages}</p>{note}'
+            + heads_html(ct.stats))
+
+
+def heads_html(stats) -> str:
+    """Every attention head's lookup: the kind (position read, newest-key match: answered
+    from an index by the index decoder; attention) and the proof, or why it attends."""
+    heads = getattr(stats, "index_heads", [])
+    if not heads:
+        return ""
+    rows = "".join(
+        f'<tr data-kind="{html.escape(h["kind"])}"><td>{h["layer"]}</td><td>{h["head"]}</td>'
+        f'<td>{html.escape({"scan": "attention"}.get(h["kind"], h["kind"]))}</td>'
+        f'<td>{h["gap"]:g}</td><td>{html.escape(h["why"])}</td></tr>' for h in heads)
+    return ('<details class="heads"><summary>exact-index heads: '
+            + html.escape(index_heads_lines(heads)[0].removeprefix("heads: "))
+            + '</summary><table><tr><th>layer</th><th>head</th><th>lookup</th><th>gap</th>'
+            f'<th>proof, or why it attends</th></tr>{rows}</table></details>')
 
 
 def _grouped(value) -> str:

@@ -55,6 +55,9 @@ class Stats:
     # the compare ops of the graph as given, each "op: step at t, ramp [t - r, t)": there the
     # model follows a linear ramp from -1 to +1 where the oracle steps (`ramp_zones`)
     ramps: list = field(default_factory=list)
+    # per head, every layer: {"layer", "head", "kind", "gap", "why"}: its lookup
+    # (lowering/index_heads.py: "position", "match": an exact index; "scan": attention)
+    index_heads: list = field(default_factory=list)
 
     @property
     def depth_ratio(self) -> float:
@@ -97,9 +100,35 @@ class Stats:
             lines.append(f"ramps: {len(self.ramps)} compare op(s) follow a linear ramp, not the "
                          f"oracle's step, on inputs in [t - r, t): {self.ramps[0]}"
                          + (" ..." if len(self.ramps) > 1 else ""))
+        if self.index_heads:
+            lines.extend(index_heads_lines(self.index_heads))
         if self.seconds:
             lines.append("seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in self.seconds.items()))
         return "\n".join(lines)
+
+
+def index_heads_lines(heads: list) -> list[str]:
+    """The heads' lookups in a few lines: counts per kind, then each attended head and why."""
+    from collections import Counter
+
+    kinds = Counter(h["kind"] for h in heads)
+    names = {"position": "position reads", "match": "newest-key matches", "scan": "attention"}
+    lines = ["heads: " + ", ".join(f"{kinds[k]} {names[k]}" for k in names if kinds[k])
+             + " (position reads and matches are answered from an index)"]
+    for h in heads:
+        if h["kind"] == "scan":
+            lines.append(f"  layer {h['layer']} head {h['head']}: attention ({h['why']})")
+    return lines[:1 + 20] + ([f"  ... {len(lines) - 21} more"] if len(lines) > 21 else [])
+
+
+def head_records(weights) -> list[dict]:
+    """`Stats.index_heads` of a model's layer weights."""
+    out = []
+    for i, w in enumerate(weights):
+        for h, plan in enumerate(w.head_plans):
+            out.append({"layer": i, "head": h, "kind": plan.kind, "gap": plan.gap,
+                        "why": plan.why})
+    return out
 
 
 def _pct(a: int, b: int) -> str:
@@ -174,7 +203,8 @@ def make_stats(sched: Schedule, weights, seconds: dict | None = None) -> Stats:
         seconds=dict(seconds or {}), note=sched.note,
         full_heads=sum(int(w.head_is_full().sum()) for w in weights),
         swish_neurons=sum(int(w.swish.sum()) for w in weights),
-        gated_neurons=sum(_gated(w) for w in weights))
+        gated_neurons=sum(_gated(w) for w in weights),
+        index_heads=head_records(weights))
 
 
 def _gated(w) -> int:

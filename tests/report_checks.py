@@ -22,6 +22,8 @@ def expected_summary(ct) -> dict[str, float]:
         "allocated_params": s.allocated_params, "total_capacity": s.total_capacity,
         "compile_seconds": round(sum(s.seconds.values()), 3),
     }
+    if s.index_heads:  # heads answered from an index: every one not left to attention
+        want["indexed_heads"] = len([h for h in s.index_heads if h["kind"] in ("position", "match")])
     for key in ("full_heads", "rope_heads", "swish_neurons", "gated_neurons"):
         if getattr(s, key):
             want[key] = getattr(s, key)

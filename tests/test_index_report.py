@@ -1,0 +1,51 @@
+"""The heads' lookups are visible where a user looks: `Stats.report()` (tw-stats), the stats'
+JSON and the HTML compile report; and CI runs the index decoder (numba present)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from tw_lowering import compile
+from twdialect import ops as tw
+from twdialect.library.attention import attend_mean_where, attend_to_offset
+
+
+def _model():
+    with tw.Graph("main") as g:
+        x = tw.input("x", 1, value_range=(-4.0, 4.0))
+        pos = tw.pos_encoding(2, 64)
+        prev = attend_to_offset(pos, x, 2)
+        valid = tw.literal([1.0])
+        mean = attend_mean_where(tw.linear(valid, [[1.0]]), x)
+        tw.output("prev", prev)
+        tw.output("mean", mean)
+    return compile(g.module, d=32, d_head=4)
+
+
+def test_stats_name_every_heads_lookup():
+    ct = _model()
+    kinds = [h["kind"] for h in ct.stats.index_heads]
+    assert "position" in kinds and "scan" in kinds
+    text = ct.stats.report()
+    assert "position reads" in text and "attention" in text
+    assert "attention (" in text  # the attended head says why
+    assert ct.stats.to_dict()["index_heads"] == ct.stats.index_heads
+
+
+def test_report_page_lists_the_heads(tmp_path):
+    from tw_lowering.report import render_report
+
+    ct = _model()
+    page = render_report(ct)
+    assert 'data-kind="position"' in page and 'data-kind="scan"' in page
+    assert "exact-index heads" in page
+
+
+def test_ci_has_the_index_decoder():
+    from tw_lowering.fast_decode import available
+
+    if os.environ.get("CI"):
+        assert available() is None, available()
+    elif available() is not None:
+        pytest.skip(available())
