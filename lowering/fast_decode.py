@@ -276,6 +276,9 @@ def _remap(plan, kept: list[int]):
         return HeadPlan("scan", "a match whose key dims the runtime drops")
     # a value dim dropped (its query weight is 0: the target is 0) is indexed by its square
     classes = tuple(at[d] for d in plan.class_dims if d in at)
+    if len(classes) > MAX_CLASS_DIMS:  # (the certificate must see every class bonus)
+        return HeadPlan("scan", f"a match of {len(classes)} class dims (the index decoder "
+                        f"takes {MAX_CLASS_DIMS})")
     consts = [(at[d], c) for d, c in zip(plan.const_dims, plan.const) if d in at]
     return dataclasses.replace(
         plan, dims=e, value_dims=tuple(at.get(d, -1) for d in plan.value_dims),
