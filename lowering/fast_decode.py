@@ -526,9 +526,10 @@ def _match_query(g, p, qbuf, dq, k_store, kofs, mt_ptr, mt_n, mt_vdim, mt_sdim, 
         bonus = 0.0
         for e in range(ncd):
             bonus += np.float64(qbuf[mt_cdim[c0 + e]]) * cls_val[g, c, e]
-        second = max(second, const + bonus + content - drop + qr * p)
-        if not exact:
+        if not exact:  # (a key may sit less than a step from a target off the lattice)
+            second = max(second, const + bonus + content + qr * p)
             continue
+        second = max(second, const + bonus + content - drop + qr * p)
         key = _hash(g, c, ns, nvals)
         if key not in table:
             continue
