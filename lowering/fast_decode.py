@@ -678,6 +678,37 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
 
 
 @njit(cache=True)
+def _forward_rows(at, rows, out_rows, cols, x, zero, need, layers, head_q, head_dq, head_v,
+                  head_nv, head_kind, head_gap, head_k, q_ptr, q_end, q_row, q_val, k_ptr, k_end,
+                  k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
+                  mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const,
+                  o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx,
+                  n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2, nw_ptr,
+                  nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n, list_w,
+                  first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos, irregular,
+                  stats, qbuf, kbuf, outv, scans):
+    """Positions at.. of the input rows `rows`, their output columns into `cols`: (0, -), or
+    (ERR_MISMATCH, the position)."""
+    for i in range(rows.shape[0]):
+        for c in range(x.shape[0]):
+            x[c] = rows[i, c]
+        r = _forward(at + i, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_kind,
+                     head_gap, head_k, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val,
+                     v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim,
+                     mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const,
+                     o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx,
+                     n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
+                     nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w,
+                     list_n, list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count,
+                     cls_pos, irregular, stats, qbuf, kbuf, outv, scans)
+        if r != 0:
+            return r, at + i
+        for k in range(out_rows.shape[0]):
+            cols[i, k] = x[out_rows[k]]
+    return 0, -1
+
+
+@njit(cache=True)
 def _machine(start, stop, n_prompt, tokens, blank, pos_col, emb, emb_cols, pos_rows, pos_cols,
              out_row, out_scale, lower, upper, halts, x, zero, need, arrays, state):
     """Positions start..stop-1 of a firebrand machine (token ids in `tokens`, the prompt's
@@ -749,7 +780,7 @@ class IndexDecoder:
             np.zeros(len(a["m_write"]), np.uint8), np.zeros(len(a["b1"]), np.int64),
             np.zeros(len(a["m_write"]), np.int64), np.ones(len(ct.layers), np.uint8),
             np.zeros((cap, max(nv, 1)), dt), np.zeros((cap if total_k else 1, max(total_k, 1)), dt),
-            _NbDict.empty(key_type=_nb_types.int64, value_type=_nb_types.int64),
+            _table(bool(np.any(a["head_kind"] == KIND_MATCH))),
             np.zeros((max(n_heads, 1), MAX_CLASSES, MAX_CLASS_DIMS)),
             np.zeros(max(n_heads, 1), np.int64), np.zeros((max(n_heads, 1), MAX_CLASSES), np.int64),
             np.zeros((max(n_heads, 1), MAX_CLASSES, SMALL_CLASS), np.int64),
@@ -757,8 +788,9 @@ class IndexDecoder:
             np.zeros(max(dmax, 1), dt), np.zeros(max(dmax, 1), dt), np.zeros(max(nv, 1), dt),
             np.zeros(max(n_heads, 1), np.int64))
         self.x = np.zeros(ct.machine.d, dt)
+        self._out_rows = ct.out_rows.numpy().astype(np.int64)
         self.position = 0
-        self._inputs = _InputRows(ct, cap)
+        self._inputs = _input_rows(ct, cap)
 
     def _usable_plans(self) -> None:
         """Position heads whose scores float rounding could blur (a float32 model, large
@@ -787,14 +819,24 @@ class IndexDecoder:
                                 "its proven polynomial")
 
     def _rows(self, checked, at: int) -> np.ndarray:
-        """Output columns of every position of `checked` fed from position `at`."""
-        cols = []
-        for i in range(checked.n_positions):
-            p = at + i
-            self._inputs.row(checked, i, p, self.x)
-            self._forward(p)
-            cols.append(self.x[self.ct.out_rows.numpy()].copy())
-        return np.array(cols)
+        """Output columns of every position of `checked` fed from position `at`: the input
+        rows built here, the positions run in one compiled call."""
+        n = checked.n_positions
+        if at + n > self.capacity:
+            from tw_lowering.decode import DecodeError
+
+            raise DecodeError(f"decoder: the cache holds {self.capacity} positions; it is full")
+        rows = np.empty((n, len(self.x)), self.x.dtype)
+        for i in range(n):
+            self._inputs.row(checked, i, at + i, rows[i])
+        out_rows = self._out_rows
+        cols = np.empty((n, len(out_rows)), self.x.dtype)
+        r, p = _forward_rows(at, rows, out_rows, cols, self.x, self.zero, self.need,
+                             *self.arrays, *self.state)  # (one by one: numba types a tuple slowly)
+        if r != 0:
+            raise IndexMismatch(f"index decoder: a position read's key at position {p} left "
+                                "its proven polynomial")
+        return cols
 
     def prefill(self, prompts) -> list[dict[str, np.ndarray]]:
         (prompt,) = prompts
@@ -869,6 +911,29 @@ class _InputRows:
         for kind, name, cols, table in self.sources:
             v = np.asarray(checked.values[name])[i]
             x[cols] = table[int(v)] if kind == "embedding" else v
+
+
+_EMPTY: list = []
+
+
+def _table(needed: bool):
+    """The match heads' hash table: a fresh one where the model has match heads, else one
+    shared empty table (numba's typed dict costs 0.1 ms to make; nothing writes this one)."""
+    if needed or not _EMPTY:
+        t = _NbDict.empty(key_type=_nb_types.int64, value_type=_nb_types.int64)
+        if needed:
+            return t
+        _EMPTY.append(t)
+    return _EMPTY[0]
+
+
+def _input_rows(ct, capacity: int) -> _InputRows:
+    """`_InputRows` of `ct` covering `capacity` positions, kept on the model."""
+    kept = getattr(ct, "_index_inputs", None)
+    if kept is None or kept[0] is not ct._np_dtype or kept[1] < capacity:
+        kept = (ct._np_dtype, capacity, _InputRows(ct, capacity))
+        ct._index_inputs = kept
+    return kept[2]
 
 
 def flat_of(ct) -> Flat:
