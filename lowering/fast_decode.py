@@ -226,7 +226,7 @@ _INT_PARTS = {"q_ptr", "q_end", "q_row", "k_ptr", "k_end", "k_row", "v_ptr", "v_
               "o_ptr", "o_end", "o_row", "o_write", "m_read", "n_ptr", "n_end", "n_idx",
               "r_ptr", "r_end", "r_neuron", "w_ptr", "w_end", "w_neuron", "nw_ptr", "nw_end",
               "nw_col", "m_write", "mt_ptr", "mt_vdim", "mt_sdim", "mt_cdim", "mt_cptr",
-              "mt_rdim", "mt_n", "mt_cn", "head_k"}
+              "mt_rdim", "mt_n", "mt_cn", "head_k", "head_s"}
 
 
 def _plan_arrays(b: _Builder, plan, dq: int, dt) -> None:
@@ -296,6 +296,15 @@ def _only(plan, dims: list[int]):
                                a2=tuple(plan.a2[i] for i in dims))
 
 
+def _reads_itself(a: dict, g: int) -> bool:
+    """Head g is a position read with no curvature (s = b j, b > 0 proven): its winner is
+    always the query's own position, so its values need no storage."""
+    if a["head_kind"][g] != KIND_POSITION:
+        return False
+    qb, dq = a["head_q"][g], a["head_dq"][g]
+    return not np.any(a["pa2"][qb:qb + dq]) and bool(np.any(a["pa1"][qb:qb + dq]))
+
+
 def _steps(plan) -> list[float]:
     return list(plan.value_step) if getattr(plan, "value_step", ()) else [1.0] * len(
         plan.value_dims)
@@ -360,6 +369,7 @@ def _mlp_arrays(b: _Builder, row: dict, m, dt) -> None:
 
 ARRAY_ORDER = (
     "layers", "head_q", "head_dq", "head_v", "head_nv", "head_kind", "head_gap", "head_k",
+    "head_s",
     "q_ptr", "q_end", "q_row", "q_val", "k_ptr", "k_end", "k_row", "k_val",
     "v_ptr", "v_end", "v_row", "v_val", "pa0", "pa1", "pa2",
     "mt_ptr", "mt_n", "mt_vdim", "mt_sdim", "mt_sigma", "mt_step", "mt_cptr", "mt_cn",
@@ -382,9 +392,11 @@ def _dot(x, ptr, end, row, val, zero):
 
 
 @njit(cache=True)
-def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store, vb, nv, outv):
+def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store, vs, nv, outv,
+                  vb):
     """Real attention of head g over keys 0..p (position heads: their keys from the
-    polynomial; others: the stored keys), written to outv[vb:vb+nv]. Keys more than
+    polynomial; others: the stored keys; values v_store[:, vs:vs+nv]), written to
+    outv[vb:vb+nv]. Keys more than
     SCAN_CUTOFF below the best weigh below e^-SCAN_CUTOFF of it: they are left out of the sums
     (2^-86 of the winner's weight, below any rounding of them)."""
     best = -np.inf
@@ -410,7 +422,7 @@ def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_stor
         w = math.exp(scores[j] - best)
         total += w
         for u in range(nv):
-            acc[u] += w * np.float64(v_store[j, vb + u])
+            acc[u] += w * np.float64(v_store[j, vs + u])
     for u in range(nv):
         outv[vb + u] = acc[u] / total
 
@@ -559,13 +571,13 @@ def _match_query(g, p, qbuf, dq, k_store, kofs, mt_ptr, mt_n, mt_vdim, mt_sdim, 
 
 @njit(cache=True)
 def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_kind, head_gap,
-             head_k, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row,
-             v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr,
-             mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write,
-             o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr,
-             w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
-             dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val, cls_n,
-             cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
+            head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end,
+            v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step,
+            mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val,
+            o_write, o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr,
+            w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
+            dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val, cls_n,
+            cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
     """Position p through every layer: x (d,) holds its input row and leaves as the last
     residual. Returns 0, or ERR_MISMATCH where a position key left its polynomial."""
     for li in range(layers.shape[0]):
@@ -575,8 +587,11 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
         # ---- attention: every head's value written at p, then its answer
         for g in range(h0, h1):
             qb, dq, vb, nv, kind = head_q[g], head_dq[g], head_v[g], head_nv[g], head_kind[g]
-            for u in range(nv):
-                v_store[p, vb + u] = _dot(x, v_ptr[vb + u], v_end[vb + u], v_row, v_val, zero)
+            vs = head_s[g]  # (-1: a head that reads the query's own position stores nothing)
+            if vs >= 0:
+                for u in range(nv):
+                    v_store[p, vs + u] = _dot(x, v_ptr[vb + u], v_end[vb + u], v_row, v_val,
+                                              zero)
             for d in range(dq):
                 qbuf[d] = _dot(x, q_ptr[qb + d], q_end[qb + d], q_row, q_val, zero)
                 kbuf[d] = _dot(x, k_ptr[qb + d], k_end[qb + d], k_row, k_val, zero)
@@ -609,15 +624,21 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
                                        mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
                                        mt_rdim, mt_rec, mt_const, qb, table, cls_val, cls_n,
                                        cls_count, cls_pos, need)
-            if win >= 0:
+            if win >= 0 and vs >= 0:
                 stats[0] += 1
                 for u in range(nv):
-                    outv[vb + u] = v_store[win, vb + u]
+                    outv[vb + u] = v_store[win, vs + u]
+            elif win == p:
+                stats[0] += 1
+                for u in range(nv):
+                    outv[vb + u] = _dot(x, v_ptr[vb + u], v_end[vb + u], v_row, v_val, zero)
+            elif vs < 0:
+                return ERR_MISMATCH
             else:
                 stats[1] += 1
                 scans[g] += 1
                 _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store,
-                              vb, nv, outv)
+                              vs, nv, outv, vb)
         for c in range(o0, o0 + nwa):
             acc = zero
             for t in range(o_ptr[c], o_end[c]):
@@ -679,28 +700,28 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
 
 @njit(cache=True)
 def _forward_rows(at, rows, out_rows, cols, x, zero, need, layers, head_q, head_dq, head_v,
-                  head_nv, head_kind, head_gap, head_k, q_ptr, q_end, q_row, q_val, k_ptr, k_end,
-                  k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
-                  mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const,
-                  o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx,
-                  n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2, nw_ptr,
-                  nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n, list_w,
-                  first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos, irregular,
-                  stats, qbuf, kbuf, outv, scans):
+                  head_nv, head_kind, head_gap, head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr,
+                  k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n,
+                  mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec,
+                  mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end,
+                  n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
+                  nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n,
+                  list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos,
+                  irregular, stats, qbuf, kbuf, outv, scans):
     """Positions at.. of the input rows `rows`, their output columns into `cols`: (0, -), or
     (ERR_MISMATCH, the position)."""
     for i in range(rows.shape[0]):
         for c in range(x.shape[0]):
             x[c] = rows[i, c]
         r = _forward(at + i, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_kind,
-                     head_gap, head_k, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val,
-                     v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim,
-                     mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const,
-                     o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx,
-                     n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
-                     nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w,
-                     list_n, list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count,
-                     cls_pos, irregular, stats, qbuf, kbuf, outv, scans)
+                     head_gap, head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row,
+                     k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
+                     mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec,
+                     mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end,
+                     n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
+                     nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n,
+                     list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos,
+                     irregular, stats, qbuf, kbuf, outv, scans)
         if r != 0:
             return r, at + i
         for k in range(out_rows.shape[0]):
@@ -770,7 +791,13 @@ class IndexDecoder:
             if a["head_kind"][g] != KIND_POSITION:
                 kofs[g] = total_k
                 total_k += int(a["head_dq"][g])
-        self.arrays = tuple(a[name] if name != "head_k" else kofs for name in ARRAY_ORDER)
+        sofs, total_s = np.full(max(n_heads, 1), -1, np.int64), 0
+        for g in range(n_heads):
+            if not _reads_itself(a, g):
+                sofs[g] = total_s
+                total_s += int(a["head_nv"][g])
+        own = {"head_k": kofs, "head_s": sofs}
+        self.arrays = tuple(own.get(name, a[name]) for name in ARRAY_ORDER)
         cap = self.capacity
         nv = len(a.get("v_dim_len", ()))
         dmax = int(max(a["head_dq"], default=1))
@@ -779,7 +806,8 @@ class IndexDecoder:
             np.zeros(len(a["m_write"]), dt), np.zeros(len(a["b1"]), np.uint8),
             np.zeros(len(a["m_write"]), np.uint8), np.zeros(len(a["b1"]), np.int64),
             np.zeros(len(a["m_write"]), np.int64), np.ones(len(ct.layers), np.uint8),
-            np.zeros((cap, max(nv, 1)), dt), np.zeros((cap if total_k else 1, max(total_k, 1)), dt),
+            np.zeros((cap if total_s else 1, max(total_s, 1)), dt),
+            np.zeros((cap if total_k else 1, max(total_k, 1)), dt),
             _table(bool(np.any(a["head_kind"] == KIND_MATCH))),
             np.zeros((max(n_heads, 1), MAX_CLASSES, MAX_CLASS_DIMS)),
             np.zeros(max(n_heads, 1), np.int64), np.zeros((max(n_heads, 1), MAX_CLASSES), np.int64),
