@@ -226,7 +226,8 @@ _INT_PARTS = {"q_ptr", "q_end", "q_row", "k_ptr", "k_end", "k_row", "v_ptr", "v_
               "o_ptr", "o_end", "o_row", "o_write", "m_read", "n_ptr", "n_end", "n_idx",
               "r_ptr", "r_end", "r_neuron", "w_ptr", "w_end", "w_neuron", "nw_ptr", "nw_end",
               "nw_col", "m_write", "mt_ptr", "mt_vdim", "mt_sdim", "mt_cdim", "mt_cptr",
-              "mt_rdim", "mt_n", "mt_cn", "head_k", "head_s"}
+              "mt_rdim", "mt_n", "mt_cn", "head_k", "head_s", "head_need",
+              "mlp_need"}
 
 
 def _plan_arrays(b: _Builder, plan, dq: int, dt) -> None:
@@ -294,6 +295,48 @@ def _only(plan, dims: list[int]):
     return dataclasses.replace(plan, dims=len(dims), a0=tuple(plan.a0[i] for i in dims),
                                a1=tuple(plan.a1[i] for i in dims),
                                a2=tuple(plan.a2[i] for i in dims))
+
+
+def _prompt_cone(a: dict, kofs: np.ndarray, sofs: np.ndarray, n_layers: int, d: int):
+    """(per head, per layer MLP) 1 where a prompt position's keys and values depend on it:
+    backwards from the keys and values heads store (every head's key is read, to check or
+    store it), a sublayer is needed when it writes a needed column, and then what it reads
+    is needed (an MLP: all its reads; a head: its query, key and value)."""
+    n_heads = len(a["head_kind"])
+    head_need = np.ones(max(n_heads, 1), np.int64)
+    mlp_need = np.ones(max(n_layers, 1), np.int64)
+    needed = np.zeros(d, bool)
+    owner = np.zeros(len(a["v_dim_len"]), np.int64)
+    for g in range(n_heads):
+        owner[a["head_v"][g]:a["head_v"][g] + a["head_nv"][g]] = g
+
+    def rows(name: str, g: int, count_name: str) -> np.ndarray:
+        base = a["head_q"][g] if name in ("q", "k") else a["head_v"][g]
+        n = a["head_dq"][g] if name in ("q", "k") else a["head_nv"][g]
+        spans = [a[f"{name}_row"][a[f"{name}_ptr"][base + i]:a[f"{name}_end"][base + i]]
+                 for i in range(n)]
+        return np.concatenate(spans) if spans else np.zeros(0, np.int64)
+
+    for li in reversed(range(n_layers)):
+        h0, h1, o0, nwa, r0, nr, n0, nn, w0, nw = a["layers"][li]
+        if nw and needed[a["m_write"][w0:w0 + nw]].any():
+            needed[a["m_read"][r0:r0 + nr]] = True
+        elif nw:
+            mlp_need[li] = 0
+        answer = set()
+        for c in range(o0, o0 + nwa):
+            if needed[a["o_write"][c]]:
+                answer.update(owner[a["o_row"][a["o_ptr"][c]:a["o_end"][c]]].tolist())
+        for g in range(h0, h1):
+            needed[rows("k", g, "head_dq")] = True
+            if sofs[g] >= 0:
+                needed[rows("v", g, "head_nv")] = True
+            if g in answer:
+                needed[rows("q", g, "head_dq")] = True
+                needed[rows("v", g, "head_nv")] = True
+            else:
+                head_need[g] = 0
+    return head_need, mlp_need
 
 
 def _reads_itself(a: dict, g: int) -> bool:
@@ -369,7 +412,7 @@ def _mlp_arrays(b: _Builder, row: dict, m, dt) -> None:
 
 ARRAY_ORDER = (
     "layers", "head_q", "head_dq", "head_v", "head_nv", "head_kind", "head_gap", "head_k",
-    "head_s",
+    "head_s", "head_need", "mlp_need",
     "q_ptr", "q_end", "q_row", "q_val", "k_ptr", "k_end", "k_row", "k_val",
     "v_ptr", "v_end", "v_row", "v_val", "pa0", "pa1", "pa2",
     "mt_ptr", "mt_n", "mt_vdim", "mt_sdim", "mt_sigma", "mt_step", "mt_cptr", "mt_cn",
@@ -570,16 +613,18 @@ def _match_query(g, p, qbuf, dq, k_store, kofs, mt_ptr, mt_n, mt_vdim, mt_sdim, 
 
 
 @njit(cache=True)
-def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_kind, head_gap,
-            head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end,
-            v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step,
-            mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val,
-            o_write, o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr,
-            w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
-            dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val, cls_n,
-            cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
+def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, head_kind,
+            head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row, q_val, k_ptr,
+            k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
+            mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr,
+            o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr,
+            r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write,
+            m_prev, hid, m_out, dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table,
+            cls_val, cls_n, cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
     """Position p through every layer: x (d,) holds its input row and leaves as the last
-    residual. Returns 0, or ERR_MISMATCH where a position key left its polynomial."""
+    residual. `light`: only the keys and values this position stores matter (a machine's
+    prompt before its last position): heads and MLPs outside their cone (`_prompt_cone`)
+    are skipped. Returns 0, or ERR_MISMATCH where a position key left its polynomial."""
     for li in range(layers.shape[0]):
         h0, h1, o0, nwa = layers[li, 0], layers[li, 1], layers[li, 2], layers[li, 3]
         r0, nr, n0, nn = layers[li, 4], layers[li, 5], layers[li, 6], layers[li, 7]
@@ -600,6 +645,19 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
                 for d in range(dq):
                     k_store[p, kofs + d] = kbuf[d]
             win = -1
+            if light and head_need[g] == 0:  # (nothing at this position reads its answer)
+                if kind == 2 and irregular[g] == 0:
+                    _match_insert(g, p, kbuf, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step,
+                                  mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, table, cls_val, cls_n,
+                                  cls_count, cls_pos, irregular)
+                elif kind == 1:
+                    for d in range(dq):
+                        want = pa0[qb + d] + pa1[qb + d] * p + pa2[qb + d] * p * p
+                        if abs(np.float64(kbuf[d]) - want) > 1e-6 * max(1.0, abs(want)):
+                            return ERR_MISMATCH
+                for u in range(nv):
+                    outv[vb + u] = zero
+                continue
             if kind == 1:
                 a, b = 0.0, 0.0
                 for d in range(dq):
@@ -645,6 +703,9 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
                 acc += outv[o_row[t]] * o_val[t]
             x[o_write[c]] += acc + o_bias[c]
         # ---- MLP: neurons whose inputs changed, columns whose neurons changed
+        if light and mlp_need[li] == 0:  # (nothing stored at this position reads it)
+            first[li] = 1
+            continue
         if nn == 0:
             for c in range(w0, w0 + nw):
                 x[m_write[c]] += b2[c]
@@ -700,28 +761,28 @@ def _forward(p, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_ki
 
 @njit(cache=True)
 def _forward_rows(at, rows, out_rows, cols, x, zero, need, layers, head_q, head_dq, head_v,
-                  head_nv, head_kind, head_gap, head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr,
-                  k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n,
-                  mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec,
-                  mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end,
-                  n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
-                  nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n,
-                  list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos,
-                  irregular, stats, qbuf, kbuf, outv, scans):
+                  head_nv, head_kind, head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end,
+                  q_row, q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1,
+                  pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
+                  mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read,
+                  n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron,
+                  w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w,
+                  list_n, list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count,
+                  cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
     """Positions at.. of the input rows `rows`, their output columns into `cols`: (0, -), or
     (ERR_MISMATCH, the position)."""
     for i in range(rows.shape[0]):
         for c in range(x.shape[0]):
             x[c] = rows[i, c]
-        r = _forward(at + i, x, zero, need, layers, head_q, head_dq, head_v, head_nv, head_kind,
-                     head_gap, head_k, head_s, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row,
-                     k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
-                     mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec,
-                     mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end,
-                     n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2,
-                     nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w, list_n,
-                     list_w, first, v_store, k_store, table, cls_val, cls_n, cls_count, cls_pos,
-                     irregular, stats, qbuf, kbuf, outv, scans)
+        r = _forward(at + i, x, zero, need, False, layers, head_q, head_dq, head_v, head_nv,
+                     head_kind, head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row,
+                     q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2,
+                     mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
+                     mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias,
+                     m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end,
+                     w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
+                     dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val,
+                     cls_n, cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans)
         if r != 0:
             return r, at + i
         for k in range(out_rows.shape[0]):
@@ -745,7 +806,7 @@ def _machine(start, stop, n_prompt, tokens, blank, pos_col, emb, emb_cols, pos_r
             x[emb_cols[i]] = emb[tok, i]
         for i in range(pos_cols.shape[0]):
             x[pos_cols[i]] = pos_rows[p, i]
-        r = _forward(p, x, zero, need, *arrays, *state)
+        r = _forward(p, x, zero, need, p + 1 < n_prompt, *arrays, *state)
         if r != 0:
             return r, p
         if p + 1 < n_prompt:
@@ -796,7 +857,8 @@ class IndexDecoder:
             if not _reads_itself(a, g):
                 sofs[g] = total_s
                 total_s += int(a["head_nv"][g])
-        own = {"head_k": kofs, "head_s": sofs}
+        head_need, mlp_need = _prompt_cone(a, kofs, sofs, len(ct.layers), ct.machine.d)
+        own = {"head_k": kofs, "head_s": sofs, "head_need": head_need, "mlp_need": mlp_need}
         self.arrays = tuple(own.get(name, a[name]) for name in ARRAY_ORDER)
         cap = self.capacity
         nv = len(a.get("v_dim_len", ()))
