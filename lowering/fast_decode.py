@@ -125,6 +125,7 @@ class Flat:
     arrays: dict
     n_heads: int
     plans: list
+    layout: tuple | None = None  # (IndexDecoder._layout, made by the first decoder)
 
 
 def flatten(ct) -> Flat:
@@ -845,8 +846,37 @@ class IndexDecoder:
         dt = ct._np_dtype
         self.zero = dt.type(0)
         self.need = float(needed_gap(self.capacity))
-        self._usable_plans()
+        if flat.layout is None:
+            flat.layout = self._layout()
+        self.arrays, total_s, total_k, has_match = flat.layout
         n_heads = flat.n_heads
+        cap = self.capacity
+        nv = len(a.get("v_dim_len", ()))
+        dmax = int(max(a["head_dq"], default=1))
+        self.state = (
+            np.zeros(len(a["m_read"]), dt), np.zeros(len(a["b1"]), dt),
+            np.zeros(len(a["m_write"]), dt), np.zeros(len(a["b1"]), np.uint8),
+            np.zeros(len(a["m_write"]), np.uint8), np.zeros(len(a["b1"]), np.int64),
+            np.zeros(len(a["m_write"]), np.int64), np.ones(len(ct.layers), np.uint8),
+            np.zeros((cap if total_s else 1, max(total_s, 1)), dt),
+            np.zeros((cap if total_k else 1, max(total_k, 1)), dt),
+            _table(has_match),
+            np.zeros((max(n_heads, 1), MAX_CLASSES, MAX_CLASS_DIMS)),
+            np.zeros(max(n_heads, 1), np.int64), np.zeros((max(n_heads, 1), MAX_CLASSES), np.int64),
+            np.zeros((max(n_heads, 1), MAX_CLASSES, SMALL_CLASS), np.int64),
+            np.zeros(max(n_heads, 1), np.uint8), np.zeros(4, np.int64),
+            np.zeros(max(dmax, 1), dt), np.zeros(max(dmax, 1), dt), np.zeros(max(nv, 1), dt),
+            np.zeros(max(n_heads, 1), np.int64))
+        self.x = np.zeros(ct.machine.d, dt)
+        self._out_rows = ct.out_rows.numpy().astype(np.int64)
+        self.position = 0
+        self._inputs = _input_rows(ct, cap)
+
+    def _layout(self) -> tuple:
+        """(the arrays `_forward` reads, value and key dims stored per position, whether a
+        match head is there): what every decoder of this model shares, made once."""
+        ct, a, n_heads = self.ct, self.flat.arrays, self.flat.n_heads
+        self._usable_plans()
         kofs, total_k = np.full(max(n_heads, 1), -1, np.int64), 0
         for g in range(n_heads):
             if a["head_kind"][g] != KIND_POSITION:
@@ -859,28 +889,8 @@ class IndexDecoder:
                 total_s += int(a["head_nv"][g])
         head_need, mlp_need = _prompt_cone(a, kofs, sofs, len(ct.layers), ct.machine.d)
         own = {"head_k": kofs, "head_s": sofs, "head_need": head_need, "mlp_need": mlp_need}
-        self.arrays = tuple(own.get(name, a[name]) for name in ARRAY_ORDER)
-        cap = self.capacity
-        nv = len(a.get("v_dim_len", ()))
-        dmax = int(max(a["head_dq"], default=1))
-        self.state = (
-            np.zeros(len(a["m_read"]), dt), np.zeros(len(a["b1"]), dt),
-            np.zeros(len(a["m_write"]), dt), np.zeros(len(a["b1"]), np.uint8),
-            np.zeros(len(a["m_write"]), np.uint8), np.zeros(len(a["b1"]), np.int64),
-            np.zeros(len(a["m_write"]), np.int64), np.ones(len(ct.layers), np.uint8),
-            np.zeros((cap if total_s else 1, max(total_s, 1)), dt),
-            np.zeros((cap if total_k else 1, max(total_k, 1)), dt),
-            _table(bool(np.any(a["head_kind"] == KIND_MATCH))),
-            np.zeros((max(n_heads, 1), MAX_CLASSES, MAX_CLASS_DIMS)),
-            np.zeros(max(n_heads, 1), np.int64), np.zeros((max(n_heads, 1), MAX_CLASSES), np.int64),
-            np.zeros((max(n_heads, 1), MAX_CLASSES, SMALL_CLASS), np.int64),
-            np.zeros(max(n_heads, 1), np.uint8), np.zeros(4, np.int64),
-            np.zeros(max(dmax, 1), dt), np.zeros(max(dmax, 1), dt), np.zeros(max(nv, 1), dt),
-            np.zeros(max(n_heads, 1), np.int64))
-        self.x = np.zeros(ct.machine.d, dt)
-        self._out_rows = ct.out_rows.numpy().astype(np.int64)
-        self.position = 0
-        self._inputs = _input_rows(ct, cap)
+        return (tuple(own.get(name, a[name]) for name in ARRAY_ORDER), total_s, total_k,
+                bool(np.any(a["head_kind"] == KIND_MATCH)))
 
     def _usable_plans(self) -> None:
         """Position heads whose scores float rounding could blur (a float32 model, large

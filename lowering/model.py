@@ -727,12 +727,17 @@ class CompiledTransformer(nn.Module):
     def read_outputs(self, cols: np.ndarray) -> dict[str, np.ndarray]:
         """{name: float64 (n, width)} from one sequence's output columns (as `output_columns`
         gives them, on the host); a literal component's scale is applied in float64."""
-        out, at = {}, 0
-        cols = np.asarray(cols, np.float64)
-        for o in self.outputs:
-            out[o.name] = cols[:, at: at + len(o.rows)] * o.scale
-            at += len(o.rows)
-        return out
+        plan = self.__dict__.get("_output_plan")
+        if plan is None or plan[0] is not self.outputs:  # (one multiply, then views)
+            spans, at = [], 0
+            for o in self.outputs:
+                spans.append((o.name, at, at + len(o.rows)))
+                at += len(o.rows)
+            scale = (np.concatenate([np.asarray(o.scale, np.float64).reshape(-1)
+                                     for o in self.outputs]) if self.outputs else np.zeros(0))
+            plan = self.__dict__["_output_plan"] = (self.outputs, spans, scale)
+        scaled = np.asarray(cols, np.float64) * plan[2]
+        return {name: scaled[:, a:b] for name, a, b in plan[1]}
 
     # -- running ----------------------------------------------------------------------
     @torch.no_grad()
