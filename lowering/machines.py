@@ -103,17 +103,17 @@ class CompiledMachine:
                                f"max_context {self.max_context}")
         return tokens
 
-    def generate(self, prefix, max_steps: int = 100) -> list[int]:
+    def generate(self, prefix, max_steps: int = 100, decoder: str = "auto") -> list[int]:
         """`prefix` and the greedy tokens after it, up to and including a halt value, at most
         `max_steps` of them (firebrand's `reference.run`): no step when the prefix already
-        ends in a halt value. A next value outside [lower, upper], or a run that needs a
+        ends in a halt value. `decoder`: as `next_values` takes it. A next value outside [lower, upper], or a run that needs a
         position beyond max_context before it halts, is a MachineError."""
         tokens = self._check_prefix(prefix, max_steps)
         halts = set(self.machine.halt_values)
         if max_steps == 0 or tokens[-1] in halts:
             return tokens
         nexts = self.next_values(tokens, min(self.max_context, len(tokens) + int(max_steps) - 1),
-                                 "generate")
+                                 "generate", decoder)
         for step in range(int(max_steps)):
             value = next(nexts)
             tokens.append(value)
@@ -136,6 +136,9 @@ class CompiledMachine:
         tokens."""
         from tw_lowering.fast_decode import IndexMismatch, supports
 
+        if decoder not in ("auto", "index", "torch"):
+            raise MachineError(f"{who}: decoder must be 'auto', 'index' or 'torch', got "
+                               f"{decoder!r}")
         why = supports(self.compiled)
         if decoder == "index" and why:
             raise MachineError(f"{who}: the index decoder does not apply: {why}")

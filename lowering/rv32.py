@@ -239,14 +239,16 @@ class RV32:
         except ValueError as e:
             raise MachineError(f"RV32: {e}") from None
 
-    def run(self, elf: bytes, max_instructions: int | None = None) -> RV32Run:
+    def run(self, elf: bytes, max_instructions: int | None = None,
+            decoder: str = "auto") -> RV32Run:
         """Load `elf`, run it to its exit (or `max_instructions` records), and read its
-        console and exit code back."""
+        console and exit code back. `decoder`: "auto" (the index decoder where it applies),
+        "index" or "torch" (`CompiledMachine.next_values`)."""
         image, entry = load_elf(elf, self.ram_bytes)
         prompt = self.prompt(image, entry)
         cm = self.compiled
         t0 = time.perf_counter()
-        trace = list(_generate(cm, self, image, prompt, max_instructions))
+        trace = list(_generate(cm, self, image, prompt, max_instructions, decoder))
         seconds = time.perf_counter() - t0
         return self.result(trace, image, len(prompt), seconds)
 
@@ -349,7 +351,8 @@ def _load_cached(path: Path):
         return None
 
 
-def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: int | None):
+def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: int | None,
+              decoder: str = "auto"):
     """The prompt and the machine's tokens, watching each instruction before it runs."""
     width = rv.spec.record.width
     limit = rv.max_context
@@ -359,7 +362,7 @@ def _generate(cm, rv: RV32, image: bytes, prompt: list[int], max_instructions: i
     _check_pc(pc, image, rv.ram_bytes, len(prompt))
     n = len(prompt)
     record: list[int] = []
-    for value in cm.next_values(prompt, limit, "RV32"):
+    for value in cm.next_values(prompt, limit, "RV32", decoder):
         yield value
         n += 1
         if value == HALT:

@@ -93,6 +93,16 @@ def test_cli_runs_an_elf_and_caches_the_compile(tmp_path, hello, capsys, monkeyp
     text = capsys.readouterr().out.splitlines()
     assert text[0] == "hi" and text[1].startswith("# exit 7; ") \
         and "loaded the cached compile" in text[1]
+    # the index decoder by default; the torch decoder on request, with the same run
+    from tw_lowering.fast_decode import available
+
+    assert runs[0]["decoder"] == ("index" if available() is None else
+                                  f"torch ({available()})")
+    assert main(argv + ["--decoder", "torch"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["decoder"] == "torch"
+    assert {k: slow[k] for k in ("console", "exit_code", "instructions", "tokens")} == \
+        {k: runs[0][k] for k in ("console", "exit_code", "instructions", "tokens")}
 
 
 def _patched(elf: bytes, offset: int, data: bytes) -> bytes:

@@ -65,6 +65,9 @@ def _parser() -> ArgumentParser:
                    help="rv32: RAM bytes (a multiple of 4; default 8192)")
     p.add_argument("--no-cache", action="store_true",
                    help="rv32: compile again instead of loading the cached compile")
+    p.add_argument("--decoder", choices=("auto", "index", "torch"), default="auto",
+                   help="auto (default): the compiled index decoder where it applies, else "
+                        "torch's KV-cache decoder; index or torch: that one")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     return p
 
@@ -167,7 +170,7 @@ def run_rv32(args) -> int:
     t0 = time.perf_counter()
     cm = rv.compiled
     compile_s = time.perf_counter() - t0
-    res = rv.run(elf, max_instructions=args.max_steps)
+    res = rv.run(elf, max_instructions=args.max_steps, decoder=args.decoder)
     s = cm.stats
     if args.json:
         print(json.dumps(dict(machine="rv32", console=res.console, exit_code=res.exit_code,
@@ -175,12 +178,14 @@ def run_rv32(args) -> int:
                               tokens=res.tokens, tokens_per_s=round(res.tokens_per_s, 1),
                               compile_seconds=round(compile_s, 4), ram=args.ram,
                               cached=rv.loaded_from_cache,
-                              max_context=rv.max_context, **s.as_dict()), sort_keys=True))
+                              max_context=rv.max_context, decoder=cm.decoder_used,
+                              **s.as_dict()), sort_keys=True))
         return 0
     print(res.console, end="" if res.console.endswith("\n") or not res.console else "\n")
     ended = f"exit {res.exit_code}" if res.halted else "stopped (no exit)"
     print(f"# {ended}; {res.instructions} instructions, {res.tokens} tokens, "
-          f"{res.tokens_per_s:.1f} tokens/s; {s.layers} layers (floor {s.floor}), "
+          f"{res.tokens_per_s:.1f} tokens/s ({cm.decoder_used} decoder); {s.layers} layers "
+          f"(floor {s.floor}), "
           f"d={s.residual}, {s.heads} heads, {s.neurons} neurons, {s.params} params; "
           + (f"loaded the cached compile in {compile_s:.2f} s" if rv.loaded_from_cache
              else f"compiled in {compile_s:.2f} s"))
@@ -200,7 +205,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     cm = compile_machine(machine, max_context=args.max_context, d=args.d, d_head=args.d_head)
     compile_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    tokens = cm.generate(prefix, args.max_steps)
+    tokens = cm.generate(prefix, args.max_steps, args.decoder)
     gen_s = time.perf_counter() - t1
     steps = len(tokens) - len(prefix)
     halted = tokens[-1] in machine.halt_values
@@ -210,12 +215,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(dict(machine=args.name, tokens=tokens, prefix_length=len(prefix),
                               steps=steps, halted=halted, tokens_per_s=round(rate, 1),
                               compile_seconds=round(compile_s, 4), max_context=cm.max_context,
-                              **s.as_dict()), sort_keys=True))
+                              decoder=getattr(cm, "decoder_used", "torch"), **s.as_dict()),
+                         sort_keys=True))
         return 0
     print(" ".join(str(t) for t in tokens))
     print(f"# {steps} steps ({'halted' if halted else 'not halted'}), {s.layers} layers "
           f"(floor {s.floor}), d={s.residual} d_head={s.d_head} d_hidden={s.d_hidden}, "
-          f"{s.heads} heads, {s.neurons} neurons, {s.params} params; {rate:.1f} tokens/s; "
+          f"{s.heads} heads, {s.neurons} neurons, {s.params} params; {rate:.1f} tokens/s "
+          f"({getattr(cm, 'decoder_used', 'torch')} decoder); "
           f"compiled in {compile_s:.3f} s")
     return 0
 
