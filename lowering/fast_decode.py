@@ -435,6 +435,16 @@ def _dot(x, ptr, end, row, val, zero):
     return acc
 
 
+@njit(cache=True, inline="always")
+def _mark(item, flags, items, k):
+    """Put `item` on the list `items` (k long) once: `flags` says who is on it already."""
+    if flags[item] == 0:
+        flags[item] = 1
+        items[k] = item
+        k += 1
+    return k
+
+
 @njit(cache=True)
 def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store, vs, nv, outv,
                   vb):
@@ -719,17 +729,11 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
             if fresh or val != m_prev[gi]:
                 m_prev[gi] = val
                 for t in range(r_ptr[gi], r_end[gi]):
-                    n = r_neuron[t]
-                    if dirty_n[n] == 0:
-                        dirty_n[n] = 1
-                        list_n[kn] = n
-                        kn += 1
+                    kn = _mark(r_neuron[t], dirty_n, list_n, kn)
         kw = 0
         if fresh:
             for c in range(w0, w0 + nw):
-                dirty_w[c] = 1
-                list_w[kw] = c
-                kw += 1
+                kw = _mark(c, dirty_w, list_w, kw)
         stats[2] += kn
         stats[3] += nn
         for i in range(kn):
@@ -743,11 +747,7 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
             if fresh or hn != hid[n]:
                 hid[n] = hn
                 for t in range(nw_ptr[n], nw_end[n]):
-                    c = nw_col[t]
-                    if dirty_w[c] == 0:
-                        dirty_w[c] = 1
-                        list_w[kw] = c
-                        kw += 1
+                    kw = _mark(nw_col[t], dirty_w, list_w, kw)
         for i in range(kw):
             c = list_w[i]
             dirty_w[c] = 0

@@ -333,17 +333,21 @@ def test_position_reads_equal_attention(position_model, seed, n):
     assert stats["indexed"] >= 5 * n and stats["attended"] == 0, stats
 
 
+def _random_digits(rng, n: int) -> dict:
+    """Query and key digits, a 0/1 sentinel weight and values at n positions."""
+    return {"q": rng.integers(0, 10, (n, 1)).astype(float),
+            "k": rng.integers(0, 10, (n, 1)).astype(float),
+            "w": rng.integers(0, 2, (n, 1)).astype(float),
+            "v": rng.integers(0, 100, (n, 1)).astype(float)}
+
+
 @needs_numba
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_match_reads_equal_attention_on_random_sequences(match_model, seed):
     """Random digits over 24 positions (the context's end: pos_encoding max_len and the tag
     table's rows): repeated keys (the newest wins), present and absent targets."""
     L = 24
-    rng = np.random.default_rng(seed)
-    ins = {"q": rng.integers(0, 10, (L, 1)).astype(float),
-           "k": rng.integers(0, 10, (L, 1)).astype(float),
-           "w": rng.integers(0, 2, (L, 1)).astype(float),
-           "v": rng.integers(0, 100, (L, 1)).astype(float)}
+    ins = _random_digits(np.random.default_rng(seed), L)
     want, stats = _agrees(match_model, ins)
     tag = (lambda j: j % 3 == 0)
     ref = _softmax_reads(_match_scores(ins, L, tag), ins["v"][:, 0])
@@ -409,11 +413,7 @@ def test_match_tie_between_two_absent_neighbours_is_averaged(tie_model, far):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tie_model_on_random_sequences(tie_model, seed):
     L = 16
-    rng = np.random.default_rng(seed)
-    ins = {"q": rng.integers(0, 10, (L, 1)).astype(float),
-           "k": rng.integers(0, 10, (L, 1)).astype(float),
-           "w": rng.integers(0, 2, (L, 1)).astype(float),
-           "v": rng.integers(0, 100, (L, 1)).astype(float)}
+    ins = _random_digits(np.random.default_rng(seed), L)
     want, _ = _agrees(tie_model, ins)
     ref = _softmax_reads(_match_scores(ins, L, lambda j: j % 2 == 0, 2.0), ins["v"][:, 0])
     np.testing.assert_allclose(want["y"][:, 0], ref, atol=ATOL)
