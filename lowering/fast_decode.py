@@ -21,8 +21,10 @@ firebrand machine in compiled code. What makes it fast:
   its activation, and an output column none of whose neurons changed keeps its sum. Each
   recomputed number is summed in one fixed order, so skipping never changes a bit.
 
-Numbers are the model's dtype (float32 or float64), summed in read order with the bias last, as
-the torch layers do. `available()` says whether numba is there (the callers fall back to the
+Numbers are the model's dtype (float32 or float64), each sum in read order with the bias added
+last (the torch layers add the bias last too, but their matrix kernels sum in another order: a
+float32 model's outputs may differ from the torch decoder's by rounding, 0.0055 on logits of
+2,730 in sort_digits; the tokens are the same). `available()` says whether numba is there (the callers fall back to the
 torch decoder, saying why, where it is not); `supports(ct)` whether a model's layers fit
 (relu MLPs, no rotary or full-mask heads).
 """
