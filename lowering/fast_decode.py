@@ -972,6 +972,25 @@ class IndexDecoder:
         return r, nxt
 
 
+class IndexDecoders:
+    """A batch of `IndexDecoder`s (one per sequence) behind `Decoder`'s batch interface:
+    `prefill` and `step` take and give one entry per sequence, each sequence's decoder in turn
+    (so a generate's feedback is still called per step, in batch order)."""
+
+    def __init__(self, decoders: list[IndexDecoder]):
+        self.decoders = decoders
+
+    def prefill(self, prompts) -> list[dict[str, np.ndarray]]:
+        return [d.prefill([p])[0] for d, p in zip(self.decoders, prompts)]
+
+    def step(self, inputs) -> list[dict[str, np.ndarray]]:
+        return [d.step([i])[0] for d, i in zip(self.decoders, inputs)]
+
+    @property
+    def positions(self) -> np.ndarray:
+        return np.array([d.position for d in self.decoders])
+
+
 class _InputRows:
     """The residual row before layer 0 at any position, from the model's source slots (as
     `CompiledTransformer.residual` builds it): the constant column, the position column,

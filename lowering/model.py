@@ -877,24 +877,22 @@ class CompiledTransformer(nn.Module):
             raise ArgumentError(f"generate: decoder must be 'auto', 'index' or 'torch', got "
                                 f"{decoder!r}")
         why = supports(self) if decoder != "torch" else "asked for"
+        if not why and on_out_of_range == "unchecked":  # (the heads' plans assume the ranges)
+            why = "unchecked inputs: the plans are proven over the declared ranges"
         if decoder == "index" and why:
             raise EvaluationError(f"generate: the index decoder does not apply: {why}")
         self.decoder_used = "torch" if why else "index"
         if why:
             return self._generate_with(None, checked, steps, feedback, on_out_of_range)
-        return [self._generate_indexed(c, steps, feedback, on_out_of_range) for c in checked]
-
-    def _generate_indexed(self, prompt: CheckedInputs, steps: int, feedback, on_out_of_range):
-        """One sequence with the index decoder; where a key leaves its head's plan
-        (`IndexMismatch`), the torch decoder does the whole sequence again."""
-        from tw_lowering.fast_decode import IndexDecoder, IndexMismatch
+        from tw_lowering.fast_decode import IndexDecoder, IndexDecoders, IndexMismatch
 
         try:
-            return self._generate_with(IndexDecoder(self, prompt.n_positions + steps), [prompt],
-                                       steps, feedback, on_out_of_range)[0]
-        except IndexMismatch:
+            return self._generate_with(IndexDecoders(
+                [IndexDecoder(self, c.n_positions + steps) for c in checked]), checked, steps,
+                feedback, on_out_of_range)
+        except IndexMismatch:  # (a key off its head's plan: torch does the batch again)
             self.decoder_used = "index, then torch"
-            return self._generate_with(None, [prompt], steps, feedback, on_out_of_range)[0]
+            return self._generate_with(None, checked, steps, feedback, on_out_of_range)
 
     def _generate_with(self, dec, checked, steps, feedback, on_out_of_range):
         from tw_lowering.decode import Decoder

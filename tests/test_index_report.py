@@ -49,3 +49,22 @@ def test_ci_has_the_index_decoder():
         assert available() is None, available()
     elif available() is not None:
         pytest.skip(available())
+
+
+def test_unchecked_inputs_take_the_torch_decoder():
+    """The heads' plans are proven over the declared ranges: generate with unchecked inputs
+    runs the torch decoder (and says so), and asking for the index decoder is one line."""
+    from tw_lowering.fast_decode import available
+    from twdialect.inputs import EvaluationError
+
+    if available() is not None:
+        pytest.skip(available())
+    ct = _model()
+    x = np.linspace(-3, 3, 6)[:, None]
+    ct.generate({"x": x}, 2, lambda o: {"x": [0.5]})
+    assert ct.decoder_used == "index"
+    ct.generate({"x": x}, 2, lambda o: {"x": [0.5]}, on_out_of_range="unchecked")
+    assert ct.decoder_used == "torch"
+    with pytest.raises(EvaluationError, match="unchecked inputs"):
+        ct.generate({"x": x}, 2, lambda o: {"x": [0.5]}, on_out_of_range="unchecked",
+                    decoder="index")
