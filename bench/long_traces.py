@@ -382,10 +382,11 @@ def _flat(args) -> None:
     del w
     end = len(ref) - 1 if rv.spec.halted(ref) else ctx  # positions a full run processes
     windows = []
-    for k in range(3, 7):
-        p = 10 ** k
+    for k in range(3, 7):  # generated positions around 10^k (past the prompt: a machine's
+        p = 10 ** k          # prompt runs only what its stored keys need, a cheaper kind of step)
         width = min(args.window, p)
-        lo, hi = p - width // 2, p + (width - width // 2)
+        lo = max(p - width // 2, n)
+        hi = lo + width
         if hi <= end:
             windows.append((p, lo, hi))
     run = TwMachineRun(cm, prompt, ctx)
