@@ -112,6 +112,19 @@ class _Builder:
         part.append(np.asarray(values, dtype).reshape(-1))
         return start
 
+    def lists(self, name: str, ptr: np.ndarray, items: np.ndarray, vals=None, dt=None,
+              items_name: str | None = None) -> None:
+        """CSC/CSR lists (`_csc`'s ptr, items, vals) appended under `name`: `{name}_ptr` and
+        `{name}_end` (offsets into the joined items), the items (`items_name`, default
+        `{name}_row`) and, given, `{name}_val`."""
+        items_name = items_name or f"{name}_row"
+        base = self.size(items_name)
+        self.add(f"{name}_ptr", ptr[:-1] + base if len(ptr) > 1 else [], np.int64)
+        self.add(f"{name}_end", ptr[1:] + base if len(ptr) > 1 else [], np.int64)
+        self.add(items_name, items, np.int64)
+        if vals is not None:
+            self.add(f"{name}_val", vals, dt)
+
     def size(self, name: str) -> int:
         return sum(len(p) for p in self.parts.get(name, []))
 
@@ -165,11 +178,7 @@ def flatten(ct) -> Flat:
                     np.zeros((len(read), 0), dt)
                 for name, block in (("q", qcols), ("k", kcols), ("v", vcols)):
                     ptr, rr, vv = _csc(read, block, block.shape[1])
-                    base = b.size(f"{name}_row")
-                    b.add(f"{name}_ptr", (ptr[:-1] + base) if len(ptr) > 1 else [], np.int64)
-                    b.add(f"{name}_end", (ptr[1:] + base) if len(ptr) > 1 else [], np.int64)
-                    b.add(f"{name}_row", rr, np.int64)
-                    b.add(f"{name}_val", vv, dt)
+                    b.lists(name, ptr, rr, vv, dt)
                 b.add("q_ptr_len", np.zeros(dq), np.int64)
                 b.add("head_q", [qb], np.int64)
                 b.add("head_dq", [dq], np.int64)
@@ -381,32 +390,18 @@ def _mlp_arrays(b: _Builder, row: dict, m, dt) -> None:
     r0 = row["m_read0"]
     # by neuron: read positions (global index into m_read) and weights, ascending
     ptr, idx, val = _csc(np.arange(len(read)) + r0, w1, n)
-    base = b.size("n_idx")
-    b.add("n_ptr", ptr[:-1] + base, np.int64)
-    b.add("n_end", ptr[1:] + base, np.int64)
-    b.add("n_idx", idx, np.int64)
-    b.add("n_val", val, dt)
+    b.lists("n", ptr, idx, val, dt, items_name="n_idx")
     # by read column: the neurons reading it (global neuron ids)
     n0 = row["n0"]
     ptr, neu, _ = _csc(np.arange(n) + n0, w1.T.copy(), len(read))
-    base = b.size("r_neuron")
-    b.add("r_ptr", ptr[:-1] + base, np.int64)
-    b.add("r_end", ptr[1:] + base, np.int64)
-    b.add("r_neuron", neu, np.int64)
+    b.lists("r", ptr, neu, items_name="r_neuron")
     # W2 by written column: (global neuron, weight), neurons ascending
     ptr, neu, val = _csc(np.arange(n) + n0, w2, m.n_write)
-    base = b.size("w_neuron")
-    b.add("w_ptr", ptr[:-1] + base, np.int64)
-    b.add("w_end", ptr[1:] + base, np.int64)
-    b.add("w_neuron", neu, np.int64)
-    b.add("w_val", val, dt)
+    b.lists("w", ptr, neu, val, dt, items_name="w_neuron")
     # W2 by neuron: the written columns (global write ids)
     w0 = row["w0"]
     ptr, col, _ = _csc(np.arange(m.n_write) + w0, w2.T.copy(), n)
-    base = b.size("nw_col")
-    b.add("nw_ptr", ptr[:-1] + base, np.int64)
-    b.add("nw_end", ptr[1:] + base, np.int64)
-    b.add("nw_col", col, np.int64)
+    b.lists("nw", ptr, col, items_name="nw_col")
 
 
 # --------------------------------------------------------------------------------------
