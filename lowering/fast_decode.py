@@ -426,6 +426,8 @@ ERR_MISMATCH = -1
 
 @njit(cache=True, inline="always")
 def _dot(x, ptr, end, row, val, zero):
+    """sum of x[row[t]] * val[t] for t in ptr..end-1, in that order, from `zero` (the
+    model's dtype): every sum of the decoder, so a sum recomputed gives the same bits."""
     acc = zero
     for t in range(ptr, end):
         acc += x[row[t]] * val[t]
@@ -706,10 +708,7 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
                 _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store,
                               vs, nv, outv, vb)
         for c in range(o0, o0 + nwa):
-            acc = zero
-            for t in range(o_ptr[c], o_end[c]):
-                acc += outv[o_row[t]] * o_val[t]
-            x[o_write[c]] += acc + o_bias[c]
+            x[o_write[c]] += _dot(outv, o_ptr[c], o_end[c], o_row, o_val, zero) + o_bias[c]
         # ---- MLP: neurons whose inputs changed, columns whose neurons changed
         if light and mlp_need[li] == 0:  # (nothing stored at this position reads it)
             first[li] = 1
@@ -736,10 +735,7 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
         for i in range(kn):
             n = list_n[i]
             dirty_n[n] = 0
-            z = zero
-            for t in range(n_ptr[n], n_end[n]):
-                z += m_prev[n_idx[t]] * n_val[t]
-            z = z + b1[n]
+            z = _dot(m_prev, n_ptr[n], n_end[n], n_idx, n_val, zero) + b1[n]
             hn = z if z > zero else zero
             if fresh or hn != hid[n]:
                 hid[n] = hn
@@ -748,10 +744,7 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
         for i in range(kw):
             c = list_w[i]
             dirty_w[c] = 0
-            acc = zero
-            for t in range(w_ptr[c], w_end[c]):
-                acc += hid[w_neuron[t]] * w_val[t]
-            m_out[c] = acc + b2[c]
+            m_out[c] = _dot(hid, w_ptr[c], w_end[c], w_neuron, w_val, zero) + b2[c]
         for c in range(w0, w0 + nw):
             x[m_write[c]] += m_out[c]
     return 0
