@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
+from xdsl.ir import BlockArgument
 
 INDEX = "tw.index"
 # The leakage a proof allows: (n - 1) exp(-gap) <= 2^-24, the winner's weight rounds to 1.
@@ -209,13 +210,26 @@ def _column_fact(value, col: int, boxes, ints) -> Fact:
                 sigma = c[nz][0] / base[nz][0] ** 2
                 if sigma != 0 and np.array_equal(c, sigma * base * base):
                     return Fact("square", ident=(id(value), other), sigma=float(sigma))
+    if boxes is None:  # (the structural facts alone: no value ranges asked for)
+        return Fact("other")
     if isinstance(op, PiecewiseLinearOp) and _is_square_table(op, boxes, ints):
         src = _source(op.operands[0], 0)
         return Fact("square", ident=(id(src[0]), src[1]), sigma=1.0)
-    lo, hi = (b[col] for b in boxes[value]) if value in boxes else (-np.inf, np.inf)
-    if value in ints and ints[value][col] and np.isfinite(lo) and np.isfinite(hi):
+    box, integer = _get(boxes, value), _get(ints, value)
+    lo, hi = (b[col] for b in box) if box is not None else (-np.inf, np.inf)
+    if integer is not None and integer[col] and np.isfinite(lo) and np.isfinite(hi):
         return Fact("int", lo=float(lo), hi=float(hi), ident=(id(value), col))
     return Fact("other")
+
+
+def _get(facts, value):
+    """facts[value] (a lazy `_Lazy` computes it), or None where there is none."""
+    from twdialect.ranges import RangeError
+
+    try:
+        return facts[value]
+    except (KeyError, RangeError):
+        return None
 
 
 MAX_SQUARE_CHECK = 1 << 17  # integers a square table is checked at
@@ -226,10 +240,10 @@ def _is_square_table(op, boxes, ints) -> bool:
     from twdialect.ranges import _prop
 
     x = op.operands[0]
-    src, c = _source(x, 0)
-    if x not in boxes or x not in ints or not ints[x][0]:
+    box, integer = _get(boxes, x), _get(ints, x)
+    if box is None or integer is None or not integer[0]:
         return False
-    lo, hi = boxes[x][0][0], boxes[x][1][0]
+    lo, hi = box[0][0], box[1][0]
     if not (np.isfinite(lo) and np.isfinite(hi)) or hi - lo > MAX_SQUARE_CHECK:
         return False
     from twdialect.interp import pwl_1d
@@ -253,7 +267,7 @@ def _q_side(op, boxes, ints):
     q = op.operands[0]
     qlo, qhi = boxes[q]
     lo, hi = affine_box(qlo, qhi, wq, None)
-    return np.asarray(lo, np.float64), np.asarray(hi, np.float64), wq, (qlo, qhi), ints.get(q)
+    return np.asarray(lo, np.float64), np.asarray(hi, np.float64), wq, (qlo, qhi), _get(ints, q)
 
 
 def _integer_target(wq, qbox, qint, num: np.ndarray, den: float) -> bool:
@@ -291,15 +305,23 @@ def plan_head(op, boxes, ints, positions: int) -> HeadPlan:
     if op.rope is not None or op.is_full:
         return HeadPlan("scan", "rotary" if op.rope is not None else "full-mask head")
     k = op.operands[1]
-    if op.operands[0] not in boxes or k not in boxes:
-        return HeadPlan("scan", "no value ranges")
     wk = _prop(op, "wk").astype(np.float64)
-    facts = [_column_fact(k, c, boxes, ints) for c in range(wk.shape[0])]
+    dims = wk.shape[1]
+    # the structural facts first: most heads are decided before any value range is asked for
+    facts = [_column_fact(k, c, None, None) for c in range(wk.shape[0])]
+    position = all(f.kind == "poly" for f in facts)
+    if not position:
+        mixed = [d for d in range(dims) if np.count_nonzero(wk[:, d]) != 1]
+        if mixed:
+            return HeadPlan("scan", f"key dim {mixed[0]} mixes "
+                            f"{np.count_nonzero(wk[:, mixed[0]])} key columns")
+        facts = [_column_fact(k, c, boxes, ints) for c in range(wk.shape[0])]
+    if _get(boxes, op.operands[0]) is None:
+        return HeadPlan("scan", "no value ranges")
     lo, hi, wq, qbox, qint = _q_side(op, boxes, ints)
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         return HeadPlan("scan", "the query's range is not finite")
-    dims = wk.shape[1]
-    if all(f.kind == "poly" for f in facts):
+    if position:
         return _position_plan(facts, wk, lo, hi, wq, qbox, qint, positions, dims)
     return _match_plan(facts, wk, lo, hi, wq, qbox, qint, positions, dims)
 
@@ -433,18 +455,53 @@ def graph_positions(graph) -> int:
 def plans(graph) -> dict:
     """{tw.attn op: HeadPlan} for every attention op of `graph`."""
     from twdialect.dialect import AttnOp
-    from twdialect.ranges import RangeError, integer_components, value_ranges
+    from twdialect.ranges import op_integer
 
     heads = [op for op in graph.block.ops if isinstance(op, AttnOp)]
     if not heads:
         return {}
-    try:
-        boxes = value_ranges(graph, strict=False)
-        ints = integer_components(graph)
-    except RangeError as e:
-        return {op: HeadPlan("scan", f"no value ranges ({e})") for op in heads}
+    boxes, ints = _Lazy(_box_rule), _Lazy(op_integer)  # (only the ancestors a plan asks about)
     n = graph_positions(graph)
     return {op: plan_head(op, boxes, ints, n) for op in heads}
+
+
+class _Lazy(dict):
+    """value -> its fact, computed on first asking (`walk_to`: only the missing ancestors)."""
+
+    def __init__(self, visit):
+        super().__init__()
+        self.visit = visit
+
+    def __missing__(self, value):
+        from twdialect.interp import walk_to
+
+        if isinstance(value, BlockArgument):
+            raise KeyError(value)
+        return walk_to(value, _Present(self), self.visit)
+
+
+class _Present(dict):
+    """`_Lazy`'s own entries seen as a plain dict (so `walk_to` finds what is known)."""
+
+    def __init__(self, lazy: _Lazy):
+        super().__init__()
+        self.lazy = lazy
+
+    def __contains__(self, value) -> bool:
+        return dict.__contains__(self.lazy, value)
+
+    def __getitem__(self, value):
+        return dict.__getitem__(self.lazy, value)
+
+    def __setitem__(self, value, fact) -> None:
+        dict.__setitem__(self.lazy, value, fact)
+
+
+def _box_rule(op, boxes):
+    """`value_ranges`' rule, bounds kept infinite where they overflow."""
+    from twdialect.ranges import _checked_box
+
+    return _checked_box(op, boxes, False)
 
 
 def annotate(module) -> None:
