@@ -171,7 +171,7 @@ def flatten(ct) -> Flat:
                     qcols, kcols = qcols[:, act], kcols[:, act]
                     plan = _only(plan, act)
                 dq = qcols.shape[1]
-                qb = b.size("q_ptr_len")
+                qb, vb = b.size("q_ptr"), b.size("v_ptr")
                 used = [u for u in range(e) if np.any(wo[k * e + u] != 0)
                         and np.any(w[:, h * e + k * 2 * e + e + u] != 0)]
                 vcols = w[:, [h * e + k * 2 * e + e + u for u in used]] if used else \
@@ -179,11 +179,8 @@ def flatten(ct) -> Flat:
                 for name, block in (("q", qcols), ("k", kcols), ("v", vcols)):
                     ptr, rr, vv = _csc(read, block, block.shape[1])
                     b.lists(name, ptr, rr, vv, dt)
-                b.add("q_ptr_len", np.zeros(dq), np.int64)
                 b.add("head_q", [qb], np.int64)
                 b.add("head_dq", [dq], np.int64)
-                vb = b.size("v_dim_len")
-                b.add("v_dim_len", np.zeros(len(used)), np.int64)
                 b.add("head_v", [vb], np.int64)
                 b.add("head_nv", [len(used)], np.int64)
                 for i, u in enumerate(used):
@@ -192,49 +189,33 @@ def flatten(ct) -> Flat:
                 b.add("head_kind", [kind], np.int64)
                 _plan_arrays(b, plan, dq, dt)
                 plans.append(plan)
-            # the output projection by written column: (global v dim, weight)
-            write = a.write.numpy()
-            ptr, rr, vv = [0], [], []
-            for c in range(a.n_write):
-                for (k, u), g in sorted(o_rows.items(), key=lambda t: t[1]):
-                    val = wo[k * e + u, c]
-                    if val != 0:
-                        rr.append(g)
-                        vv.append(val)
-                ptr.append(len(rr))
-            base = b.size("o_row")
-            row["o0"] = b.add("o_ptr", np.array(ptr[:-1], np.int64) + base, np.int64)
-            b.add("o_end", np.array(ptr[1:], np.int64) + base, np.int64)
-            b.add("o_row", rr, np.int64)
-            b.add("o_val", vv, dt)
-            b.add("o_write", write, np.int64)
-            b.add("o_bias", a.b_o.numpy()[:a.n_write], dt)
-            row["nw_a"] = a.n_write
             heads += h
-        else:
-            row["o0"] = b.size("o_ptr")
-            row["nw_a"] = 0
-            if a.n_write:  # no heads: the output bias alone
-                b.add("o_ptr", np.full(a.n_write, b.size("o_row")), np.int64)
-                b.add("o_end", np.full(a.n_write, b.size("o_row")), np.int64)
-                b.add("o_write", a.write.numpy(), np.int64)
-                b.add("o_bias", a.b_o.numpy()[:a.n_write], dt)
-                row["nw_a"] = a.n_write
+        # the output projection by written column: (global v dim, weight); no heads: the
+        # output bias alone
+        row["o0"], row["nw_a"] = b.size("o_ptr"), a.n_write
+        if a.n_write:
+            ids = sorted(o_rows.items(), key=lambda t: t[1])
+            wo_rows = (wo[[k * e + u for (k, u), _ in ids]] if ids  # (ids: a layer with heads)
+                       else np.zeros((0, a.n_write), dt))
+            ptr, rr, vv = _csc(np.array([g for _, g in ids], np.int64), wo_rows, a.n_write)
+            b.lists("o", ptr, rr, vv, dt)
+            b.add("o_write", a.write.numpy(), np.int64)
+            b.add("o_bias", a.b_o.numpy()[:a.n_write], dt)
         _mlp_arrays(b, row, m, dt)
         layer_rows.append(row)
     keys = ("h0", "h1", "o0", "nw_a", "m_read0", "nr", "n0", "nn", "w0", "nw")
     ints["layers"] = np.array([[r[k] for k in keys] for r in layer_rows], np.int64).reshape(
         -1, len(keys))
-    names = set(b.parts) | set(ARRAY_ORDER) | {"v_dim_len"}
+    names = set(b.parts) | set(ARRAY_ORDER)
     arrays = {name: b.array(name, np.int64 if name in _INT_PARTS else
                             np.float64 if name in _F64_PARTS else dt) for name in names}
     arrays.update(ints)
     return Flat(arrays, heads, plans)
 
 
-_F64_PARTS = {"pa0", "pa1", "pa2", "mt_sigma", "mt_step", "mt_rec", "mt_const", "head_gap"}
+_F64_PARTS = {"pa0", "pa1", "pa2", "mt_sigma", "mt_step", "mt_rec", "mt_const"}
 _INT_PARTS = {"q_ptr", "q_end", "q_row", "k_ptr", "k_end", "k_row", "v_ptr", "v_end", "v_row",
-              "q_ptr_len", "head_q", "head_dq", "v_dim_len", "head_v", "head_nv", "head_kind",
+              "head_q", "head_dq", "head_v", "head_nv", "head_kind",
               "o_ptr", "o_end", "o_row", "o_write", "m_read", "n_ptr", "n_end", "n_idx",
               "r_ptr", "r_end", "r_neuron", "w_ptr", "w_end", "w_neuron", "nw_ptr", "nw_end",
               "nw_col", "m_write", "mt_ptr", "mt_vdim", "mt_sdim", "mt_cdim", "mt_cptr",
@@ -259,12 +240,11 @@ def _plan_arrays(b: _Builder, plan, dq: int, dt) -> None:
     b.add("mt_vdim", plan.value_dims, np.int64)
     b.add("mt_sdim", plan.square_dims, np.int64)
     b.add("mt_sigma", plan.sigma, np.float64)
-    b.add("mt_step", _steps(plan), np.float64)
+    b.add("mt_step", plan.steps, np.float64)
     b.add("mt_cptr", [b.size("mt_cdim")], np.int64)
     b.add("mt_cdim", plan.class_dims[:MAX_CLASS_DIMS], np.int64)
     b.add("mt_rdim", [plan.recency_dim], np.int64)
     b.add("mt_rec", [plan.recency], np.float64)
-    b.add("head_gap", [plan.gap], np.float64)
 
 
 def _remap(plan, kept: list[int]):
@@ -318,7 +298,7 @@ def _prompt_cone(a: dict, kofs: np.ndarray, sofs: np.ndarray, n_layers: int, d: 
     head_need = np.ones(max(n_heads, 1), np.int64)
     mlp_need = np.ones(max(n_layers, 1), np.int64)
     needed = np.zeros(d, bool)
-    owner = np.zeros(len(a["v_dim_len"]), np.int64)
+    owner = np.zeros(len(a["v_ptr"]), np.int64)
     for g in range(n_heads):
         owner[a["head_v"][g]:a["head_v"][g] + a["head_nv"][g]] = g
 
@@ -358,11 +338,6 @@ def _reads_itself(a: dict, g: int) -> bool:
         return False
     qb, dq = a["head_q"][g], a["head_dq"][g]
     return not np.any(a["pa2"][qb:qb + dq]) and bool(np.any(a["pa1"][qb:qb + dq]))
-
-
-def _steps(plan) -> list[float]:
-    return list(plan.value_step) if getattr(plan, "value_step", ()) else [1.0] * len(
-        plan.value_dims)
 
 
 def _mlp_arrays(b: _Builder, row: dict, m, dt) -> None:
@@ -409,7 +384,7 @@ def _mlp_arrays(b: _Builder, row: dict, m, dt) -> None:
 # --------------------------------------------------------------------------------------
 
 ARRAY_ORDER = (
-    "layers", "head_q", "head_dq", "head_v", "head_nv", "head_kind", "head_gap", "head_k",
+    "layers", "head_q", "head_dq", "head_v", "head_nv", "head_kind", "head_k",
     "head_s", "head_need", "mlp_need",
     "q_ptr", "q_end", "q_row", "q_val", "k_ptr", "k_end", "k_row", "k_val",
     "v_ptr", "v_end", "v_row", "v_val", "pa0", "pa1", "pa2",
@@ -623,14 +598,14 @@ def _match_query(g, p, qbuf, dq, k_store, kofs, mt_ptr, mt_n, mt_vdim, mt_sdim, 
 
 
 @njit(cache=True)
-def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, head_kind,
-            head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row, q_val, k_ptr,
-            k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim,
-            mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr,
-            o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr,
-            r_end, r_neuron, w_ptr, w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write,
-            m_prev, hid, m_out, dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table,
-            cls_val, cls_n, cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
+def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, head_kind, head_k,
+            head_s, head_need, mlp_need, q_ptr, q_end, q_row, q_val, k_ptr, k_end, k_row, k_val,
+            v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma,
+            mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row,
+            o_val, o_write, o_bias, m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron,
+            w_ptr, w_end, w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
+            dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val, cls_n,
+            cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans):
     """Position p through every layer: x (d,) holds its input row and leaves as the last
     residual. `light`: only the keys and values this position stores matter (a machine's
     prompt before its last position): heads and MLPs outside their cone (`_prompt_cone`)
@@ -752,9 +727,9 @@ def _forward(p, x, zero, need, light, layers, head_q, head_dq, head_v, head_nv, 
 
 @njit(cache=True)
 def _forward_rows(at, rows, out_rows, cols, x, zero, need, layers, head_q, head_dq, head_v,
-                  head_nv, head_kind, head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end,
-                  q_row, q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1,
-                  pa2, mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
+                  head_nv, head_kind, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row,
+                  q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2,
+                  mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
                   mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read,
                   n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron,
                   w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n, dirty_w,
@@ -766,14 +741,14 @@ def _forward_rows(at, rows, out_rows, cols, x, zero, need, layers, head_q, head_
         for c in range(x.shape[0]):
             x[c] = rows[i, c]
         r = _forward(at + i, x, zero, need, False, layers, head_q, head_dq, head_v, head_nv,
-                     head_kind, head_gap, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row,
-                     q_val, k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2,
-                     mt_ptr, mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim,
-                     mt_rdim, mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias,
-                     m_read, n_ptr, n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end,
-                     w_neuron, w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out,
-                     dirty_n, dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val,
-                     cls_n, cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans)
+                     head_kind, head_k, head_s, head_need, mlp_need, q_ptr, q_end, q_row, q_val,
+                     k_ptr, k_end, k_row, k_val, v_ptr, v_end, v_row, v_val, pa0, pa1, pa2, mt_ptr,
+                     mt_n, mt_vdim, mt_sdim, mt_sigma, mt_step, mt_cptr, mt_cn, mt_cdim, mt_rdim,
+                     mt_rec, mt_const, o_ptr, o_end, o_row, o_val, o_write, o_bias, m_read, n_ptr,
+                     n_end, n_idx, n_val, b1, r_ptr, r_end, r_neuron, w_ptr, w_end, w_neuron,
+                     w_val, b2, nw_ptr, nw_end, nw_col, m_write, m_prev, hid, m_out, dirty_n,
+                     dirty_w, list_n, list_w, first, v_store, k_store, table, cls_val, cls_n,
+                     cls_count, cls_pos, irregular, stats, qbuf, kbuf, outv, scans)
         if r != 0:
             return r, at + i
         for k in range(out_rows.shape[0]):
@@ -841,7 +816,7 @@ class IndexDecoder:
         self.arrays, total_s, total_k, has_match = flat.layout
         n_heads = flat.n_heads
         cap = self.capacity
-        nv = len(a.get("v_dim_len", ()))
+        nv = len(a["v_ptr"])
         dmax = int(max(a["head_dq"], default=1))
         self.state = (
             np.zeros(len(a["m_read"]), dt), np.zeros(len(a["b1"]), dt),
@@ -898,16 +873,6 @@ class IndexDecoder:
                 "neurons": int(s[3]),
                 "attended_by_head": {g: int(c) for g, c in enumerate(scans) if c}}
 
-    def _forward(self, p: int) -> None:
-        if p >= self.capacity:
-            from tw_lowering.decode import DecodeError
-
-            raise DecodeError(f"decoder: the cache holds {self.capacity} positions; it is full")
-        r = _forward(p, self.x, self.zero, self.need, *self.arrays, *self.state)
-        if r != 0:
-            raise IndexMismatch(f"index decoder: a position read's key at position {p} left "
-                                "its proven polynomial")
-
     def _rows(self, checked, at: int) -> np.ndarray:
         """Output columns of every position of `checked` fed from position `at`: the input
         rows built here, the positions run in one compiled call."""
@@ -924,8 +889,7 @@ class IndexDecoder:
         r, p = _forward_rows(at, rows, out_rows, cols, self.x, self.zero, self.need,
                              *self.arrays, *self.state)  # (one by one: numba types a tuple slowly)
         if r != 0:
-            raise IndexMismatch(f"index decoder: a position read's key at position {p} left "
-                                "its proven polynomial")
+            raise _mismatch(p)
         return cols
 
     def prefill(self, prompts) -> list[dict[str, np.ndarray]]:
@@ -954,10 +918,14 @@ class IndexDecoder:
                           lower, upper, np.asarray(list(halts), np.int64), self.x, self.zero,
                           self.need, self.arrays, self.state)
         if r == ERR_MISMATCH:
-            raise IndexMismatch(f"index decoder: a position read's key at position {nxt} left "
-                                "its proven polynomial")
+            raise _mismatch(nxt)
         self.position = nxt
         return r, nxt
+
+
+def _mismatch(p: int) -> IndexMismatch:
+    return IndexMismatch(f"index decoder: a position read's key at position {p} left its "
+                         "proven polynomial")
 
 
 class IndexDecoders:

@@ -48,19 +48,11 @@ INDEX = "tw.index"
 # The leakage a proof allows: (n - 1) exp(-gap) <= 2^-24, the winner's weight rounds to 1.
 FLOAT32_LEAK = 24 * math.log(2)
 MAX_CLASS_VALUES = 16  # a position-table key dim with at most this many values is a class
-KINDS = ("position", "match", "scan")
 
 
 def needed_gap(positions: int) -> float:
     """The logit gap that makes every other key of `positions` weigh below 2^-24 together."""
     return math.log(max(positions, 2) - 1) + FLOAT32_LEAK
-
-
-def exact_up_to(gap: float) -> int:
-    """The most positions a head of this gap stays exact over (`needed_gap`'s inverse)."""
-    if gap <= FLOAT32_LEAK:
-        return 0
-    return int(min(2 ** 62, math.exp(gap - FLOAT32_LEAK) + 1))
 
 
 @dataclass(frozen=True)
@@ -104,13 +96,10 @@ class HeadPlan:
     def indexed(self) -> bool:
         return self.kind != "scan"
 
-    def describe(self) -> str:
-        if self.kind == "position":
-            return f"position read (gap >= {self.gap:g}, exact up to {exact_up_to(self.gap)} positions)"
-        if self.kind == "match":
-            return (f"newest key match over {len(self.value_dims)} value(s), "
-                    f"{len(self.class_dims)} class dim(s) (content gap {self.gap:g}, certified per query)")
-        return f"attention ({self.why})"
+    @property
+    def steps(self) -> list[float]:
+        """Each value dim's lattice step in key units (1 where the plan names none)."""
+        return list(self.value_step) if self.value_step else [1.0] * len(self.value_dims)
 
 
 SCAN = HeadPlan("scan", "not a one-key read")
@@ -135,7 +124,6 @@ class Fact:
 
     kind: str
     poly: tuple = (0.0, 0.0, 0.0)
-    values: tuple = ()
     lo: float = 0.0
     hi: float = 0.0
     ident: tuple = ()
@@ -196,10 +184,7 @@ def _column_fact(value, col: int, boxes, ints) -> Fact:
         p = _poly_fit(column)
         if p is not None:
             return Fact("poly", p)
-        distinct = np.unique(column)
-        if len(distinct) <= MAX_CLASS_VALUES:
-            return Fact("table", values=tuple(float(v) for v in distinct))
-        return Fact("other")
+        return Fact("table" if len(np.unique(column)) <= MAX_CLASS_VALUES else "other")
     if isinstance(op, EmbeddingOp):
         table = _prop(op, "table").astype(np.float64)
         c = table[:, col]

@@ -172,14 +172,17 @@ class CompiledMachine:
             for p in range(max(start + 1, n), nxt + 1):
                 value = int(ids[p]) + m.lower
                 if status == 2 and p == nxt:
-                    raise MachineError(f"{who}: step {p - n + 1} (position {p}): the machine's "
-                                       f"next value {value} lies outside its alphabet "
-                                       f"[{m.lower}, {m.upper}]")
+                    raise self._outside(who, p - n + 1, p, value)
                 yield value
             if status == 1 or stop == capacity:
                 return
             start = nxt
             chunk = min(2 * chunk, 1 << 16)
+
+    def _outside(self, who: str, step: int, position: int, value: int) -> MachineError:
+        m = self.machine
+        return MachineError(f"{who}: step {step} (position {position}): the machine's next "
+                            f"value {value} lies outside its alphabet [{m.lower}, {m.upper}]")
 
     def _torch_values(self, tokens: list[int], capacity: int, who: str):
         from twdialect.inputs import check_feedback, check_inputs
@@ -191,9 +194,7 @@ class CompiledMachine:
         while True:
             value = int(round(float(out["next"][-1, 0])))
             if not m.lower <= value <= m.upper:
-                raise MachineError(f"{who}: step {position - start + 1} (position "
-                                   f"{position}): the machine's next value {value} lies "
-                                   f"outside its alphabet [{m.lower}, {m.upper}]")
+                raise self._outside(who, position - start + 1, position, value)
             yield value
             position += 1
             out = dec.step([check_feedback(ct.contract, {"tokens": value - m.lower},

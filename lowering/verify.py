@@ -61,10 +61,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tw_lowering.fast_decode import MAX_CLASSES, SMALL_CLASS  # (the decoder's certificate)
 from twdialect import ArgumentError
 
-MAX_CLASSES = 16      # as the index decoder: more classes make a match head attended
-SMALL_CLASS = 4       # a class of at most this many keys so far is scored key by key
 ATTEND_BUDGET = 1 << 24  # score entries per block of attended queries
 DEFAULT_CHUNK = {"cpu": 1 << 14, "cuda": 1 << 18}
 
@@ -427,7 +426,7 @@ def _match_winners(q: torch.Tensor, k: torch.Tensor, plan, need: float) -> torch
     regular = torch.ones(n, dtype=torch.bool, device=dev)
     ns = []
     for vd, sd, sigma, step in zip(plan.value_dims, plan.square_dims, plan.sigma,
-                                   _steps(plan)):
+                                   plan.steps):
         sq = k[:, sd]
         if vd < 0:
             nv = sq / (sigma * step * step)
@@ -473,7 +472,7 @@ def _match_winners(q: torch.Tensor, k: torch.Tensor, plan, need: float) -> torch
     exact = torch.ones(m, dtype=torch.bool, device=dev)
     targets = []
     for vd, sd, sigma, step in zip(plan.value_dims, plan.square_dims, plan.sigma,
-                                   _steps(plan)):
+                                   plan.steps):
         beta = qq[:, sd] * sigma
         ok &= beta < 0
         qv = qq[:, vd] if vd >= 0 else torch.zeros_like(beta)
@@ -537,10 +536,6 @@ def _match_winners(q: torch.Tensor, k: torch.Tensor, plan, need: float) -> torch
     good = ok & torch.isfinite(best) & (best - second >= need)
     none[:m] = torch.where(good, win, -1)
     return none
-
-
-def _steps(plan) -> list[float]:
-    return list(plan.value_step) if plan.value_step else [1.0] * len(plan.value_dims)
 
 
 def _codes(kn: torch.Tensor, qn: torch.Tensor, exact: torch.Tensor, cls: torch.Tensor, C: int):
