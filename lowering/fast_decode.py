@@ -67,6 +67,21 @@ def available() -> str | None:
     return _MISSING
 
 
+DECODERS = ("auto", "index", "torch")  # what generate / next_values / tw-machine take
+
+
+def torch_reason(ct, decoder: str, unchecked: bool = False) -> str | None:
+    """Why `decoder` (one of DECODERS) runs `ct` on the torch decoder: "asked for", what
+    `supports` says, or unchecked inputs (the heads' plans are proven over the declared
+    ranges); None where the index decoder runs."""
+    if decoder == "torch":
+        return "asked for"
+    why = supports(ct)
+    if not why and unchecked:
+        why = "unchecked inputs: the plans are proven over the declared ranges"
+    return why
+
+
 def supports(ct) -> str | None:
     """None where `ct`'s layers fit the index decoder, else why not (one line)."""
     if _MISSING:

@@ -134,16 +134,16 @@ class CompiledMachine:
         `lowering/fast_decode.py`), "torch" (the KV-cache decoder), or "auto": the index
         decoder where it applies (numba present, a CPU model), else torch; both give the same
         tokens."""
-        from tw_lowering.fast_decode import IndexMismatch, supports
+        from tw_lowering.fast_decode import DECODERS, IndexMismatch, torch_reason
 
-        if decoder not in ("auto", "index", "torch"):
+        if decoder not in DECODERS:
             raise MachineError(f"{who}: decoder must be 'auto', 'index' or 'torch', got "
                                f"{decoder!r}")
-        why = supports(self.compiled)
+        why = torch_reason(self.compiled, decoder)
         if decoder == "index" and why:
             raise MachineError(f"{who}: the index decoder does not apply: {why}")
-        if decoder == "torch" or why:
-            self.decoder_used = f"torch ({why})" if why else "torch"
+        if why:
+            self.decoder_used = "torch" if decoder == "torch" else f"torch ({why})"
             yield from self._torch_values(tokens, capacity, who)
             return
         self.decoder_used = "index"

@@ -868,17 +868,15 @@ class CompiledTransformer(nn.Module):
         heads, one compiled call per position, one sequence at a time), "torch" (the batched
         KV-cache `Decoder`), or "auto": the index decoder where it applies (numba present, a
         CPU model without rotary, full-mask, swish or gated units), else torch."""
-        from tw_lowering.fast_decode import supports
+        from tw_lowering.fast_decode import DECODERS, torch_reason
 
         self.check_stepwise("generate")
         steps = check_generate(steps, feedback)
         checked = self.check_batch(prompts, on_out_of_range, n_positions)
-        if decoder not in ("auto", "index", "torch"):
+        if decoder not in DECODERS:
             raise ArgumentError(f"generate: decoder must be 'auto', 'index' or 'torch', got "
                                 f"{decoder!r}")
-        why = supports(self) if decoder != "torch" else "asked for"
-        if not why and on_out_of_range == "unchecked":  # (the heads' plans assume the ranges)
-            why = "unchecked inputs: the plans are proven over the declared ranges"
+        why = torch_reason(self, decoder, unchecked=on_out_of_range == "unchecked")
         if decoder == "index" and why:
             raise EvaluationError(f"generate: the index decoder does not apply: {why}")
         self.decoder_used = "torch" if why else "index"

@@ -42,6 +42,7 @@ DEFAULT_STEPS = 100
 
 
 def _parser() -> ArgumentParser:
+    from tw_lowering.fast_decode import DECODERS
     from tw_lowering.machine import MAX_DIM
 
     p = ArgumentParser(prog=PROG, description="Compile a firebrand machine with tw and run it.")
@@ -65,7 +66,7 @@ def _parser() -> ArgumentParser:
                    help="rv32: RAM bytes (a multiple of 4; default 8192)")
     p.add_argument("--no-cache", action="store_true",
                    help="rv32: compile again instead of loading the cached compile")
-    p.add_argument("--decoder", choices=("auto", "index", "torch"), default="auto",
+    p.add_argument("--decoder", choices=DECODERS, default="auto",
                    help="auto (default): the compiled index decoder where it applies, else "
                         "torch's KV-cache decoder; index or torch: that one")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
