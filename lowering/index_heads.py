@@ -462,24 +462,7 @@ class _Lazy(dict):
 
         if isinstance(value, BlockArgument):
             raise KeyError(value)
-        return walk_to(value, _Present(self), self.visit)
-
-
-class _Present(dict):
-    """`_Lazy`'s own entries seen as a plain dict (so `walk_to` finds what is known)."""
-
-    def __init__(self, lazy: _Lazy):
-        super().__init__()
-        self.lazy = lazy
-
-    def __contains__(self, value) -> bool:
-        return dict.__contains__(self.lazy, value)
-
-    def __getitem__(self, value):
-        return dict.__getitem__(self.lazy, value)
-
-    def __setitem__(self, value, fact) -> None:
-        dict.__setitem__(self.lazy, value, fact)
+        return walk_to(value, self, self.visit)  # (it asks `in` and reads only what is there)
 
 
 def _box_rule(op, boxes):
