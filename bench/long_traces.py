@@ -45,7 +45,8 @@ order given; default generate, rv32, flat):
   graphs of `--sizes` ops (`twdialect.random_graphs.layered_graph`, d=2048, d_head=32,
   d_hidden=8192, `--prompt` positions then `--steps` steps fed sampled inputs). One
   ``generate`` line each: ms per generated token (whole generate / steps, median of
-  `--repeats`, CPU and wall) of today's `ct.generate` with the torch `Decoder` (on
+  `--repeats` rounds, each calling generate back to back for at least 0.2 CPU seconds: a
+  generate of a millisecond timed once is mostly cold caches; CPU and wall) of today's `ct.generate` with the torch `Decoder` (on
   ``torch_threads`` threads: `--torch-threads`, default 1; with several, a core taken by
   another process makes torch's steps wait on each other, 10x and more on 2 cores) and of
   `IndexDecoder` prefill/step in `generate_batch`'s loop (one thread), ``ratio`` = torch
@@ -204,12 +205,12 @@ class TwMachineRun:
 
 def _state_bytes(dec, capacity: int, reached: int) -> dict:
     """The decoder's arrays: allocated, and at `reached` positions (arrays with one row per
-    position counted up to `reached`), and the match table's entries."""
-    arrays = [a for a in dec.state if isinstance(a, np.ndarray)]
+    position counted up to `reached`), and the match table's entries (keys held)."""
+    state = dec.state_objects
+    arrays = [a for a in state if isinstance(a, np.ndarray)]
     per_pos = sum(a[0].nbytes for a in arrays if a.ndim and a.shape[0] == capacity)
     fixed = sum(a.nbytes for a in arrays if not (a.ndim and a.shape[0] == capacity))
-    entries = sum(len(a) for a in dec.state if not isinstance(a, np.ndarray)
-                  and hasattr(a, "__len__"))
+    entries = dec.stats()["table_entries"]
     return dict(state_bytes_allocated=fixed + per_pos * capacity,
                 state_bytes_per_position=per_pos,
                 state_bytes_at_reached=fixed + per_pos * reached, table_entries=entries)
@@ -483,16 +484,20 @@ def _index_generate(ct, inputs, steps, feedback):
     return {k: np.concatenate([r[k] for r in rows], axis=0) for k in rows[0]}
 
 
-def _timed(fn, repeats: int):
-    """(last result, median CPU s, median wall s) of `repeats` calls after one warm-up."""
+def _timed(fn, repeats: int, least: float = 0.2):
+    """(last result, median CPU s, median wall s) per call over `repeats` rounds after one
+    warm-up; a round calls fn back to back for at least `least` CPU seconds (a generate of a
+    millisecond timed once is mostly cold caches and the clock's grain)."""
     out = fn()
     cpu, wall = [], []
     for _ in range(repeats):
         time.sleep(0.05)  # torch's idle worker threads spin a while: not on this clock
-        c, w = time.process_time(), time.perf_counter()
-        out = fn()
-        cpu.append(time.process_time() - c)
-        wall.append(time.perf_counter() - w)
+        c, w, n = time.process_time(), time.perf_counter(), 0
+        while n == 0 or time.process_time() - c < least:
+            out = fn()
+            n += 1
+        cpu.append((time.process_time() - c) / n)
+        wall.append((time.perf_counter() - w) / n)
     return out, statistics.median(cpu), statistics.median(wall)
 
 

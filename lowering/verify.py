@@ -300,7 +300,7 @@ class _Pass:
         """Every position read of a layer at once: winners from the curvature and slope,
         value rows gathered; queries that are not certified, and every query from a key off
         its polynomial on, are attended. Only the head dims where both q and k have a weight
-        take part (as `fast_decode.flatten` keeps them: the others add nothing)."""
+        take part (as `index_layout.flatten` keeps them: the others add nothing)."""
         n, h, e, dev = self.n, attn.n_heads, attn.head_dim, q.device
         H = len(heads)
         w = attn.w_qkv.ne(0).any(0).cpu().numpy()
@@ -332,7 +332,6 @@ class _Pass:
             off = (got - want).abs() > 1e-6 * want.abs().clamp(min=1.0)  # (c, P)
             col = torch.where(off.any(0), off.to(torch.int8).argmax(0) + s, n)
             first_off = first_off.scatter_reduce(0, owner_t, col, "amin")
-        hs = torch.as_tensor(heads, device=dev)
         values = kv[..., e:]  # (n, h, e)
         # the value dims some output reads (the others meet zero rows of W_o: left at 0)
         wo = attn.w_o.ne(0).any(1).cpu().numpy()
@@ -374,8 +373,8 @@ class _Pass:
 
 
 def _compiled_plans(attn) -> list:
-    """The layer's head plans over its compiled head dims (`fast_decode._remap`)."""
-    from tw_lowering.fast_decode import _remap
+    """The layer's head plans over its compiled head dims (`index_layout._remap`)."""
+    from tw_lowering.index_layout import _remap
 
     kept = attn.qk_dims.tolist()
     return [_remap(p, kept) for p in attn.plans]
@@ -412,7 +411,7 @@ def _attend(q: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor, values: tor
 
 def _match_winners(q: torch.Tensor, k: torch.Tensor, plan, need: float) -> torch.Tensor:
     """Per query i (0..n-1): the certified winner of a match head over keys 0..i, or -1
-    (module docstring; `fast_decode._match_query`'s certificate). q, k: (n, e)."""
+    (module docstring; `index_kernel`'s match_query certificate). q, k: (n, e)."""
     n, dev = q.shape[0], q.device
     q = q.to(torch.float64)
     k = k.to(torch.float64)

@@ -311,6 +311,42 @@ def tie_model():
 
 
 @needs_numba
+def test_position_keys_are_proven_once_or_checked_at_each_step(position_model, monkeypatch):
+    """A position read whose key reads only the position and its tables is shown to be its
+    polynomial at every position when the decoder is made; where a table leaves the polynomial
+    (bent here from position 20 on) the key is not proven and the step that reaches it stops
+    the decoder (`IndexMismatch`: the callers finish with the torch decoder)."""
+    dec = IndexDecoder(position_model, 32)
+    kinds, proven = dec.arrays[1][4], dec.state[1][11]
+    position = [g for g in range(len(kinds)) if kinds[g] == fast_decode.KIND_POSITION]
+    assert position and all(proven[g] for g in position)
+    bent = fast_decode._InputRows(position_model, 32)
+    bent.pos_rows = bent.pos_rows.copy()
+    bent.pos_rows[20:] += 0.5
+    monkeypatch.setattr(position_model, "_index_inputs", (position_model._np_dtype, 32, bent))
+    monkeypatch.setattr(fast_decode.flat_of(position_model), "proven", None)
+    dec = IndexDecoder(position_model, 32)
+    assert not any(dec.state[1][11][g] for g in position)
+    rng = np.random.default_rng(0)
+    ins = {"v": rng.integers(0, 100, (24, 1)).astype(float),
+           "t": rng.integers(0, 41, (24, 1)).astype(float)}
+    with pytest.raises(fast_decode.IndexMismatch, match="position 20"):
+        dec.prefill([check_inputs(position_model.contract, ins)])
+
+
+@needs_numba
+def test_match_table_grows_and_answers_alike(match_model, monkeypatch):
+    """The match heads' table starts at TABLE_ROWS rows and doubles when half full, between
+    two positions: from 4 rows it grows several times within 24 positions, answers unchanged."""
+    monkeypatch.setattr(fast_decode, "TABLE_ROWS", 4)
+    ins = _random_digits(np.random.default_rng(5), 24)
+    want = match_model.run(ins)
+    got, dec = _index_prefill(match_model, ins)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=0, atol=ATOL)
+    assert len(dec.state[2][0]) > 4 and dec.stats()["table_entries"] > 2
+
+
+@needs_numba
 def test_position_model_plans(position_model):
     kinds = [p.kind for layer in position_model.layers for p in layer.attn.plans]
     assert kinds.count("position") >= 5 and "scan" not in kinds and supports(position_model) is None
@@ -578,6 +614,54 @@ def test_machine_plans_use_the_index(machines):
              for name, cm in machines.items()}
     assert kinds["induction"]["match"] >= 1 and kinds["latest"]["match"] >= 1
     assert kinds["fibonacci"]["position"] >= 1 and kinds["counter"]["match"] == 0
+
+
+def _machine_run(cm, prefix, steps):
+    """(status, tokens) of `IndexDecoder.run_machine` from `prefix` for `steps` positions."""
+    m = cm.machine
+    n = len(prefix)
+    dec = IndexDecoder(cm.compiled, n + steps)
+    ids = np.zeros(n + steps + 1, np.int64)
+    ids[:n] = np.asarray(prefix) - m.lower
+    status, nxt = dec.run_machine(ids, n, 0, n + steps, m.lower, m.upper, m.halt_values)
+    return status, (ids[:nxt + 1] + m.lower).tolist(), dec
+
+
+@needs_numba
+def test_memoized_units_answer_as_recomputed_and_are_used(machines):
+    """The induction machine's MLPs hold units (neurons sharing their sums) that read one
+    slot: their sums are remembered by that slot's value, shared by every decoder of the
+    model. A second run answers from the memo and gives the same trace as the first and as
+    firebrand's reference; a memo whose sums are changed changes the trace (so the memo is
+    what answered)."""
+    from firebrand import reference
+
+    cm, prefix = machines["induction"], [3, 1, 4, 1, 5]
+    _, first, dec = _machine_run(cm, prefix, 200)
+    assert len(dec.arrays[7][0]) > 0 and dec.stats()["memo_entries"] > 0
+    _, again, dec = _machine_run(cm, prefix, 200)
+    assert dec.stats()["memo_hits"] > 0 and again == first
+    ref = reference.run(cm.machine, prefix, 200)
+    assert first[:len(ref)] == ref
+    pool = fast_decode.flat_of(cm.compiled).memo[3]
+    pool += 1.0
+    try:
+        status, bad, _ = _machine_run(cm, prefix, 200)
+        assert bad != first or status == 2
+    finally:
+        pool -= 1.0
+
+
+@needs_numba
+def test_machine_position_values_are_read_from_the_tokens(machines):
+    """A machine's position reads whose values read input columns alone store no values: the
+    decoder reads the winner's from its token and position (firebrand's design), and the trace
+    is the torch decoder's."""
+    cm = machines["fibonacci"]
+    _, got, dec = _machine_run(cm, [2, 7], 30)
+    assert dec.state[1][10].any()
+    want = list(itertools.islice(cm.next_values([2, 7], 32, "test", decoder="torch"), 30))
+    assert got[2:] == want[:len(got) - 2]
 
 
 @needs_numba
