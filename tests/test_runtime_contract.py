@@ -385,3 +385,42 @@ def test_graph_names_must_be_strings():
         tw.output("y", tw.input("x", 1, (0.0, 1.0)))
     with pytest.raises(EvaluationError, match="graph must be the name of a tw.graph"):
         evaluate(g.module, {"x": [[0.5]]}, graph=np.ones(2))
+
+
+def test_fed_back_plain_numbers_check_as_the_array_path_does():
+    """check_feedback takes plain numbers (a token id, a number, a short list or array) on a
+    fast path: on random values, valid and not, it gives exactly what the array path gives
+    (the same values, or the same refusal), in every mode."""
+    from twdialect import inputs as inp
+
+    contract = InputContract((inp.InputSpec("t", "embedding", 1, vocab=10),
+                              inp.InputSpec("x", "input", 2, -1.0, 5.0, True),
+                              inp.InputSpec("y", "input", 1)), max_len=6)
+    rng = np.random.default_rng(0)
+    picks = [3, 0, 9, 10, -1, 2.0, True, np.int64(4), 1.5, np.nan, np.inf, 5, -1, 6]
+    fast = 0
+    for i in range(600):
+        ret = {"t": picks[rng.integers(len(picks))],
+               "x": [picks[rng.integers(len(picks))] for _ in range(int(rng.integers(1, 4)))],
+               "y": picks[rng.integers(len(picks))]}
+        if i % 3 == 1:
+            ret["x"] = np.asarray(ret["x"], float)
+        mode, pos = ("error", "clamp", "unchecked")[i % 3], int(rng.integers(0, 8))
+        fast += inp._fed_tokens(contract, ret, pos) is not None
+
+        def slow():
+            rows = {k: inp._one_position(contract, k, v) for k, v in ret.items()}
+            return check_inputs(contract, rows, mode, n_positions=1, start=pos)
+        try:
+            want = slow()
+        except EvaluationError as e:
+            with pytest.raises(EvaluationError) as got:
+                inp.check_feedback(contract, ret, pos, mode)
+            assert str(e) in str(got.value)
+            continue
+        got = inp.check_feedback(contract, ret, pos, mode)
+        assert got.n_positions == want.n_positions == 1
+        for k in want.values:
+            np.testing.assert_array_equal(got.values[k], want.values[k])
+            assert got.values[k].dtype == want.values[k].dtype
+    assert fast > 5  # (the fast path was taken)

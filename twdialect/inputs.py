@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 from twdialect.errors import TwError, shortened
@@ -186,22 +188,47 @@ def check_feedback(contract, returned, position: int, on_out_of_range: str = "er
 
 def _fed_tokens(contract: InputContract, returned: Mapping, position: int
                 ) -> CheckedInputs | None:
-    """The common feedback, one valid token id (a Python or numpy integer) for each input, all
-    of them embeddings, inside the graph's positions, checked without numpy's per-call cost
-    (a generate step's own cost is a few microseconds); None for anything else, which
-    `check_inputs` checks and names."""
+    """The common feedback, every input given as valid plain numbers (a token id, a number
+    for a width-1 input, a short sequence or array of them), inside the graph's positions,
+    checked without numpy's per-call cost (a generate step's own cost is a few tens of
+    microseconds); None for anything else, which `check_inputs` checks and names."""
     if len(returned) != len(contract.specs) or (
             contract.max_len is not None and position >= contract.max_len) or (
             contract.table_len is not None and position >= contract.table_len):
         return None
     values = {}
     for spec in contract.specs:
-        v = returned.get(spec.name)
-        if (spec.kind != "embedding" or isinstance(v, bool)
-                or not isinstance(v, (int, np.integer)) or not 0 <= v < spec.vocab):
+        row = _fed_row(spec, returned.get(spec.name))
+        if row is None:
             return None
-        values[spec.name] = np.array([v], np.int64)
+        values[spec.name] = row
     return CheckedInputs(values, 1)
+
+
+def _fed_row(spec: InputSpec, v) -> np.ndarray | None:
+    """One fed-back position of `spec` that keeps its contract as it is, else None."""
+    if spec.kind == "embedding":
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < spec.vocab:
+            return None
+        return np.array([v], np.int64)
+    if isinstance(v, np.ndarray):
+        if v.size != spec.width or v.ndim > 2 or v.dtype.kind not in "if":
+            return None
+        xs = v.reshape(-1).tolist()
+    elif isinstance(v, (list, tuple)):
+        xs = list(v)
+    else:
+        xs = [v]
+    if len(xs) != spec.width:
+        return None
+    for x in xs:
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            return None
+        x = float(x)
+        if not math.isfinite(x) or not spec.lo <= x <= spec.hi or (
+                spec.integer and x != math.floor(x)):
+            return None
+    return np.array(xs, np.float64).reshape(1, spec.width)
 
 
 # The most steps one `generate` call takes: each step re-runs the model (a KV-cache step or an
