@@ -2,7 +2,7 @@
 decoder, its cost per token as the position grows, and generate against the torch decoder.
 JSON, one object per line (sort_keys).
 
-    python3 bench/long_traces.py                       # everything (~2.5 min on 2 cores, 5.3 GB)
+    python3 bench/long_traces.py                       # everything (~4 min on 2 cores, 1.2 GB)
     python3 bench/long_traces.py --quick               # hello and fib, a 2^15 context, the
                                                        # 10^3-op layered graph (under a minute)
     python3 bench/long_traces.py --parts rv32 --programs fib,crc
@@ -46,7 +46,8 @@ order given; default generate, rv32, flat):
   d_hidden=8192, `--prompt` positions then `--steps` steps fed sampled inputs). One
   ``generate`` line each: ms per generated token (whole generate / steps, median of
   `--repeats` rounds, each calling generate back to back for at least 0.2 CPU seconds: a
-  generate of a millisecond timed once is mostly cold caches; CPU and wall) of today's `ct.generate` with the torch `Decoder` (on
+  generate of a millisecond timed once is mostly cold caches; CPU and wall) of today's
+  `ct.generate` with the torch `Decoder` (on
   ``torch_threads`` threads: `--torch-threads`, default 1; with several, a core taken by
   another process makes torch's steps wait on each other, 10x and more on 2 cores) and of
   `IndexDecoder` prefill/step in `generate_batch`'s loop (one thread), ``ratio`` = torch
