@@ -83,7 +83,7 @@ def tw_row(case: Case) -> dict:
     import twdialect
     from tw_examples.torchwright_graphs import TOKENS
     from tw_lowering import compile  # noqa: A004
-    from twdialect.frontends.torchwright import from_torchwright
+    from tw_frontends.torchwright import from_torchwright
 
     p = case.program
     start = time.perf_counter()

@@ -246,7 +246,7 @@ def part_rv32(args) -> None:
         return
     import firebrand
     from tw_examples.rv32 import build
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
 
     rv = RV32(ram_bytes=args.ram, cache=not args.no_cache)
     t0 = time.perf_counter()
@@ -275,7 +275,7 @@ def part_rv32(args) -> None:
 
 
 def _rv32_program(rv, cm, fb, name: str, elf: bytes, warm: bool) -> None:
-    from tw_lowering.rv32 import load_elf
+    from tw_frontends.firebrand.rv32 import load_elf
 
     cap = rv.max_context
     image, entry = load_elf(elf, rv.ram_bytes)
@@ -318,7 +318,7 @@ def _long_machine(args):
     """(RV32, CompiledMachine, FirebrandC, refusals) at the largest context <= --long-context
     (halving) that both compilers accept."""
     import firebrand
-    from tw_lowering.rv32 import RV32
+    from tw_frontends.firebrand.rv32 import RV32
 
     ctx, refused = args.long_context, []
     while ctx >= 2048:
@@ -336,7 +336,7 @@ def _long_machine(args):
 
 def _checksum_elf(rv, fb, tmp: str, iters: int) -> tuple[bytes, list[int], list[int], float]:
     from tw_examples.rv32 import build
-    from tw_lowering.rv32 import load_elf
+    from tw_frontends.firebrand.rv32 import load_elf
 
     src = os.path.join(tmp, "checksum.c")
     with open(src, "w") as f:

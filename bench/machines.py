@@ -104,7 +104,8 @@ def run_machine(name: str, *, words=None, max_steps: int = 200, max_context: int
     from firebrand import reference
 
     import tw_lowering.model  # noqa: F401 - torch imported before any clock starts
-    from tw_lowering.machines import DEFAULT_CONTEXT, compile_machine
+    from tw_frontends.firebrand import compile_machine
+    from tw_lowering.machines import DEFAULT_CONTEXT
     from tw_tools.tw_machine import build
 
     words = INPUTS[name] if words is None else list(words)

@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
 
     import firebrand
-    from tw_lowering.rv32 import RV32, load_elf
-    from twdialect.frontends.firebrand import translate
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.translator import translate
 
     import tw_lowering.model  # noqa: F401 - torch imported before any clock starts
 
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         fm = firebrand.compile_machine(machine)
         fb_times.append(time.perf_counter() - t0)
     tw_s, fb_s = statistics.median(tw_times), statistics.median(fb_times)
-    from twdialect.frontends.firebrand import _walk  # (firebrand's nodes, as translate walks)
+    from tw_frontends.firebrand.translator import _walk  # (firebrand's nodes, as translate walks)
 
     row = dict(kind="compile", machine=f"RV32Spec(ram_bytes={args.ram})",
                max_context=rv.max_context, firebrand_nodes=len(_walk(machine.next_value)),
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                firebrand_heads=fm.config["heads"])
     if args.critical_path:
         module = translate(machine, max_context=rv.max_context)
-        from twdialect.frontends.firebrand import needs_float64
+        from tw_frontends.firebrand.translator import needs_float64
 
         dtype = "float64" if needs_float64(machine, max_context=rv.max_context) else "float32"
         row["critical_path"], row["critical_path_after_passes"] = _critical_paths(module, dtype)

@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     import torch
 
     import tw_lowering.model  # noqa: F401 - torch imported before any clock starts
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
     from tw_lowering.verify import verify_trace
 
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twdialect.frontends.torchwright import TorchwrightError
+from tw_frontends.torchwright import TorchwrightError
 
 TOKENS = "embedding_input"  # torchwright's Embedding reads the token ids from this input
 MAX_POSITIONS = 512  # every program's RoPE config: the rollout its recency heads are sized for

@@ -20,7 +20,6 @@ from tw_lowering.machine import GeometryError, Machine
 # name, or importing that module would rebind this one)
 from tw_lowering.progress import check_progress, reporting
 from tw_lowering.progress import report as report_progress
-from tw_lowering.rasp import compile_rasp_to_model  # noqa: F401 (tracr's interface)
 from tw_lowering.tasks import LoweringError
 from twdialect import ArgumentError
 from twdialect.dialect import GraphOp
@@ -280,13 +279,19 @@ def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=F
 
 
 def __getattr__(name: str):
-    """`compile_machine` (lowering/machines.py), imported on first use."""
+    """The frontends' drivers under the names callers know (`compile_machine`,
+    `compile_rasp_to_model`: tracr's interface), from the floor above (`tw_frontends`),
+    imported on first use: nothing in tw_lowering imports a frontend."""
     if name == "compile_machine":
-        from tw_lowering.machines import compile_machine
+        from tw_frontends.firebrand import compile_machine
 
         return compile_machine
+    if name == "compile_rasp_to_model":
+        from tw_frontends.rasp import compile_rasp_to_model
+
+        return compile_rasp_to_model
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["compile", "compile_machine", "prepare", "lower", "Machine", "GeometryError",
-           "LoweringError"]
+__all__ = ["compile", "compile_machine", "compile_rasp_to_model", "prepare", "lower", "Machine",
+           "GeometryError", "LoweringError"]

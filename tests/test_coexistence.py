@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TW_NAMES = {"twdialect", "tw_passes", "tw_lowering", "tw_tools", "tw_examples"}
+TW_NAMES = {"twdialect", "tw_passes", "tw_lowering", "tw_frontends", "tw_tools", "tw_examples"}
 DIST = "tw-compiler"  # the distribution's name (pyproject.toml); `tw` is another project's
 
 

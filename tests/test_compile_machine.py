@@ -17,7 +17,7 @@ from tw_lowering import compile_machine  # noqa: E402
 from tw_lowering.machines import CompiledMachine, MachineError  # noqa: E402
 from tw_tools.tw_machine import main  # noqa: E402
 from twdialect.errors import TwError  # noqa: E402
-from twdialect.frontends.firebrand import FirebrandError  # noqa: E402
+from tw_frontends.firebrand.translator import FirebrandError  # noqa: E402
 
 
 def _counter():
@@ -234,7 +234,7 @@ def _example_machines():
 @pytest.mark.parametrize("name", ["lambda", "pixel", "tile", "instruction", "scheduled_histogram",
                                   "indexed_histogram", "sequence_gcd", "program_gcd"])
 def test_every_firebrand_form_compiles_and_runs_exactly(name):
-    from tw_lowering.machines import as_machine
+    from tw_frontends.firebrand import as_machine
 
     held, kw, prefix = _example_machines()[name]
     machine = as_machine(held, **kw)

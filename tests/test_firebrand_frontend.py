@@ -1,4 +1,4 @@
-"""firebrand's integer expression IR through `twdialect.frontends.firebrand.translate`: the tw
+"""firebrand's integer expression IR through `tw_frontends.firebrand.translator.translate`: the tw
 oracle (and, on a few, the compiled model) against `firebrand.reference.evaluate` at every
 position of random token prefixes where firebrand's value is defined."""
 
@@ -14,7 +14,7 @@ from firebrand import ir as fb  # noqa: E402
 from firebrand import reference  # noqa: E402
 
 from twdialect import evaluate  # noqa: E402
-from twdialect.frontends.firebrand import FirebrandError, intervals, translate  # noqa: E402
+from tw_frontends.firebrand.translator import FirebrandError, intervals, translate  # noqa: E402
 
 LOWER, UPPER, CONTEXT = -2, 6, 12
 # The oracle's attention is a true softmax: a history read leaks exp(-40)-sized weights of its
@@ -270,7 +270,7 @@ def test_content_reads_compiled():
 def test_content_read_is_checked_when_broken(monkeypatch):
     """A broken score (latest without its recency term) ties keys: the oracle refuses the head's
     `tw.hard` claim, naming it; without the claim, the values disagree with the reference."""
-    import twdialect.frontends.firebrand as frontend
+    import tw_frontends.firebrand.translator as frontend
     from twdialect.inputs import EvaluationError
 
     expr = fb.latest(fb.history(0) % 3, period=1, phase=0, start=0)
@@ -294,7 +294,7 @@ def test_content_read_is_checked_when_broken(monkeypatch):
 
 
 def test_float64_requirement_and_refusal():
-    from twdialect.frontends.firebrand import (FLOAT32_SCORE_LIMIT, needs_float64,
+    from tw_frontends.firebrand.translator import (FLOAT32_SCORE_LIMIT, needs_float64,
                                                score_magnitudes)
 
     read = fb.read_at(fb.position() - 1)
@@ -333,7 +333,7 @@ def test_history_beyond_1024_positions_reads_by_address_in_float64():
     """Past tw.attend_to_offset's 1024 positions, history(k) is the read_at head at address
     position - k: flagged as needing float64, and exact there over a 1500-token sequence."""
     from tw_lowering import compile  # noqa: A004
-    from twdialect.frontends.firebrand import needs_float64
+    from tw_frontends.firebrand.translator import needs_float64
 
     expr = fb.history(3) * 2 + fb.history(1)
     assert not needs_float64(expr, lower=0, upper=9, max_context=1024)

@@ -209,7 +209,7 @@ def scalar_adder(digits: int):
 
 @pytest.fixture(scope="module", params=[3, 4, 5])
 def scalar_adder_model(request):
-    from twdialect.frontends.torchwright import from_torchwright
+    from tw_frontends.torchwright import from_torchwright
 
     out, embedding = scalar_adder(request.param)
     module = from_torchwright(out)

@@ -67,7 +67,7 @@ def _position_head(rope=None, mask="causal", curvature_input=False, offset=3, ma
 
 def _match_module(L=24, square=lambda x: x * x, tag=lambda j: j % 3 == 0, tag_weight=None,
                   extra_mlp=True):
-    """A firebrand-style match head (`twdialect/frontends/firebrand.py`, `_content`'s match) over
+    """A firebrand-style match head (`frontends/firebrand/translator.py`, `_content`'s match) over
     one digit: query [q, 1, w], key [k, k^2 (a tw.piecewise_linear through the squares of k),
     j (tw.pos_encoding column 0), tag_j (a tw.pos_table column)], scores (times 30)
     S = 2A (2 q k - k^2) + 2 j + tag_weight w tag_j with A = 2L + 1 (tag_weight A unless
@@ -678,7 +678,7 @@ RV32_ELF = Path(__file__).resolve().parent.parent / "examples" / "rv32" / "hello
 @pytest.mark.slow
 def test_rv32_hello_index_trace_equals_torch():
     pytest.importorskip("firebrand", reason="firebrand is not installed")
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
 
     rv = RV32(ram_bytes=1024)
     run = rv.run(RV32_ELF.read_bytes())  # (the index decoder: "auto" with numba)

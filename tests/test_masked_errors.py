@@ -157,9 +157,9 @@ except ImportError:  # (the generate and report cases run without it)
 needs_tracr = pytest.mark.skipif(rasp is None,
                                  reason="the RASP cases need tw-compiler[rasp] (tracr)")
 
-from tw_lowering.rasp import MAX_SEQ_LEN, MAX_VOCAB, check_arguments  # noqa: E402
+from tw_frontends.rasp.compiler import MAX_SEQ_LEN, MAX_VOCAB, check_arguments  # noqa: E402
 from twdialect.dialect import MAX_WIDTH  # noqa: E402
-from twdialect.frontends.rasp import RaspError  # noqa: E402
+from tw_frontends.rasp.translator import RaspError  # noqa: E402
 
 GOOD = dict(vocab={1, 2, 3}, max_seq_len=4, compiler_bos="BOS")
 

@@ -23,7 +23,7 @@ from tracr.rasp import rasp  # noqa: E402
 
 from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from twdialect.frontends.rasp import RaspError, translate  # noqa: E402
+from tw_frontends.rasp.translator import RaspError, translate  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
 
@@ -452,7 +452,7 @@ def test_a_selector_reading_none_everywhere_is_named(side):
 def test_a_sequence_map_over_more_pairs_than_a_one_hot_holds_is_one_mlp(monkeypatch, numerical):
     # above MAX_TABLE pairs the pairs' one-hot is never a value: a neuron a pair, straight
     # to the rows (checked here with the limit lowered to 8, on every input)
-    import twdialect.frontends.rasp as frontend
+    import tw_frontends.rasp.translator as frontend
 
     monkeypatch.setattr(frontend, "MAX_TABLE", 8)
     f = rasp.SequenceMap(lambda x, y: (x * y) % 4 if x > y else x, rasp.tokens, rasp.indices)
@@ -502,7 +502,7 @@ def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkey
     # make_nary_sequencemap's tuples of three (|X| |Y| |Z| values, 5,000 for 10 tokens at
     # length 50) are read by one Map: f's pair table goes straight to f's values (checked
     # with the limit lowered to 16, on every input)
-    import twdialect.frontends.rasp as frontend
+    import tw_frontends.rasp.translator as frontend
     from tracr.compiler import lib
 
     monkeypatch.setattr(frontend, "MAX_TABLE", 16)
@@ -516,7 +516,7 @@ def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkey
 def test_a_pair_map_read_twice_is_not_fused(monkeypatch):
     # the SequenceMap's values are read by two maps: each would redo its pair table, so its
     # one-hot stays (and above the limit, is refused by name)
-    import twdialect.frontends.rasp as frontend
+    import tw_frontends.rasp.translator as frontend
 
     monkeypatch.setattr(frontend, "MAX_TABLE", 8)
     pairs = rasp.SequenceMap(lambda x, i: (x, i), rasp.tokens, rasp.indices)

@@ -40,7 +40,7 @@ pytest.importorskip("tracr.rasp.rasp", reason="the RASP frontend's tests need tw
 from tracr.rasp import rasp  # noqa: E402
 
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from twdialect.frontends.rasp import RaspError  # noqa: E402
+from tw_frontends.rasp.translator import RaspError  # noqa: E402
 
 BOS = "BOS"
 VOCABS = [(0, 1, 2), (1, 2, 3), ("a", "b", "c")]

@@ -18,7 +18,7 @@ pytest.importorskip("tracr.rasp.rasp")
 from tracr.rasp import rasp  # noqa: E402
 
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from twdialect.frontends.rasp import (ULP64, RaspError, _apply, _mean_radius,  # noqa: E402
+from tw_frontends.rasp.translator import (ULP64, RaspError, _apply, _mean_radius,  # noqa: E402
                                       _mean_space, _Near, _selection)
 
 sys.path.insert(0, os.path.dirname(__file__))

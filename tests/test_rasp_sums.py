@@ -18,7 +18,7 @@ from tracr.rasp import rasp  # noqa: E402
 
 from test_rasp_user_programs import check_against_rasp  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from twdialect.frontends.rasp import RaspError  # noqa: E402
+from tw_frontends.rasp.translator import RaspError  # noqa: E402
 
 C = rasp.Comparison
 SOURCES = [lambda x: x, lambda x: x * 0.5, lambda x: 1 if x > 1 else 0, lambda x: x - 2]
@@ -169,7 +169,7 @@ def test_a_map_that_tells_apart_what_the_sum_rounds_together_reads_the_pairs():
 
 def test_a_product_of_means_is_no_sum():
     """x * y is not affine: the pairs' table, still exact."""
-    from twdialect.frontends.rasp import _affine_fit
+    from tw_frontends.rasp.translator import _affine_fit
 
     assert _affine_fit(lambda x, y: x * y, [0.0, 0.5, 1.0], [0.0, 1.0]) is None
     assert _affine_fit(lambda x, y: x - y, [0.0, 0.5, 1.0], [0.0, 1.0])[:3] == (1.0, -1.0, 0.0)
@@ -197,7 +197,7 @@ def test_sums_of_m_values_are_every_multiset_sum(values):
     import itertools
     from fractions import Fraction
 
-    from twdialect.frontends.rasp import _sums
+    from tw_frontends.rasp.translator import _sums
 
     common, per_count = _sums(values, 4)
     for m, sums in enumerate(per_count, start=1):

@@ -22,7 +22,7 @@ from tracr.rasp import rasp  # noqa: E402
 
 from test_rasp_user_programs import check_against_rasp  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from twdialect.frontends.rasp import RaspError  # noqa: E402
+from tw_frontends.rasp.translator import RaspError  # noqa: E402
 
 C = rasp.Comparison
 T, I = rasp.tokens, rasp.indices

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tw_lowering.machines import MachineError
-from tw_lowering.rv32 import RV32, load_elf, unsupported
+from tw_frontends.firebrand.rv32 import RV32, load_elf, unsupported
 
 pytest.importorskip("firebrand")
 

@@ -19,7 +19,7 @@ from torchwright.graph.misc import Placeholder  # noqa: E402
 
 from tw_lowering import compile  # noqa: E402
 from twdialect import evaluate  # noqa: E402
-from twdialect.frontends.torchwright import TorchwrightError, from_torchwright  # noqa: E402
+from tw_frontends.torchwright import TorchwrightError, from_torchwright  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import twdialect  # noqa: E402
 from tw_examples import torchwright_graphs as graphs  # noqa: E402
 from tw_examples.torchwright_graphs import PROGRAMS, TOKENS, decode, reference  # noqa: E402
 from tw_lowering import compile  # noqa: A004, E402
-from twdialect.frontends.torchwright import TorchwrightError, from_torchwright  # noqa: E402
+from tw_frontends.torchwright import TorchwrightError, from_torchwright  # noqa: E402
 
 PROMPTS = 4
 

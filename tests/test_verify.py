@@ -237,7 +237,7 @@ def test_rv32_hello_draft_verifies():
     """The stored hello ELF on RV32(ram_bytes=1024): its trace (the index decoder's)
     verifies; a token altered in the generated part diverges just before; the predictions
     equal ct.run's."""
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
 
     rv = RV32(ram_bytes=1024, max_context=2048)
     image, entry = load_elf(STORED.read_bytes(), 1024)

@@ -13,7 +13,7 @@ KV-cache decode. `--json`: one JSON object instead.
 
     tw-machine rv32 prog.elf [--ram 8192] # firebrand's RV32IM machine running a bare-metal ELF
 
-`rv32` loads the ELF (`tw_lowering.rv32.load_elf`), compiles firebrand's RV32IM interpreter
+`rv32` loads the ELF (`tw_frontends.firebrand.rv32.load_elf`), compiles firebrand's RV32IM interpreter
 with tw (or loads the compile cached by an earlier run: `RV32.cache_path`; `--no-cache`
 compiles again), runs the program to its exit call and prints its console output, then one
 `#` line:
@@ -152,7 +152,7 @@ def _build(name, words, args, Machine, history):  # noqa: N803 - firebrand's cla
 
 def run_rv32(args) -> int:
     """`tw-machine rv32 prog.elf`: load, compile, run, print the console and a `#` line."""
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
 
     if len(args.args) != 1:
         raise ToolError(f"rv32 takes one ELF file, got {len(args.args)} arguments")
@@ -200,7 +200,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.max_steps is None:
         args.max_steps = DEFAULT_STEPS
     machine, prefix = build(args.name, args.args, args)
-    from tw_lowering.machines import compile_machine
+    from tw_frontends.firebrand import compile_machine
 
     t0 = time.perf_counter()
     cm = compile_machine(machine, max_context=args.max_context, d=args.d, d_head=args.d_head)

@@ -16,7 +16,7 @@ holds numbers); trailing pad tokens pad the input, and decode as the pad token.
 Error contract (tools/cli.py): an unreadable file, a file that raises or exits (`sys.exit`,
 at its top level, in `program()` or in a RASP function tw calls while translating), a syntax
 error, no program in it, a setting of the wrong type or size (`vocab = 5`, `max_seq_len = 2.5`,
-`causal = "no"`: `tw_lowering.rasp.check_arguments`), a token outside the vocabulary, too many
+`causal = "no"`: `tw_frontends.rasp.compiler.check_arguments`), a token outside the vocabulary, too many
 tokens, or a RASP construct tw refuses ends the run with exit code 1 and one line on stderr,
 `tw-rasp: error: <message>`, naming the file (and the line, where the file's own code raised).
 """
@@ -40,7 +40,7 @@ PROG = "tw-rasp"
 
 def _parser() -> ArgumentParser:
     from tw_lowering.machine import MAX_DIM
-    from tw_lowering.rasp import MAX_SEQ_LEN
+    from tw_frontends.rasp.compiler import MAX_SEQ_LEN
 
     p = ArgumentParser(prog=PROG, description="Compile a RASP program and run it.")
     add_version(p, PROG)
@@ -73,7 +73,7 @@ def _parser() -> ArgumentParser:
 
 def _load(args) -> dict:
     """The program and its settings: the file's, overridden by the options, checked."""
-    from tw_lowering.rasp import check_arguments
+    from tw_frontends.rasp.compiler import check_arguments
 
     try:
         from tracr.rasp import rasp
@@ -230,7 +230,7 @@ def _word(text: str, vocab) -> object:
 
 def run(argv: Sequence[str] | None = None) -> int:
     from twdialect import print_module
-    from twdialect.frontends.rasp import RaspError, translate
+    from tw_frontends.rasp.translator import RaspError, translate
 
     args = _parser().parse_intermixed_args(argv)
     spec = _load(args)
@@ -247,13 +247,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     rg.token_ids([spec["bos"], *tokens])  # a bad input is named before compiling
     info: dict = {"tokens": tokens}
     if args.oracle:
-        from tw_lowering.rasp import RaspModel
+        from tw_frontends.rasp.compiler import RaspModel
 
         out = RaspModel(rg, None, {}).evaluate([spec["bos"], *tokens])
         info["backend"] = "oracle"
     else:
         from tw_lowering import GeometryError, LoweringError
-        from tw_lowering.rasp import compile_rasp_to_model
+        from tw_frontends.rasp.compiler import compile_rasp_to_model
 
         try:
             with _user_code(args.file, "the program"):

@@ -7,7 +7,7 @@
     model.apply(["BOS", 1, 2, 3]).decoded             # as tracr's AssembledTransformerModel
     model.module, model.compiled, model.stats         # the tw graph, the torch model, its stats
 
-The translation (`twdialect.frontends.rasp`) is exact by construction: every Map is a table
+The translation (`tw_frontends.rasp.translator`) is exact by construction: every Map is a table
 over its input's value set, so tracr's `mlp_exactness` has nothing to approximate (it is
 checked as tracr's, a positive integer, and ignored).
 
@@ -171,7 +171,7 @@ def _bytes(n: int) -> str:
 
 
 def _error(where: str, message: str):
-    from twdialect.frontends.rasp import RaspError
+    from tw_frontends.rasp.translator import RaspError
 
     return RaspError(f"{where}: {message}")
 
@@ -296,7 +296,7 @@ def compile_rasp_to_model(program, vocab, max_seq_len: int, causal: bool = False
     import tw_lowering.model  # noqa: F401 - torch's first import is not the compile's time
     from tw_lowering import check_pipeline, compile
     from tw_lowering.machine import whole_number
-    from twdialect.frontends.rasp import translate
+    from tw_frontends.rasp.translator import translate
 
     args = check_arguments(vocab, max_seq_len, causal, compiler_bos, compiler_pad,
                            mlp_exactness)  # (mlp_exactness: every map is an exact table)

@@ -1,7 +1,7 @@
 """RASP programs (DeepMind tracr's language) as tw graphs, exact by construction.
 
     from tracr.rasp import rasp
-    from twdialect.frontends.rasp import translate
+    from tw_frontends.rasp.translator import translate
     program = rasp.Map(lambda x: x + 1, rasp.tokens)
     rg = translate(program, vocab={1, 2, 3}, max_seq_len=5)
     rg.module                        # a tw module: evaluate it, run passes, compile it

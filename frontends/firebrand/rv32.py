@@ -1,6 +1,6 @@
 """RISC-V programs on firebrand's RV32IM machine, compiled by tw: ELF loading, runs, output.
 
-    from tw_lowering.rv32 import RV32, load_elf
+    from tw_frontends.firebrand.rv32 import RV32, load_elf
     rv = RV32(ram_bytes=8192)                 # firebrand's RV32Spec, compiled by tw on demand
     run = rv.run(open("prog.elf", "rb").read())
     run.console, run.exit_code, run.instructions, run.tokens_per_s
@@ -196,7 +196,8 @@ class RV32:
     def compile(self, machine=None):
         """Compile now (or load the cached compile where `cache`), keep and return the
         `CompiledMachine`; `machine`: the spec's `machine()` when already built."""
-        from tw_lowering.machines import CompiledMachine, compile_machine
+        from tw_frontends.firebrand import compile_machine
+        from tw_lowering.machines import CompiledMachine
 
         machine = self.spec.machine() if machine is None else machine
         ct = _load_cached(self.cache_path) if self.cache else None
@@ -278,7 +279,7 @@ def _source_digest() -> bytes:
     import importlib
 
     h = hashlib.sha256()
-    for name in ("twdialect", "tw_passes", "tw_lowering", "firebrand"):
+    for name in ("twdialect", "tw_passes", "tw_lowering", "tw_frontends", "firebrand"):
         root = Path(importlib.import_module(name).__file__).parent
         for f in sorted(root.rglob("*.py")):
             h.update(str(f.relative_to(root)).encode())

@@ -1,7 +1,7 @@
 """torchwright graphs (the anchor compiler's node API, `torchwright==0.2.0`) as tw graphs.
 
     from torchwright.graph import InputNode, Linear, ReLU
-    from twdialect.frontends.torchwright import from_torchwright
+    from tw_frontends.torchwright import from_torchwright
     x = InputNode("x", 2, value_range=(-4.0, 4.0))
     module = from_torchwright(ReLU(Linear(x, W)))      # a tw module: evaluate, pass, compile
 

@@ -1,6 +1,6 @@
 """firebrand's integer expression IR (`firebrand.ir`: `Expr`, `Machine`) as a tw graph.
 
-    from twdialect.frontends.firebrand import translate
+    from tw_frontends.firebrand.translator import translate
     module = translate(machine, max_context=64)          # or translate(expr, lower=0, upper=9, ...)
     evaluate(module, {"tokens": np.array(prefix) - machine.lower})["next"][-1, 0]
 
