@@ -23,51 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from tw_lowering.op_errors import EPS, ErrorInputs
+from tw_lowering.op_errors import in_error as _in_error
+from tw_lowering.op_errors import in_magnitude as _in_magnitude
 from tw_lowering.pressure import GroupRanges
+from tw_lowering.rules import RULES
 from tw_lowering.schedule import Schedule
 from twdialect.analysis import is_attention_slot
-from tw_lowering.tasks import Refs
 from twdialect.dense import to_numpy
-from twdialect.f32_error import ffn_error_bound, mlp_error_bound
-from twdialect.dialect import MARGIN, AddOp, AttnOp, LinearOp, MlpOp, OutputOp
-from twdialect.dialect import attn_rope
-from twdialect.dialect import is_plain_mlp, mlp_activation, width_of
+from twdialect.dialect import MARGIN, AddOp, LinearOp, MlpOp, OutputOp
+from twdialect.dialect import is_plain_mlp, width_of
 from twdialect.errors import TwError
-
-EPS = 2.0 ** -24  # unit roundoff of float32
-
-
-def _planes(m: np.ndarray, dims: int) -> np.ndarray:
-    """Per-component magnitudes after a rotary embedding over the first `dims` components:
-    each of a plane's two components (p, p + dims/2) is bounded by the plane's norm."""
-    out = np.array(m, np.float64)
-    half = dims // 2
-    norm = np.hypot(out[:half], out[half:dims])
-    out[:half], out[half:dims] = norm, norm
-    return out
-
-
-def _in_error(err: list[float], refs: Refs) -> float:
-    groups = refs.group[refs.group >= 0]
-    return max((err[g] for g in set(groups.tolist())), default=0.0)
-
-
-def _in_magnitude(mag: GroupRanges, refs: Refs) -> np.ndarray:
-    out = np.abs(refs.const).astype(np.float64)
-    for k, g in enumerate(refs.group.tolist()):
-        if g >= 0:
-            out[k] = mag[g]
-    return out
-
-
-def _affine_bound(w: np.ndarray, b: np.ndarray | None, m_in: np.ndarray, e_in: float) -> float:
-    aw = np.abs(w)
-    gain = float(aw.sum(axis=0).max()) if aw.size else 0.0
-    terms = float((m_in[:, None] * aw).sum(axis=0).max()) if aw.size else 0.0
-    if b is not None:
-        terms += float(np.abs(b).max())
-    return gain * e_in + EPS * (w.shape[0] + 2) * terms
-
 
 def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[dict, list[float]]:
     tg = sched.tg
@@ -102,62 +68,8 @@ def estimate_errors(sched: Schedule, mag: GroupRanges | None = None) -> tuple[di
         e_in, m_in = _in_error(err, refs), _in_magnitude(mag, refs)
         if e_in == 0.0 and exact.computes_exactly(op):
             e = 0.0  # exact inputs, an exact computation (integers on a grid below 2^24)
-        elif isinstance(op, LinearOp):
-            w = to_numpy(op.weight)
-            e = _affine_bound(w, to_numpy(op.bias) if op.bias is not None else None, m_in, e_in)
-        elif isinstance(op, AddOp):
-            e = e_in + EPS * 3 * float(m_in.sum() if len(m_in) else 0.0)
-        elif isinstance(op, MlpOp) and not is_plain_mlp(op):
-            # swish or gated lanes: the conservative bound of `twdialect.f32_error` over the
-            # box |x| <= m_in, input errors carried by slope (no hinge analysis: relu only)
-            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
-            with np.errstate(all="ignore"):
-                e = float(np.max(ffn_error_bound(
-                    w1, to_numpy(op.b1) if op.b1 is not None else None, w2,
-                    to_numpy(op.b2) if op.b2 is not None else None, -m_in, m_in,
-                    mlp_activation(op), to_numpy(op.up) if op.up is not None else None,
-                    to_numpy(op.ub) if op.ub is not None else None,
-                    e_in=np.full(len(m_in), e_in)), initial=0.0))
-        elif isinstance(op, MlpOp):
-            w1, w2 = to_numpy(op.w1), to_numpy(op.w2)
-            b1 = to_numpy(op.b1) if op.b1 is not None else None
-            b2 = to_numpy(op.b2) if op.b2 is not None else None
-            e_h = _affine_bound(w1, b1, m_in, e_in)
-            hidden = np.abs(w1).T @ m_in + (np.abs(b1) if b1 is not None else 0.0)
-            e = _affine_bound(w2, b2, hidden, e_h)
-            # The hinge-level bound (`twdialect.f32_error`) over the box |x| <= m_in: it sees
-            # the rounding left behind where large hinges cancel, which the dot-product bound
-            # above, scaled by the output's size, can miss.
-            with np.errstate(all="ignore"):
-                own = float(np.max(mlp_error_bound(w1, b1, w2, b2, -m_in, m_in), initial=0.0))
-                lip = float(np.max(np.abs(w1).sum(axis=0) @ np.abs(w2), initial=0.0))
-            e = max(e, lip * e_in + own) if np.isfinite(own) else e
-        elif isinstance(op, AttnOp):
-            wq, wk = to_numpy(op.wq), to_numpy(op.wk)
-            wvo = to_numpy(op.wv) @ to_numpy(op.wo)
-            v_refs = tg.refs[op.value]
-            m_v = _in_magnitude(mag, v_refs)
-            e = _affine_bound(wvo, None, m_v, _in_error(err, v_refs))
-            # Rounded scores move the softmax: a logit off by d changes every probability by
-            # a factor within exp(+-2d), so the output (a mean of value rows) moves by up to
-            # (exp(2d) - 1) * 2 max|v|. d: the dot products' rounding plus the query's and
-            # key's own errors carried through their matrices.
-            q_refs, k_refs = tg.refs[op.query], tg.refs[op.key]
-            m_q, m_k = _in_magnitude(mag, q_refs) @ np.abs(wq), _in_magnitude(mag, k_refs) @ np.abs(wk)
-            s_q, s_k = np.abs(wq).sum(axis=0), np.abs(wk).sum(axis=0)
-            rope, turn = attn_rope(op), 0
-            if rope is not None:  # a rotated component is bounded by its plane's norm, and
-                # the rotation's own float32 products and sum add a few roundings
-                m_q, m_k, s_q, s_k = (_planes(a, rope[1]) for a in (m_q, m_k, s_q, s_k))
-                turn = 4
-            with np.errstate(all="ignore"):
-                d = (EPS * (wq.shape[0] + wk.shape[0] + wq.shape[1] + 2 + turn) * float(m_q @ m_k)
-                     + _in_error(err, q_refs) * float(s_q @ m_k)
-                     + _in_error(err, k_refs) * float(m_q @ s_k))
-                v_max = float(np.max(m_v @ np.abs(wvo), initial=0.0))
-                e += float(np.expm1(min(2.0 * d, 700.0))) * 2.0 * v_max
-        else:  # relu: exact on its input (it only zeroes negatives)
-            e = e_in
+        else:
+            e = RULES[type(op)].error(op, ErrorInputs(e_in, m_in, err, mag, tg))
         g = t.out_group
         if g not in started:  # the group's columns: whatever their last cancel left
             started.add(g)

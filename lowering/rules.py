@@ -35,6 +35,7 @@ import numpy as np
 
 from tw_lowering.layer import LayerBuilder, combine, component_rows
 from tw_lowering.machine import Machine
+from tw_lowering.op_errors import add_error, attn_error, linear_error, mlp_error, relu_error
 from tw_lowering.tasks import Refs, Task, TaskGraph
 from twdialect.dense import shape_of, to_numpy
 from tw_lowering.index_heads import plan_of
@@ -281,22 +282,25 @@ def write_cancel(layer: LayerBuilder, cols: np.ndarray, attention: bool,
 
 @dataclass(frozen=True)
 class Rule:
-    """One writer op kind as the lowering sees it: its price and its writer. Where it runs is
-    the placement table the floor uses too (`twdialect.analysis.PLACEMENT`, read through
-    `Task.kind`): the graph layer cannot import the lowering, and one table cannot disagree
-    with itself."""
+    """One writer op kind as the lowering sees it: its price, its writer and the float32
+    error it adds (`lowering/op_errors.py`, which `lowering/precision.py` propagates). Where
+    it runs is the placement table the floor uses too (`twdialect.analysis.PLACEMENT`, read
+    through `Task.kind`): the graph layer cannot import the lowering, and one table cannot
+    disagree with itself. Every field is required: a new op kind is priced, written and
+    bounded on purpose, never by a default."""
 
     cost: Callable[[TaskGraph, Task, Machine], Cost]
     write: Callable[..., None]
+    error: Callable[..., float]
 
 
 # One rule per op of `twdialect.analysis.WRITER_OPS` (tests/test_schedule.py checks that).
 RULES: dict[type, Rule] = {
-    AttnOp: Rule(_attn_cost, _write_attn),
-    MlpOp: Rule(_mlp_cost, _write_mlp),
-    ReluOp: Rule(_relu_cost, _write_relu),
-    LinearOp: Rule(_affine_cost, _write_affine),
-    AddOp: Rule(_affine_cost, _write_affine),
+    AttnOp: Rule(_attn_cost, _write_attn, attn_error),
+    MlpOp: Rule(_mlp_cost, _write_mlp, mlp_error),
+    ReluOp: Rule(_relu_cost, _write_relu, relu_error),
+    LinearOp: Rule(_affine_cost, _write_affine, linear_error),
+    AddOp: Rule(_affine_cost, _write_affine, add_error),
 }
 
 

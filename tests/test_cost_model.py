@@ -49,7 +49,8 @@ def test_written_layers_equal_the_plan_on_random_graphs():
 def test_a_cost_that_disagrees_with_its_writer_is_caught(monkeypatch):
     """The plan check must be able to fail: under-price relus and the writer objects."""
     monkeypatch.setitem(rules.RULES, rules.ReluOp,
-                        rules.Rule(lambda tg, t, m: Cost(neurons=0), rules._write_relu))
+                        rules.Rule(lambda tg, t, m: Cost(neurons=0), rules._write_relu,
+                                   rules.relu_error))
     with pytest.raises(AssertionError, match="planned"):
         compile(_repeated_relu(), d=16, d_head=2, d_hidden=8)
 

@@ -122,7 +122,7 @@ def test_lowering_knows_each_primitive_view_and_source(cls):
     except LoweringError as e:
         pytest.fail(f"(lowering/tasks.py, {cls.name}): {e}")
     for t in tasks:
-        assert type(t.op) in RULES, f"(lowering/rules.py, {t.op.name}): no cost/writer rule"
+        assert type(t.op) in RULES, f"(lowering/rules.py, {t.op.name}): no cost/writer/error rule"
 
 
 def test_lowering_cases_are_exactly_the_ops_it_accepts():
