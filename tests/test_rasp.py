@@ -245,6 +245,33 @@ def test_programs_tw_cannot_compile_are_named(program, match):
         translate(program(), {1, 2}, 4)
 
 
+def test_every_static_refusal_is_named_at_once(monkeypatch):
+    """The validation stage (`frontends/rasp/validate.py`) checks what needs no value sets
+    before anything is built, and names every such expression in one line: numerical tokens
+    over letters, a ConstantSOp longer than max_seq_len, `length` in a causal model."""
+    import tw_frontends.rasp.translator as frontend
+
+    tok = rasp.numerical(rasp.TokensType())
+    six = rasp.ConstantSOp([1] * 6).named("six")
+    length = rasp.Map(lambda n: n, rasp.LengthType()).named("m")
+    program = rasp.SequenceMap(lambda a, b: a, rasp.SequenceMap(lambda a, b: a, tok, six),
+                               length).named("out")
+
+    def never(self):
+        raise AssertionError("built a graph for a program the validation refuses")
+    monkeypatch.setattr(frontend._Translator, "_sources", never)
+    with pytest.raises(RaspError) as e:
+        translate(program, {"a", "b"}, 4, causal=True)
+    msg = str(e.value)
+    assert msg.startswith("3 expressions the RASP frontend does not take: ") and "\n" not in msg
+    for part in ("TokensType 'tokens': numerical tokens need a vocabulary of numbers",
+                 "6 values, more than max_seq_len=4",
+                 "LengthType 'length': `length` needs the whole sequence"):
+        assert part in msg
+    with pytest.raises(RaspError, match=r"^TokensType 'tokens': numerical tokens need"):
+        translate(rasp.Map(lambda x: x, tok), {"a", "b"}, 4)  # (one: its own line alone)
+
+
 def test_bos_in_the_vocabulary_is_refused():
     with pytest.raises(RaspError, match="must not be in the vocabulary"):
         translate(rasp.tokens, {"BOS", "a"}, 4, compiler_bos="BOS")

@@ -366,8 +366,9 @@ class _Translator:
     # -- the graph and its BOS constants ---------------------------------------------
     def build(self, program) -> RaspGraph:
         _need_tracr()
-        if not isinstance(program, rasp.SOp):
-            raise RaspError(f"the program must be a RASP SOp, got {type(program).__name__}")
+        from tw_frontends.rasp.validate import validate
+
+        validate(program, self.vocab, self.max_seq_len, self.causal)  # (every static rule)
         with tw.Graph("main", verify=False) as g:  # `translate` verifies the one it keeps
             self.graph = g
             self._sources()
@@ -622,9 +623,7 @@ class _Translator:
     def _translate(self, expr) -> Encoded:
         numerical = rasp.is_numerical(expr)
         if isinstance(expr, rasp.TokensType):
-            if numerical and self.tokens_value is None:
-                raise RaspError(f"{_label(expr)}: numerical tokens need a vocabulary of numbers")
-            if numerical:
+            if numerical:  # (a vocabulary of numbers: validate.py)
                 return self.encoded(self.tokens_value, True, list(self.vocab), noisy=False)
             return self.encoded(self.tokens_onehot, False, list(self.vocab), noisy=False)
         if isinstance(expr, rasp.IndicesType):
@@ -646,7 +645,7 @@ class _Translator:
             return self._aggregate(expr)
         if isinstance(expr, rasp.SelectorWidth):
             return self._selector_width(expr, expr.selector)
-        raise RaspError(f"{_label(expr)}: not a RASP construct the frontend knows")
+        raise AssertionError(f"{_label(expr)}: validate.py admits only the classes above")
 
     def _constant(self, expr, fill) -> Encoded:
         if rasp.is_numerical(expr):
@@ -654,10 +653,7 @@ class _Translator:
         return self.encoded(tw.literal([1.0]), False, [fill], noisy=False)
 
     def _constant_sop(self, expr) -> Encoded:
-        values = list(expr.value)
-        if len(values) > self.max_seq_len:
-            raise RaspError(f"{_label(expr)}: {len(values)} values, more than max_seq_len="
-                            f"{self.max_seq_len}")
+        values = list(expr.value)  # (at most max_seq_len: validate.py)
         n = self.max_seq_len
         if rasp.is_numerical(expr):
             table = np.zeros((n + 1, 1))
@@ -1293,10 +1289,7 @@ class _Translator:
             raise RaspError(f"{_label(expr)}: {n} {what}, more than the {MAX_TABLE} a table "
                             "may hold")
 
-    def _length(self, expr) -> Encoded:
-        if self.causal:
-            raise RaspError(f"{_label(expr)}: `length` needs the whole sequence; a causal model "
-                            "cannot see its end (compile with causal=False)")
+    def _length(self, expr) -> Encoded:  # (not causal: validate.py)
         return self._count_all(rasp.is_numerical(expr), prefix=False)
 
     def _count_all(self, numerical: bool, prefix: bool) -> Encoded:
@@ -3054,7 +3047,7 @@ def _leaves(selector) -> list:
         return _leaves(selector.fst) + _leaves(selector.snd)
     if isinstance(selector, rasp.SelectorNot):
         return _leaves(selector.inner)
-    raise RaspError(f"{_label(selector)}: not a RASP selector the frontend knows")
+    raise AssertionError(f"{_label(selector)}: validate.py admits only the selectors above")
 
 
 # numpy's comparison of a Comparison's two number vectors (key first, as RASP's)

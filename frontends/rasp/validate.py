@@ -1,0 +1,89 @@
+"""The RASP frontend's first stage: what can be known about a program before anything is
+built, checked for every expression at once, so a program with several constructs the
+frontend does not take is refused with all of them named (the translation that follows,
+`translator.py`, meets only programs that pass; its own refusals are the ones that need the
+value sets, tables and float32 bounds it computes).
+
+The rules, one home each: a RASP class the frontend knows (`SOPS`, `SELECTORS`); numerical
+tokens need a vocabulary of numbers; `length` needs the whole sequence (not causal); a
+ConstantSOp holds at most max_seq_len values; a numerical constant (Full, ConstantSOp) holds
+finite numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tw_frontends.rasp.translator import RaspError, _label
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (bool, int, float, np.integer, np.floating)) and math.isfinite(float(v))
+
+
+def _known():
+    from tracr.rasp import rasp
+
+    sops = (rasp.TokensType, rasp.IndicesType, rasp.LengthType, rasp.Full, rasp.ConstantSOp,
+            rasp.Map, rasp.SequenceMap, rasp.Aggregate, rasp.SelectorWidth)
+    selectors = (rasp.Select, rasp.ConstantSelector, rasp.SelectorAnd, rasp.SelectorOr,
+                 rasp.SelectorNot)
+    return rasp, sops, selectors
+
+
+def expressions(program) -> list:
+    """Every expression the program reaches, once each, children before their readers (the
+    order the translation meets them)."""
+    order, seen, stack = [], set(), [(program, False)]
+    while stack:
+        expr, done = stack.pop()
+        if done:
+            order.append(expr)
+            continue
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        stack.append((expr, True))
+        stack.extend((c, False) for c in reversed(list(getattr(expr, "children", ()))))
+    return order
+
+
+def problem(expr, vocab, max_seq_len: int, causal: bool) -> str | None:
+    """The first rule of this module that `expr` breaks, as its refusal line, or None."""
+    rasp, sops, selectors = _known()
+    if isinstance(expr, rasp.Selector):
+        if not isinstance(expr, selectors):
+            return f"{_label(expr)}: not a RASP selector the frontend knows"
+        return None
+    if not isinstance(expr, sops):
+        return f"{_label(expr)}: not a RASP construct the frontend knows"
+    numerical = rasp.is_numerical(expr)
+    if isinstance(expr, rasp.TokensType) and numerical and not all(_is_number(t) for t in vocab):
+        return f"{_label(expr)}: numerical tokens need a vocabulary of numbers"
+    if isinstance(expr, rasp.LengthType) and causal:
+        return (f"{_label(expr)}: `length` needs the whole sequence; a causal model cannot see "
+                "its end (compile with causal=False)")
+    values = [expr.fill] if isinstance(expr, rasp.Full) else (
+        list(expr.value) if isinstance(expr, rasp.ConstantSOp) else [])
+    if isinstance(expr, rasp.ConstantSOp) and len(values) > max_seq_len:
+        return f"{_label(expr)}: {len(values)} values, more than max_seq_len={max_seq_len}"
+    bad = next((v for v in values if numerical and not _is_number(v)), None)
+    if bad is not None:
+        return f"{_label(expr)}: a numerical SOp holds {bad!r}, not a finite number"
+    return None
+
+
+def validate(program, vocab, max_seq_len: int, causal: bool) -> None:
+    """Refuse the program (one RaspError line) with every expression that breaks a rule of
+    this module; one such expression is refused with its own line alone."""
+    rasp, _, _ = _known()
+    if not isinstance(program, rasp.SOp):
+        raise RaspError(f"the program must be a RASP SOp, got {type(program).__name__}")
+    found = [p for p in (problem(e, vocab, max_seq_len, causal) for e in expressions(program))
+             if p is not None]
+    if len(found) == 1:
+        raise RaspError(found[0])
+    if found:
+        raise RaspError(f"{len(found)} expressions the RASP frontend does not take: "
+                        + "; ".join(found))
