@@ -41,7 +41,7 @@ from tw_lowering.machine import GeometryError, Machine  # noqa: E402
 from tw_lowering.schedule import schedule  # noqa: E402
 from tw_lowering.tasks import TaskGraph  # noqa: E402
 from tw_passes import run_pipeline  # noqa: E402
-from tw_passes.sequential_scope import candidate_batch_sizes, choose_batch_sizes  # noqa: E402
+from tw_lowering.sequential_scope import candidate_batch_sizes, choose_batch_sizes  # noqa: E402
 from twdialect import evaluate  # noqa: E402
 from twdialect.analysis import critical_path  # noqa: E402
 from twdialect.interp import find_graph  # noqa: E402

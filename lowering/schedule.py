@@ -2,7 +2,7 @@
 
 `schedule` first asks whether the width fits (`Pressure`, over `lowering/pressure.py`): it does
 when its free columns hold the peak of the best order found (or of a copy with cheap values
-recomputed, `passes/rematerialize.py`); then a schedule exists, and every wider width fits too.
+recomputed, `lowering/rematerialize.py`); then a schedule exists, and every wider width fits too.
 A refusal names that peak, what is live there, the proven lower bound and its cut, and the
 smallest d that fits (`lowering/refusal.py`: a search over widths, the test being monotone in
 d), and, where dead columns rather than live values block, says so and names the cheapest
@@ -339,9 +339,9 @@ class Pressure:
     @property
     def rematerialized(self) -> Pressure | None:
         """The pressure of a copy of the graph with cheap values recomputed next to their
-        later readers (`passes/rematerialize.py`), or None where no clone lowers the peak."""
+        later readers (`lowering/rematerialize.py`), or None where no clone lowers the peak."""
         if self._remat is None:
-            from tw_passes.rematerialize import RematerializePass, candidates
+            from tw_lowering.rematerialize import RematerializePass, candidates
 
             remat = RematerializePass()
             best = self.choice.best(remat.machine())

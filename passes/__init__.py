@@ -19,7 +19,9 @@ from xdsl.utils.exceptions import ArgSpecParseError
 
 from twdialect.errors import TwError
 
-# Pass name -> module that defines it. Passes live here; the lowering lives in lowering/.
+# Pass name -> module that defines it. Passes live here; the lowering lives in lowering/, and so
+# do the passes that need its scheduler's model (sequential-scope, rematerialize): named here by
+# module, imported when a pipeline names them, so nothing in passes/ imports the lowering.
 TW_PASSES: dict[str, str] = {
     "decompose": "tw_passes.decompose",
     "form-mlps": "tw_passes.form_mlps",
@@ -27,9 +29,9 @@ TW_PASSES: dict[str, str] = {
     "fuse-select-trees": "tw_passes.fuse_select_trees",
     "horizontal-fuse": "tw_passes.horizontal_fuse",
     "select-tree-to-pwl2d": "tw_passes.select_tree_to_pwl2d",
-    "sequential-scope": "tw_passes.sequential_scope",
+    "sequential-scope": "tw_lowering.sequential_scope",
     "balance-sums": "tw_passes.balance_sums",
-    "rematerialize": "tw_passes.rematerialize",
+    "rematerialize": "tw_lowering.rematerialize",
     "optimize": "tw_passes.optimize",
     "lower-to-transformer": "tw_lowering.lower_to_transformer",
 }

@@ -19,7 +19,7 @@ from tw_passes.fuse_linears import FuseLinears
 from tw_passes.graph_pass import GraphPass, graphs_of
 from tw_passes.horizontal_fuse import HorizontalFusePass
 from tw_passes.optimize import DEFAULT_PIPELINE, DEFAULT_SPEC, Optimize
-from tw_passes.sequential_scope import SequentialScopePass
+from tw_lowering.sequential_scope import SequentialScopePass
 from twdialect import evaluate, parse_module, print_module
 from twdialect import ops as tw
 from twdialect.dialect import LIBRARY_OPS, GraphOp

@@ -92,7 +92,7 @@ def test_a_progress_that_is_not_callable_is_refused_before_any_work(long_module)
 
 
 def test_the_sequential_scope_search_reports_the_budget_it_spends():
-    from tw_passes.sequential_scope import SEARCH_BUDGET, choose_batch_sizes
+    from tw_lowering.sequential_scope import SEARCH_BUDGET, choose_batch_sizes
     from twdialect.interp import find_graph
 
     sys.path.insert(0, os.path.dirname(__file__))

@@ -1,4 +1,4 @@
-"""`rematerialize` (passes/rematerialize.py): a clone of a cheap writer for its later readers
+"""`rematerialize` (lowering/rematerialize.py): a clone of a cheap writer for its later readers
 keeps the oracle's values, lowers the best order's peak or is taken back, and the lowering
 uses it where the width needs it."""
 
@@ -13,7 +13,7 @@ import tw_lowering as lowering
 from tw_lowering.machine import GeometryError, Machine
 from tw_lowering.schedule import Pressure, smallest_fitting_d
 from tw_lowering.tasks import TaskGraph
-from tw_passes.rematerialize import RematerializePass
+from tw_lowering.rematerialize import RematerializePass
 from pass_checks import run_and_compare
 from twdialect import evaluate, parse_module
 from twdialect.interp import find_graph

@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import StringAttr, UnitAttr
 
 from twdialect.errors import TwError
 from tw_passes import PipelineError, run_pipeline
-from tw_passes.sequential_scope import (
+from tw_lowering.sequential_scope import (
     SequentialScopeError,
     auto_batch_size,
     candidate_batch_sizes,
@@ -337,7 +337,7 @@ def test_auto_beats_ungated_the_rule_and_k1_and_no_candidate_does_better():
 def test_auto_falls_back_to_k1_when_every_other_candidate_stalls(monkeypatch):
     """K=1 serialises, so it is tried only when every other candidate stalls (simulated here:
     the scheduler's full admission reserve leaves few such loops)."""
-    import tw_passes.sequential_scope as pass_module
+    import tw_lowering.sequential_scope as pass_module
 
     real_trial = pass_module._trial
 
