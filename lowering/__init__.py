@@ -177,10 +177,10 @@ def check_float32_magnitudes(graph) -> None:
 def pressure_of(module, tg, pipeline, graph: str = "main", dtype: str = "float32"):
     """The residual pressure of `tg`, the graph `pipeline` made of `module`: where it does not
     fit a width, the graph as written (decompose only) may stand in for it
-    (`lowering.schedule.Pressure.alternatives`): a pipeline never turns a graph that fits
+    (`lowering.fit.Pressure.alternatives`): a pipeline never turns a graph that fits
     into one that is refused. Where `pipeline` is not the default one, a refusal may name the
     default pipeline as a way out (`Pressure.default_pipeline_fits`, run only then)."""
-    from tw_lowering.schedule import Pressure
+    from tw_lowering.fit import Pressure
     from tw_lowering.tasks import TaskGraph
     from tw_passes.optimize import DEFAULT_PIPELINE
     from twdialect.interp import find_graph
@@ -240,7 +240,7 @@ def _compile(module, machine, pipeline, graph, verbose, on_margin="error", trace
 def lower(tg, machine, pressure=None, seconds=None, on_margin="error", verbose=False,
           passes=(), sched=None, dtype=np.float32):
     """`compile`'s work after the passes: the schedule of a prepared task graph `tg` (with
-    its residual `pressure`, `lowering.schedule.Pressure`), the weights, the torch module.
+    its residual `pressure`, `lowering.fit.Pressure`), the weights, the torch module.
     A search that prepared its graph once (`lowering.sweep.Sweep`) compiles the width it
     picks with this, and never runs the pipeline again (`sched`: the schedule of `tg` at
     `machine` it made already, written as is; `dtype`: the model's, np.float32 or

@@ -77,7 +77,7 @@ def smallest_fitting_d(tg: TaskGraph, machine: Machine, max_stall: int = 8,
     a depth/width sweep scales d_hidden with d instead). `alternatives` False: the width at
     which the graph itself fits, none of its stand-ins (`Pressure.alternatives`). (`max_stall`
     is accepted for old callers: the answer does not depend on it.)"""
-    from tw_lowering.schedule import Pressure
+    from tw_lowering.fit import Pressure
 
     at = at or (lambda d: dataclasses.replace(machine, d=d))
     pressure = pressure or Pressure(tg)

@@ -125,7 +125,7 @@ def _clone_one(graph: GraphOp, machine, max_hidden: int) -> _Clone | None:
 def candidates(tg, model, best, max_hidden: int = 32):
     """(writer task, its later readers) for each value live at `best`'s peak that a clone could
     free there, widest first (see `_clone_one`)."""
-    from tw_lowering.schedule import _live_at
+    from tw_lowering.fit import _live_at
 
     k = best.peak_at
     pos = {tid: i for i, tid in enumerate(best.order)}

@@ -360,7 +360,8 @@ def _trial(graph: GraphOp, ks: dict[str, int], d: int, d_head: int, d_hidden: in
     floor is at least `bound`: it could at best tie, and ties go to the earlier candidate."""
     from tw_lowering import prepare
     from tw_lowering.machine import GeometryError, Machine
-    from tw_lowering.schedule import ResidualStall, schedule
+    from tw_lowering.fit import ResidualStall
+    from tw_lowering.schedule import schedule
     from tw_lowering.tasks import LoweringError, TaskGraph
 
     copy = graph.clone()

@@ -22,7 +22,8 @@ from tw_lowering.pressure import (
     reuse_view,
     walk,
 )
-from tw_lowering.schedule import Pressure, schedule, smallest_fitting_d
+from tw_lowering.fit import Pressure
+from tw_lowering.schedule import schedule, smallest_fitting_d
 from tw_lowering.tasks import TaskGraph
 from twdialect import evaluate
 from twdialect import ops as tw

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import tw_lowering as lowering
 from tw_lowering.machine import GeometryError, Machine
-from tw_lowering.schedule import Pressure, smallest_fitting_d
+from tw_lowering.fit import Pressure
+from tw_lowering.schedule import smallest_fitting_d
 from tw_lowering.tasks import TaskGraph
 from tw_lowering.rematerialize import RematerializePass
 from pass_checks import run_and_compare
