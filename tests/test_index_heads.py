@@ -665,6 +665,28 @@ def test_machine_position_values_are_read_from_the_tokens(machines):
 
 
 @needs_numba
+def test_a_lazy_position_read_that_must_attend_stores_its_values_first(machines):
+    """A machine's position read whose values are read from the tokens (lazy) and that has
+    to attend (here: mid-run the gap asked of a winner made infinite, so the index certifies
+    none) first stores its values at every earlier position from the tokens, then attends
+    over them and stores from then on: the trace is the indexed run's."""
+    cm, prefix, steps = machines["fibonacci"], [1, 1], 30  # (halts at its first 0: token 14)
+    _, want, _ = _machine_run(cm, prefix, steps)
+    m, n = cm.machine, len(prefix)
+    dec = IndexDecoder(cm.compiled, n + steps)
+    ids = np.zeros(n + steps + 1, np.int64)
+    ids[:n] = np.asarray(prefix) - m.lower
+    status, nxt = dec.run_machine(ids, n, 0, n + 4, m.lower, m.upper, m.halt_values)
+    lazy, qd = dec.state[1][10], dec.state[0][9]
+    heads = np.flatnonzero(lazy)
+    assert status == 0 and len(heads) and len(heads) == len(lazy)  # (no head reads itself)
+    dec.need, qd[heads] = np.inf, 1  # (no target leads by an infinite gap: attend)
+    status, nxt = dec.run_machine(ids, n, nxt, n + steps, m.lower, m.upper, m.halt_values)
+    assert dec.stats()["attended"] > 0 and not lazy[heads].any()
+    assert status == 1 and (ids[:nxt + 1] + m.lower).tolist() == want
+
+
+@needs_numba
 def test_latest_machine_scans_where_the_key_is_absent(machines):
     cm = machines["latest"]
     _, _, stats = _index_and_torch(cm, [2, 7], 200)
