@@ -44,7 +44,7 @@ from twdialect.errors import TwError
 from tw_lowering.index_kernel import ARRAY_GROUPS, ERR_MISMATCH, GROW, _rehash, _run_flat
 from tw_lowering.index_layout import (KIND_MATCH, KIND_POSITION, KIND_SCAN,  # noqa: F401
                                       MAX_CLASS_DIMS, Flat, _prompt_cone, _reads_itself, _slots,
-                                      flat_of)
+                                      _spans, flat_of)
 
 try:  # (numba is a dependency; the decoder degrades to the torch one where it is missing)
     import numba
@@ -123,7 +123,6 @@ class IndexDecoder:
         if flat.layout is None:
             flat.layout = self._layout()
         self.arrays, total_s, total_k, has_match = flat.layout
-        self._e_memo = flat.e_memo
         self._inputs = _input_rows(ct, self.capacity)
         self.state = self._state(a, dt, total_s, total_k, has_match)
         self.x = np.zeros(ct.machine.d, dt)
@@ -182,7 +181,7 @@ class IndexDecoder:
         list_cnt[0:2 * n_layers:2], list_cnt[1:2 * n_layers:2] = layers[:, 3], layers[:, 9]
         units = self.arrays[7]
         flow = (np.zeros(self.ct.machine.d + n_entries, dt), np.zeros(n_entries, dt),
-                (3 - self._e_memo).astype(np.uint8), np.arange(n_entries, dtype=np.int64), list_cnt,
+                (3 - self.flat.e_memo).astype(np.uint8), np.arange(n_entries, dtype=np.int64), list_cnt,
                 np.zeros(n_neurons, dt), np.ones(n_neurons, np.uint8),
                 np.arange(n_neurons, dtype=np.int64), layers[:, 7].copy(),
                 np.ones(n_heads, np.uint8), np.ones(n_heads, np.uint8),
@@ -216,15 +215,11 @@ class IndexDecoder:
             return kept[1].copy()
         proven = np.zeros(n_heads, np.uint8)
         ins, d, dt = self._inputs, self.ct.machine.d, self.ct._np_dtype
-        fixed = np.zeros(d, bool)
-        fixed[ins.pos_cols] = True
-        fixed[ins.pos_col] = True
-        free = np.ones(d, bool)
+        fixed = np.ones(d, bool)  # (the position, its tables, columns no input writes)
         for _, _, cols, _ in ins.sources:
-            free[cols] = False
-        free[ins.emb_cols] = False
-        free[ins.pos_cols] = False
-        free[ins.pos_col] = False
+            fixed[cols] = False
+        fixed[ins.emb_cols] = False
+        fixed[ins.pos_cols] = fixed[ins.pos_col] = True
         j = np.arange(self.capacity)
         rows: dict = {}
         (head_q, head_dq, _, _, kind_of, _, _, _), qkv = self.arrays[1], self.arrays[2]
@@ -232,9 +227,8 @@ class IndexDecoder:
                                                       qkv[13], qkv[14])
         for g in range(len(head_q)):
             qb, dq = int(head_q[g]), int(head_dq[g])
-            slots = k_slot[k_ptr[qb]:k_end[qb + dq - 1]] if dq else k_slot[:0]
-            if kind_of[g] != KIND_POSITION or np.any(slots >= d) or not np.all(
-                    fixed[slots] | free[slots]):
+            slots = k_slot[_spans(k_ptr, k_end, qb, dq)]
+            if kind_of[g] != KIND_POSITION or np.any(slots >= d) or not np.all(fixed[slots]):
                 continue
             ok = True
             for dd in range(dq):
@@ -255,8 +249,7 @@ class IndexDecoder:
         v_ptr, v_end, v_slot = qkv[8], qkv[9], qkv[10]
         lazy = np.zeros(len(self.state[1][10]), np.uint8)
         for g in range(len(head_v)):
-            vb, nv = int(head_v[g]), int(head_nv[g])
-            slots = v_slot[v_ptr[vb]:v_end[vb + nv - 1]] if nv else v_slot[:0]
+            slots = v_slot[_spans(v_ptr, v_end, head_v[g], head_nv[g])]
             lazy[g] = (kind_of[g] == KIND_POSITION and head_s[g] >= 0
                        and bool(np.all(slots < self.ct.machine.d)))
         return lazy

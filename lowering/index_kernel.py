@@ -55,11 +55,10 @@ SELF = -2  # a head's last winner was the query's own position
 
 
 @njit(cache=True)
-def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store, vs, nv, outv,
-                  vb):
+def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_store, vs, nv, out):
     """Real attention of head g over keys 0..p (position heads: their keys from the
     polynomial; others: the stored keys; values v_store[:, vs:vs+nv]), written to
-    outv[vb:vb+nv]. Keys more than
+    out[:nv]. Keys more than
     SCAN_CUTOFF below the best weigh below e^-SCAN_CUTOFF of it: they are left out of the sums
     (2^-86 of the winner's weight, below any rounding of them)."""
     best = -np.inf
@@ -77,7 +76,7 @@ def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_stor
             best = s
     total = 0.0
     for u in range(nv):
-        outv[vb + u] = 0.0
+        out[u] = 0.0
     acc = np.zeros(max(nv, 1))
     for j in range(p + 1):
         if scores[j] - best < -SCAN_CUTOFF:
@@ -87,7 +86,7 @@ def _softmax_read(g, p, kind, qbuf, dq, qb, pa0, pa1, pa2, k_store, kofs, v_stor
         for u in range(nv):
             acc[u] += w * np.float64(v_store[j, vs + u])
     for u in range(nv):
-        outv[vb + u] = acc[u] / total
+        out[u] = acc[u] / total
 
 
 @njit(cache=True)
@@ -286,6 +285,15 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
                 memo_used[0] += 1
                 memo_used[1] += ne
 
+    def project(ptr, end, slot, wts, qb, dq, out):
+        # a head's query or key dims qb..qb+dq-1 from the slots (rare enough per position
+        # that its array arguments' reference counts do not matter)
+        for dd in range(dq):
+            acc = zero
+            for t in range(ptr[qb + dd], end[qb + dd]):
+                acc += val[slot[t]] * wts[t]
+            out[qb + dd] = acc
+
     def fresh_v(g):
         # head g's value at the current position, recomputed where a slot it reads changed;
         # vchg: it changed since the head last answered with it
@@ -323,15 +331,6 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
                 ans[u] = acc
             else:
                 ans[u] = v_store[j, vs + u]
-
-    def row_of(key):
-        # as `_slot_of`
-        tmask = np.uint64(table.shape[0] - 1)
-        h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-        j = (h ^ (h >> np.uint64(31))) & tmask
-        while table[j, 1] != 0 and table[j, 0] != key:
-            j = (j + np.uint64(1)) & tmask
-        return np.int64(j)
 
     def target(g):
         # a position read's winner from its query: the integer target b / (-2a) where the
@@ -404,7 +403,7 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
             cls_pos[g, cls, cnt] = p
         cls_count[g, cls] = cnt + 1
         key = key_of(g, cls, nvals)
-        j = row_of(key)
+        j = _slot_of(table, key)
         if table[j, 1] == 0:
             tbl_used[0] += 1
         table[j, 0], table[j, 1] = key, p + 1
@@ -464,7 +463,7 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
                 second = max(second, const + bonus + content + qr * p)
                 continue
             second = max(second, const + bonus + content - drop + qr * p)
-            row = row_of(key_of(g, c, nvals))
+            row = _slot_of(table, key_of(g, c, nvals))
             if table[row, 1] == 0:
                 continue
             j = table[row, 1] - 1
@@ -500,11 +499,7 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
             return 0
         if kd[g]:
             kd[g] = 0
-            for dd in range(dq):
-                acc = zero
-                for t in range(k_ptr[qb + dd], k_end[qb + dd]):
-                    acc += val[k_slot[t]] * k_val[t]
-                k_cur[qb + dd] = acc
+            project(k_ptr, k_end, k_slot, k_val, qb, dq, k_cur)
         if head_k[g] >= 0:
             for dd in range(dq):
                 k_store[p, head_k[g] + dd] = k_cur[qb + dd]
@@ -534,11 +529,7 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
         qb, dq, kind = head_q[g], head_dq[g], kind_of[g]
         if qd[g]:
             qd[g] = 0
-            for dd in range(dq):
-                acc = zero
-                for t in range(q_ptr[qb + dd], q_end[qb + dd]):
-                    acc += val[q_slot[t]] * q_val[t]
-                q_cur[qb + dd] = acc
+            project(q_ptr, q_end, q_slot, q_val, qb, dq, q_cur)
             if kind == 1:
                 h_t[g] = target(g)
         if kind == 1:
@@ -578,7 +569,7 @@ def _run(machine, start, stop, n_prompt, rows, out_rows, cols, tokens, M, zero, 
             unlazy(g, p)
             last_win[g] = -1
             _softmax_read(g, p, kind_of[g], q_cur[qb:qb + dq], dq, qb, pa0, pa1, pa2, k_store,
-                          head_k[g], v_store, vs, nv, ans, 0)
+                          head_k[g], v_store, vs, nv, ans)
         if win >= 0:
             stats[0] += 1
         for u in range(nv):

@@ -406,7 +406,7 @@ def test_fed_back_plain_numbers_check_as_the_array_path_does():
         if i % 3 == 1:
             ret["x"] = np.asarray(ret["x"], float)
         mode, pos = ("error", "clamp", "unchecked")[i % 3], int(rng.integers(0, 8))
-        fast += inp._fed_tokens(contract, ret, pos) is not None
+        fast += inp._fed_plain(contract, ret, pos) is not None
 
         def slow():
             rows = {k: inp._one_position(contract, k, v) for k, v in ret.items()}

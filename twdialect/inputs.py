@@ -176,7 +176,7 @@ def check_feedback(contract, returned, position: int, on_out_of_range: str = "er
             else f"a {type(returned).__name__}"
         raise EvaluationError(f"{where} returned {got}; it must return {{name: value}} with "
                               f"one position of every input ({contract.describe()})")
-    fast = _fed_tokens(contract, returned, position)
+    fast = _fed_plain(contract, returned, position)
     if fast is not None:
         return fast
     try:
@@ -186,7 +186,7 @@ def check_feedback(contract, returned, position: int, on_out_of_range: str = "er
         raise EvaluationError(f"{where}: {e}") from None
 
 
-def _fed_tokens(contract: InputContract, returned: Mapping, position: int
+def _fed_plain(contract: InputContract, returned: Mapping, position: int
                 ) -> CheckedInputs | None:
     """The common feedback, every input given as valid plain numbers (a token id, a number
     for a width-1 input, a short sequence or array of them), inside the graph's positions,

@@ -11,15 +11,7 @@ finite numbers."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-from tw_frontends.rasp.translator import RaspError, _label
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (bool, int, float, np.integer, np.floating)) and math.isfinite(float(v))
+from tw_frontends.rasp.translator import RaspError, _is_number, _label
 
 
 def _known():
