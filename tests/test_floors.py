@@ -64,3 +64,39 @@ def test_the_scan_sees_an_import_inside_a_function(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from tw_frontends.rasp import translate\n")
     assert ("f", "tw_frontends.rasp") in set(_imports(src))
+
+
+# The frontends' size limits: a file a reader takes in at once, a class one concern, a
+# function one screen (a function's lines include its docstring).
+MAX_FILE, MAX_CLASS, MAX_FUNCTION = 900, 300, 60
+
+
+def _oversized(folder: Path) -> list[str]:
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        src = path.read_text()
+        rel = str(path.relative_to(ROOT))
+        if src.count("\n") > MAX_FILE:
+            found.append(f"{rel}: {src.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(src)):
+            size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.ClassDef) and size > MAX_CLASS:
+                found.append(f"{rel}: class {node.name}, {size} lines")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > MAX_FUNCTION:
+                found.append(f"{rel}: {node.name}, {size} lines")
+    return found
+
+
+def test_the_frontends_keep_their_size_limits():
+    assert not _oversized(ROOT / "frontends"), _oversized(ROOT / "frontends")
+
+
+def test_the_size_check_sees_a_long_function(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION))
+    (tmp_path / "m.py").write_text(f"def f():\n{body}")
+    global ROOT
+    root, ROOT = ROOT, tmp_path
+    try:
+        assert _oversized(tmp_path) == ["m.py: f, 61 lines"]
+    finally:
+        ROOT = root

@@ -475,13 +475,28 @@ def test_a_selector_reading_none_everywhere_is_named(side):
         translate(program, {1, 2, 3}, 4, compiler_bos=BOS)
 
 
+def _limit(monkeypatch, name: str, value) -> None:
+    """A frontend limit lowered for one test, in every module of the frontend that reads it
+    (each imports the limits it reads by name)."""
+    import importlib
+    import pkgutil
+
+    import tw_frontends.rasp as package
+
+    patched = 0
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"tw_frontends.rasp.{info.name}")
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, value)
+            patched += 1
+    assert patched > 1
+
+
 @pytest.mark.parametrize("numerical", [False, True])
 def test_a_sequence_map_over_more_pairs_than_a_one_hot_holds_is_one_mlp(monkeypatch, numerical):
     # above MAX_TABLE pairs the pairs' one-hot is never a value: a neuron a pair, straight
     # to the rows (checked here with the limit lowered to 8, on every input)
-    import tw_frontends.rasp.translator as frontend
-
-    monkeypatch.setattr(frontend, "MAX_TABLE", 8)
+    _limit(monkeypatch, "MAX_TABLE", 8)
     f = rasp.SequenceMap(lambda x, y: (x * y) % 4 if x > y else x, rasp.tokens, rasp.indices)
     program = rasp.numerical(f) if numerical else rasp.categorical(f)
     model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
@@ -529,10 +544,9 @@ def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkey
     # make_nary_sequencemap's tuples of three (|X| |Y| |Z| values, 5,000 for 10 tokens at
     # length 50) are read by one Map: f's pair table goes straight to f's values (checked
     # with the limit lowered to 16, on every input)
-    import tw_frontends.rasp.translator as frontend
     from tracr.compiler import lib
 
-    monkeypatch.setattr(frontend, "MAX_TABLE", 16)
+    _limit(monkeypatch, "MAX_TABLE", 16)
     program = lib.make_nary_sequencemap(lambda x, i, y: (x * i + y) % 4, rasp.tokens,
                                         rasp.indices, rasp.tokens)
     model = compile_rasp_to_model(program, {1, 2, 3}, 4, compiler_bos=BOS)
@@ -543,9 +557,7 @@ def test_a_map_of_more_pair_values_than_a_one_hot_holds_is_one_pair_table(monkey
 def test_a_pair_map_read_twice_is_not_fused(monkeypatch):
     # the SequenceMap's values are read by two maps: each would redo its pair table, so its
     # one-hot stays (and above the limit, is refused by name)
-    import tw_frontends.rasp.translator as frontend
-
-    monkeypatch.setattr(frontend, "MAX_TABLE", 8)
+    _limit(monkeypatch, "MAX_TABLE", 8)
     pairs = rasp.SequenceMap(lambda x, i: (x, i), rasp.tokens, rasp.indices)
     program = rasp.SequenceMap(lambda a, b: a[0] == b[1], rasp.Map(lambda p: p, pairs),
                                rasp.Map(lambda p: (p[1], p[0]), pairs))

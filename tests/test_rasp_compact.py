@@ -28,8 +28,10 @@ from tw_lowering import compile_rasp_to_model  # noqa: E402
 from tw_lowering.sweep import Sweep  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import AttnOp, MlpOp  # noqa: E402
-from tw_frontends.rasp.translator import (GAIN, MAX_DIGITS, RaspError, _parabola,  # noqa: E402
-                                      _rank_digits, translate)
+from tw_frontends.rasp.keys import MAX_DIGITS, _rank_digits  # noqa: E402
+from tw_frontends.rasp.limits import GAIN, RaspError  # noqa: E402
+from tw_frontends.rasp.tables import _parabola  # noqa: E402
+from tw_frontends.rasp.translator import translate  # noqa: E402
 
 NUMS = {0, 1, 2}
 
@@ -498,7 +500,7 @@ def test_means_that_differ_by_float64_round_off_are_one_value():
 
 def _pairwise(selector, k_tuples, q_tuples, k_slot, q_slot):
     """The selector at every pair, one Python call each (an exception selects nothing)."""
-    from tw_frontends.rasp.translator import _selected
+    from tw_frontends.rasp.values import _selected
 
     out = np.zeros((len(q_tuples), len(k_tuples)))
     for a, qt in enumerate(q_tuples):
@@ -513,7 +515,7 @@ def _pairwise(selector, k_tuples, q_tuples, k_slot, q_slot):
 def test_vectorized_selection_equals_the_predicate_pair_by_pair():
     import random
 
-    from tw_frontends.rasp.translator import _selection
+    from tw_frontends.rasp.values import _selection
 
     rng = random.Random(0)
     k_sop, q_sop = rasp.tokens, rasp.indices
@@ -571,7 +573,7 @@ def test_categorical_output_is_one_coded_column(vocab, make):
 
 
 def test_output_code_refused_where_float32_cannot_tell_codes_apart():
-    from tw_frontends.rasp.translator import output_codes
+    from tw_frontends.rasp.graph import output_codes
 
     assert output_codes(["x"], 5) is None  # one value: a one-hot is one column already
     codes, shift, tol = output_codes([-2, 0, 7], 5)
@@ -581,7 +583,7 @@ def test_output_code_refused_where_float32_cannot_tell_codes_apart():
 
 
 def test_output_that_cannot_mix_is_decoded_as_the_nearest_code():
-    from tw_frontends.rasp.translator import output_codes
+    from tw_frontends.rasp.graph import output_codes
 
     codes, shift, tol = output_codes([0, 1, 2], 200, mixes=False)
     assert list(codes) == [1.0, 2.0, 3.0] and shift is None and tol == 1 / (4 * 201)
@@ -814,7 +816,7 @@ def test_sum_tables_of_whole_numbers_equal_the_pair_by_pair_rationals():
     import itertools
     import random
 
-    from tw_frontends.rasp.translator import _Sums, _sum_weights, _table_of_sum
+    from tw_frontends.rasp.tables import _Sums, _sum_weights, _table_of_sum
 
     rng = random.Random(0)
     maps = [lambda x, y: x - y, lambda x, y: (x + 2 * y) % 3, lambda x, y: x * y,

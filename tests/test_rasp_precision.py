@@ -18,8 +18,9 @@ pytest.importorskip("tracr.rasp.rasp")
 from tracr.rasp import rasp  # noqa: E402
 
 from tw_lowering import compile_rasp_to_model  # noqa: E402
-from tw_frontends.rasp.translator import (ULP64, RaspError, _apply, _mean_radius,  # noqa: E402
-                                      _mean_space, _Near, _selection)
+from tw_frontends.rasp.limits import RaspError  # noqa: E402
+from tw_frontends.rasp.numbers import ULP64, _apply, _Near  # noqa: E402
+from tw_frontends.rasp.values import _mean_radius, _mean_space, _selection  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_rasp import agrees  # noqa: E402

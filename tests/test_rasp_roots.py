@@ -19,7 +19,8 @@ from test_rasp_fuzz import causal_evaluate  # noqa: E402
 from tw_lowering import compile_rasp_to_model  # noqa: E402
 from twdialect.dense import shape_of  # noqa: E402
 from twdialect.dialect import MlpOp  # noqa: E402
-from tw_frontends.rasp.translator import _root, translate  # noqa: E402
+from tw_frontends.rasp.translator import translate  # noqa: E402
+from tw_frontends.rasp.values import _root  # noqa: E402
 
 NUMS = {0, 1, 2, 3}
 i, t = rasp.indices, rasp.tokens

@@ -169,7 +169,7 @@ def test_a_map_that_tells_apart_what_the_sum_rounds_together_reads_the_pairs():
 
 def test_a_product_of_means_is_no_sum():
     """x * y is not affine: the pairs' table, still exact."""
-    from tw_frontends.rasp.translator import _affine_fit
+    from tw_frontends.rasp.tables import _affine_fit
 
     assert _affine_fit(lambda x, y: x * y, [0.0, 0.5, 1.0], [0.0, 1.0]) is None
     assert _affine_fit(lambda x, y: x - y, [0.0, 0.5, 1.0], [0.0, 1.0])[:3] == (1.0, -1.0, 0.0)
@@ -197,7 +197,7 @@ def test_sums_of_m_values_are_every_multiset_sum(values):
     import itertools
     from fractions import Fraction
 
-    from tw_frontends.rasp.translator import _sums
+    from tw_frontends.rasp.values import _sums
 
     common, per_count = _sums(values, 4)
     for m, sums in enumerate(per_count, start=1):

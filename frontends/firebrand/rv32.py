@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tw_lowering.machines import MachineError
 
 DEFAULT_RAM = 8192

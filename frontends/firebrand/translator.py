@@ -464,19 +464,7 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
         xs = [x for x in (v - 1, v, v + 1) if lo <= x <= hi]
         return bld.atom(tw.piecewise_linear(bld.value(f), xs, [float(x == v) for x in xs]))
     if op == "mod":
-        m = args[1]
-        a = max(lo, 0)
-        if hi < m:                        # a < m too: mod is the identity here
-            return f
-        # sawtooth: bends at k m - 1 and k m for every multiple k m in (a, hi]
-        first = (a // m + 1) * m
-        if (hi - first) // m + 1 > MAX_DOMAIN // 2:
-            _refuse_domain(node, a, hi, "its sawtooth")
-        xs = {a, hi}
-        for km in range(first, hi + 1, m):
-            xs.update((km - 1, km))
-        xs = sorted(x for x in xs if a <= x <= hi)
-        return bld.atom(tw.piecewise_linear(bld.value(f), xs, [float(x % m) for x in xs]))
+        return _mod(bld, node, f, lo, hi)
     if op == "lookup":
         start, table = args[1], args[2]
         a, b = max(lo, start), min(hi, start + len(table) - 1)
@@ -493,6 +481,23 @@ def _node(bld: _Builder, node, forms, iv) -> Form:
         cond = bld.value(f.scaled(2) + Form(-1))
         return bld.atom(tw.select(cond, bld.value(fa), bld.value(fb)))
     raise FirebrandError(f"firebrand: unknown operation {op!r}")
+
+
+def _mod(bld: _Builder, node, f: Form, lo: int, hi: int) -> Form:
+    """f mod m over [lo, hi]: the identity below m, else a sawtooth through its bends."""
+    m = node.args[1]
+    a = max(lo, 0)
+    if hi < m:                        # a < m too: mod is the identity here
+        return f
+    # sawtooth: bends at k m - 1 and k m for every multiple k m in (a, hi]
+    first = (a // m + 1) * m
+    if (hi - first) // m + 1 > MAX_DOMAIN // 2:
+        _refuse_domain(node, a, hi, "its sawtooth")
+    xs = {a, hi}
+    for km in range(first, hi + 1, m):
+        xs.update((km - 1, km))
+    xs = sorted(x for x in xs if a <= x <= hi)
+    return bld.atom(tw.piecewise_linear(bld.value(f), xs, [float(x % m) for x in xs]))
 
 
 def _read(query, key, value, wq, gain: float):

@@ -11,7 +11,8 @@ finite numbers."""
 
 from __future__ import annotations
 
-from tw_frontends.rasp.translator import RaspError, _is_number, _label
+from tw_frontends.rasp.limits import RaspError, _label
+from tw_frontends.rasp.numbers import _is_number
 
 
 def _known():

@@ -1,0 +1,279 @@
+"""The translation's graph and its BOS constants (`_Graph`): one translation of one program
+grows one tw graph, knows every op's value at the BOS position (the oracle on a one-position
+sequence), and dispatches each RASP expression to the stage that translates it (`sop`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from twdialect import ops as tw
+from twdialect.dialect import AttnOp, ConcatOp, EmbeddingOp
+from twdialect.interp import evaluate_op
+
+from tw_frontends.rasp.limits import (ATOL, CLEAN, RaspError, _FeaturesNoNarrower, _label,
+                                      _need_tracr, rasp)
+from tw_frontends.rasp.numbers import _Unsteady, _is_number, _ordered, _plain
+from tw_frontends.rasp.nodes import Encoded, Value
+from tw_frontends.rasp.built import _through_linear
+from tw_frontends.rasp.graph import RaspGraph, _may_mix, output_codes
+from tw_frontends.rasp.validate import validate
+from tw_frontends.rasp.values import _readers
+
+
+class _Graph:
+    """One translation's graph, its BOS values and the memo of translated expressions."""
+
+    def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
+                 token_features: bool = True, narrow_indices: bool = True,
+                 analyses: dict | None = None, atol: float = ATOL, tabled_sums=()):
+        self.vocab = _ordered(vocab)
+        if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
+            raise RaspError(f"atol must be a positive number, got {atol!r}")
+        self.atol = float(atol)
+        if not self.vocab:
+            raise RaspError("vocab must not be empty")
+        for v in (bos, pad):
+            if v in self.vocab:
+                raise RaspError(f"the BOS/pad token {v!r} must not be in the vocabulary")
+        if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+            raise RaspError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+        self.max_seq_len = int(max_seq_len)
+        self.causal = bool(causal)
+        self.bos, self.pad = bos, pad
+        self.memo: dict[int, Encoded] = {}
+        self.roots: dict = {}  # `_root`'s answers
+        self.leaf_memo: dict = {}  # `_functions_of`'s answers
+        self.at_bos: dict[Value, np.ndarray] = {}
+        # a table of steps: (input, points, rows, its number of MLPs)
+        self.tables: dict[Value, tuple] = {}
+        # SequenceMaps kept tables of their value pairs (`_sum_read_apart`, `translate`'s
+        # retry), and those read as a number or through a sum instead (unique ids)
+        self.tabled_sums: set = set(tabled_sums)
+        self.numbered_sums: set = set()
+        self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
+        self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
+        self.seen = 0
+        # whether narrow reads of the token one-hot read columns of the token embedding beside
+        # it (`_token_columns`), grown as the reads ask: their unit columns (the one-hot's rows
+        # @ them) and a column's index by its bytes
+        self.token_features = token_features
+        self.feature_columns: list[np.ndarray] = []
+        self.feature_index: dict[bytes, int] = {}
+        # whether a head's value reads the indices one-hot through a position table of
+        # fewer columns (`_narrow_read`), and whether one did
+        self.narrow_indices = narrow_indices
+        self.narrowed_indices = False
+        self.squares: Value | None = None  # `_index_squares`
+        # answers about the program's functions over its value sets (`_analysis`), which a
+        # later translation of the same program (`translate`) asks again
+        self.analyses: dict = {} if analyses is None else analyses
+
+    def _analysis(self, kind: str, expr, compute: Callable[[], Any]):
+        """compute(), once per (kind, expr) across the translations of one program: the
+        program's functions over value sets that do not depend on how a translation reads
+        its inputs."""
+        key = (kind, expr.unique_id)
+        if key not in self.analyses:
+            self.analyses[key] = compute()
+        return self.analyses[key]
+
+    # -- the graph and its BOS constants ---------------------------------------------
+    def build(self, program) -> RaspGraph:
+        _need_tracr()
+        validate(program, self.vocab, self.max_seq_len, self.causal)  # (every static rule)
+        with tw.Graph("main", verify=False) as g:  # `translate` verifies the one it keeps
+            self.graph = g
+            self._sources()
+            self.readers = _readers(program)
+            self.program = program
+            out = self.sop(program)
+            if out.numerical:
+                out = self._refolded(out)
+                self.check_output(program, out)
+            code = None if out.numerical else output_codes(
+                out.space, self.max_seq_len, mixes=_may_mix(program))
+            coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
+            if coded is not None:
+                self._erase(out.value.owner)
+            tw.output("out", out.value if coded is None else coded)
+        self._embed_features(g.op)
+        rg = RaspGraph(g.module, self.vocab, self.max_seq_len, self.causal, self.bos, self.pad,
+                       out.numerical, None if out.numerical else [_plain(v) for v in out.space])
+        if coded is not None:
+            rg.codes, rg.code_shift, rg.code_tolerance = code
+        return rg
+
+    def _refolded(self, out: Encoded) -> Encoded:
+        """A numerical output read linearly off a table of steps that nothing else reads (a
+        numerical Map of a SelectorWidth's one-hot) as one table of the product, planned to
+        `atol`, in two MLPs where one cannot keep it: the pipeline would fold the two
+        anyway, keeping float32 only within 1e-5 of the output's magnitude
+        (numerical(Map(10 k + 0.1, hist)) at length 40: 2.5e-4 off in one layer; 6e-6 in
+        two)."""
+        x, w, b = _through_linear(out.value)
+        if x is out.value or x not in self.tables or not x.has_one_use():
+            return out
+        src, points, rows, _ = self.tables[x]
+        product = rows @ w + b
+        value = self._steps(src, points, product, self._output_tolerance(product) / 2)
+        self._erase(out.value.owner)
+        return self.encoded(value, True, out._space, out.maybe_none, noisy=out.noisy,
+                            error=self.table_errors[value], magnitude=out._magnitude)
+
+    def _output_tolerance(self, rows: np.ndarray) -> float:
+        """What a table giving the program's numerical output may stray: its default (CLEAN
+        of its largest row), at most `atol`."""
+        return min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
+
+    def check_output(self, expr, out: Encoded) -> None:
+        """A numerical output within `atol` of RASP's value, else refused: float32 holds each
+        of its values to half an ulp, and computes it to `out.error` (a softmax's mean to
+        `mean_noise` of the magnitudes it averaged, however small the result)."""
+        if out.magnitude * 2.0 ** -24 + out.error <= self.atol:
+            return  # (half an ulp of the largest value: no need to list the values)
+        values = np.array([float(v) for v in out.space or () if _is_number(v)])
+        with np.errstate(over="ignore"):
+            held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
+        bound = held + out.error
+        if bound > self.atol:
+            raise RaspError(f"{_label(expr)}: a numerical output (values up to "
+                            f"{out.magnitude:.3g}) that float32 computes only to about "
+                            f"{bound:.2g}, beyond atol={self.atol:g}: "
+                            "compile with a larger atol (compile_rasp_to_model(..., atol=...), "
+                            "tw-rasp --atol) or scale the values down")
+
+    def _erase(self, op) -> None:
+        """Drop `op`, which nothing reads, and whatever only it read, from the graph (the
+        token input stays: its feed names it); every op left has its BOS value (`_sync`
+        counts the ops it has seen)."""
+        self._sync()
+        self._drop(op)
+        self.seen = len(self.graph.ops)
+
+    def _drop(self, op) -> None:
+        operands = [o.owner for o in op.operands]
+        op.drop_all_references()
+        self.graph.ops.remove(op)
+        for owner in operands:
+            if owner in self.graph.ops and not isinstance(owner, EmbeddingOp) and \
+                    not any(r.uses for r in owner.results):
+                self._drop(owner)
+
+    def _sources(self) -> None:
+        v = len(self.vocab)
+        numeric = all(_is_number(t) for t in self.vocab)
+        # token ids: the vocabulary, then BOS, then pad. Columns: one-hot, BOS flag, value.
+        table = np.zeros((v + 2, v + 2))
+        table[np.arange(v), np.arange(v)] = 1.0
+        table[v, v] = 1.0
+        if numeric:
+            table[:v, v + 1] = [float(t) for t in self.vocab]
+        self.embedding = tw.embedding("tokens", table)
+        self.feeds = {"tokens": table[v:v + 1]}
+        self.tokens_onehot = tw.slice(self.embedding, 0, v)
+        self.bos_flag = tw.slice(self.embedding, v, 1)
+        self.tokens_value = tw.slice(self.embedding, v + 1, 1) if numeric else None
+        self.feature_slices: dict[int, Value] = {}  # `_features`
+        n = self.max_seq_len
+        pos = np.zeros((n + 1, n + 1))
+        pos[np.arange(1, n + 1), np.arange(n)] = 1.0  # one-hot of p - 1
+        pos[np.arange(1, n + 1), n] = np.arange(n)  # p - 1
+        idx = tw.pos_table(pos)
+        self.indices_onehot = tw.slice(idx, 0, n)
+        self.indices_value = tw.slice(idx, n, 1)
+        self.one = tw.literal([1.0])
+        self._sync()
+
+    def _sync(self) -> None:
+        """The BOS-position value of every op built since the last call (the oracle on a
+        one-position sequence: BOS attends only to itself)."""
+        for op in self.graph.ops[self.seen:]:
+            if self.token_features and isinstance(op, AttnOp) and self._keys_one_hot(op):
+                raise _FeaturesNoNarrower()
+            if not op.results or op.results[0] in self.at_bos:  # (a feature slice's zeros)
+                continue
+            args = [self.at_bos[o] for o in op.operands]
+            self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
+        self.seen = len(self.graph.ops)
+
+    def _keys_one_hot(self, head: AttnOp) -> bool:
+        """Whether a head's queries or keys read the token one-hot itself: a head is rebuilt
+        (`_times`) with the same queries and keys, so the one-hot stays in the residual, and
+        token features beside it would only widen it."""
+        return any(isinstance(side.owner, ConcatOp) and self.tokens_onehot in side.owner.operands
+                   for side in (head.query, head.key))
+
+    def encoded(self, value: Value, numerical: bool, space, maybe_none: bool = False, *,
+                noisy: bool, error: float = 0.0, magnitude: float | None = None) -> Encoded:
+        self._sync()
+        self.errors[value] = max(error, self.errors.get(value, 0.0))
+        return Encoded(value, numerical, space, self.at_bos[value][0].copy(), maybe_none, noisy,
+                       error=error, _magnitude=magnitude)
+
+    # -- SOps ------------------------------------------------------------------------
+    def sop(self, expr) -> Encoded:
+        key = expr.unique_id
+        if key not in self.memo:
+            with tw.annotate(str(expr.label)):
+                try:
+                    enc = self._translate(expr)
+                except _Unsteady as e:  # (the innermost expression whose function jumped)
+                    raise RaspError(f"{_label(expr)}: {e.why}") from None
+            numerical = rasp.is_numerical(expr)
+            if enc.numerical != numerical:
+                enc = self.as_numerical(enc, expr) if numerical else self.as_categorical(enc, expr)
+            self.memo[key] = enc
+        return self.memo[key]
+
+    def _translate(self, expr) -> Encoded:
+        numerical = rasp.is_numerical(expr)
+        if isinstance(expr, rasp.TokensType):
+            if numerical:  # (a vocabulary of numbers: validate.py)
+                return self.encoded(self.tokens_value, True, list(self.vocab), noisy=False)
+            return self.encoded(self.tokens_onehot, False, list(self.vocab), noisy=False)
+        if isinstance(expr, rasp.IndicesType):
+            space = list(range(self.max_seq_len))
+            if numerical:
+                return self.encoded(self.indices_value, True, space, noisy=False)
+            return self.encoded(self.indices_onehot, False, space, noisy=False)
+        if isinstance(expr, rasp.LengthType):
+            return self._length(expr)
+        if isinstance(expr, rasp.Full):
+            return self._constant(expr, expr.fill)
+        if isinstance(expr, rasp.ConstantSOp):
+            return self._constant_sop(expr)
+        if isinstance(expr, rasp.Map):
+            return self._map(expr)
+        if isinstance(expr, rasp.SequenceMap):
+            return self._sequence_map(expr)
+        if isinstance(expr, rasp.Aggregate):
+            return self._aggregate(expr)
+        if isinstance(expr, rasp.SelectorWidth):
+            return self._selector_width(expr, expr.selector)
+        raise AssertionError(f"{_label(expr)}: validate.py admits only the classes above")
+
+    def _constant(self, expr, fill) -> Encoded:
+        if rasp.is_numerical(expr):
+            return self.encoded(tw.literal([self._number(expr, fill)]), True, [fill], noisy=False)
+        return self.encoded(tw.literal([1.0]), False, [fill], noisy=False)
+
+    def _constant_sop(self, expr) -> Encoded:
+        values = list(expr.value)  # (at most max_seq_len: validate.py)
+        n = self.max_seq_len
+        if rasp.is_numerical(expr):
+            table = np.zeros((n + 1, 1))
+            table[1:len(values) + 1, 0] = [self._number(expr, v) for v in values]
+            return self.encoded(tw.pos_table(table), True, _ordered(values), noisy=False)
+        space = _ordered(values)
+        table = np.zeros((n + 1, len(space)))
+        for p, v in enumerate(values):
+            table[p + 1, space.index(v)] = 1.0
+        return self.encoded(tw.pos_table(table), False, space, noisy=False)
+
+    def _number(self, expr, v) -> float:
+        if not _is_number(v):
+            raise RaspError(f"{_label(expr)}: a numerical SOp holds {v!r}, not a finite number")
+        return float(v)
