@@ -54,6 +54,7 @@ from twdialect.dialect import (
     width_of,
 )
 from twdialect.interp import pwl_2d
+from twdialect.point_tables import hinge_mlp
 from twdialect.f32_error import mlp_error_bound, mlp_output_box
 from twdialect.ranges import Box, integer_components, value_ranges
 from tw_passes.graph_pass import GraphPass
@@ -222,27 +223,6 @@ def _clamp(op: ClampOp, em: _Emitter, down: bool = False) -> SSAValue:
     return em.mlp(op.x, w1, b1, w2, np.full(n, hi if down else lo))
 
 
-def pwl_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Hinge coefficients for values[0] + sum_k C[k] relu(x - bp[k]) + tail relu(x - bp[-1]).
-
-    C (n, O) is exact in f32 and chosen breakpoint by breakpoint, so the interpolant hits
-    values[k+1] at bp[k+1] given the already rounded earlier coefficients (the error at each
-    breakpoint is the rounding of one coefficient, not an accumulation). C[n-1] = f32(-sum C[:n-1])
-    flattens the right tail; `tail` (O,) is its f32 rounding remainder, so the tail's slope is
-    0 up to about 2^-48 |sum C| (a second neuron on the last breakpoint, needed only where the
-    remainder is non-zero)."""
-    n = bp.size
-    coef = np.zeros_like(values)
-    for k in range(n - 1):
-        # The interpolant built so far (coefficients 0..k-1, already rounded) at bp[k+1].
-        reached = values[0] + (coef[:k] * (bp[k + 1] - bp[:k])[:, None]).sum(axis=0)
-        coef[k] = f32((values[k + 1] - reached) / (bp[k + 1] - bp[k]))
-    flatten = -coef[:n - 1].sum(axis=0)
-    coef[n - 1] = f32(flatten)
-    tail = f32(flatten - coef[n - 1])
-    return coef, tail
-
-
 def _pwl(op: PiecewiseLinearOp, em: _Emitter, down: bool = False) -> SSAValue:
     """Hinges relu(x - B[k]) from the left end (they cancel right of the last breakpoint), or
     (`down`) relu(B[k] - x) from the right end, the interpolant of -x (cancelling on the left)."""
@@ -254,19 +234,9 @@ def _pwl(op: PiecewiseLinearOp, em: _Emitter, down: bool = False) -> SSAValue:
 
 def _hinge_mlp(x: SSAValue, weights: np.ndarray, offset: float, bp: np.ndarray,
                values: np.ndarray, em: _Emitter) -> SSAValue:
-    """One MLP chain computing the interpolant through (bp, values) of t = x @ weights - offset."""
-    coef, tail = pwl_coefficients(bp, values)
-    keep = [k for k in range(bp.size) if np.any(coef[k] != 0)]
-    rows = [coef[k] for k in keep]
-    biases = [-bp[k] for k in keep]
-    if np.any(tail != 0):
-        rows.append(tail)
-        biases.append(-bp[-1])
-    if not rows:  # a constant function: one idle neuron keeps the chain well-formed
-        rows, biases = [np.zeros(values.shape[1])], [0.0]
-    w1 = np.repeat(np.asarray(weights, dtype=np.float64)[:, None], len(rows), axis=1)
-    b1 = np.array(biases) - offset
-    return em.mlp(x, w1, b1, np.array(rows), values[0])
+    """One MLP chain computing the interpolant through (bp, values) of t = x @ weights - offset
+    (`twdialect.point_tables.hinge_mlp`, flat beyond the last point)."""
+    return em.mlp(x, *hinge_mlp(bp, values, weights, offset))
 
 
 def _strip_neurons(grid: np.ndarray, op: Operation, axis: str):

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tw_passes import run_pipeline
-from tw_passes.decompose import DecomposeError, DecomposePass, pwl_coefficients
+from tw_passes.decompose import DecomposeError, DecomposePass
+from twdialect.point_tables import hinge_coefficients
 from twdialect import evaluate, make_context, ops as tw, parse_module, print_module
 from twdialect.contracts import (
     SELECT_COND_TOLERANCE,
@@ -343,7 +344,7 @@ def test_pwl_steep_segments_keep_flat_tail():
     values = np.array([[-0.803], [1.13], [1.531], [-1.9], [1.7]])
     bp32 = bp.astype(np.float32).astype(np.float64)
     v32 = values.astype(np.float32).astype(np.float64)
-    coef, tail = pwl_coefficients(bp32, v32)
+    coef, tail = hinge_coefficients(bp32, v32)
     assert abs(coef.sum() + tail.sum()) <= 1e-12 * np.abs(coef).sum()
     module = single_op_graph(lambda x: tw.piecewise_linear(x, bp, values),
                              value_range=(-1e5, 1e5))
@@ -588,6 +589,6 @@ def test_pwl_within_rounding_bound_for_random_tables(seed, n, out):
     x = np.concatenate([bp, rng.uniform(-4, 4, 300), [-50.0, 50.0]])
     ideal, dec = run_both(module, x)
     bp32 = bp.astype(np.float32).astype(np.float64)
-    coef, _ = pwl_coefficients(bp32, values.astype(np.float32).astype(np.float64))
+    coef, _ = hinge_coefficients(bp32, values.astype(np.float32).astype(np.float64))
     bound = 2.0 ** -24 * float((np.abs(coef[:-1]) * np.diff(bp32)[:, None]).max()) * 2 + 1e-12
     assert np.abs(dec - ideal).max() <= bound

@@ -1,12 +1,13 @@
 """Questions about ops already built: the linear op that made a value (`_through_linear`),
 whether a live op reads a value (`_is_read`), whether reading through a linear would keep a
-wider value in the residual (`_wider_only_for`)."""
+wider value in the residual (`_wider_only_for`); several reads summed as one (`_summed`)."""
 
 from __future__ import annotations
 
 import numpy as np
 from xdsl.ir import Operation
 
+from twdialect import ops as tw
 from twdialect.dense import to_numpy
 from twdialect.dialect import LinearOp, MlpOp, OutputOp, width_of
 
@@ -49,3 +50,18 @@ def _through_linear(v: Value) -> tuple[Value, np.ndarray, np.ndarray]:
         return op.x, m, b
     n = width_of(v)
     return v, np.eye(n), np.zeros(n)
+
+
+def _summed(reads: list) -> tuple:
+    """One (x, W, bias, at_bos) read of several `_read`s whose sum a head takes: their
+    values side by side (one a value read twice), matrices stacked, biases summed."""
+    xs, ws = [], []
+    for x, w, _, _ in reads:
+        same = next((i for i, y in enumerate(xs) if y is x), None)
+        if same is None:
+            xs.append(x)
+            ws.append(w)
+        else:
+            ws[same] = ws[same] + w
+    x = xs[0] if len(xs) == 1 else tw.concat(*xs)
+    return x, np.vstack(ws), sum(r[2] for r in reads), sum(r[3] for r in reads)

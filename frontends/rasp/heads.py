@@ -16,12 +16,12 @@ from twdialect.dialect import width_of
 from tw_frontends.rasp.limits import GAIN, MAX_MEANS, RaspError, _label, rasp
 from tw_frontends.rasp.numbers import _NONE, _apply, _ordered
 from tw_frontends.rasp.nodes import Encoded, Value
-from tw_frontends.rasp.built import _through_linear, _wider_only_for
+from tw_frontends.rasp.built import _summed, _through_linear, _wider_only_for
 from tw_frontends.rasp.float32 import _read_error
 from tw_frontends.rasp.tables import _one_hot_rows
 from tw_frontends.rasp.keys import (MAX_DIGITS, _exact, _factor, _key_tolerance, _nearest_key,
                                     _query_tolerance, _ranked)
-from tw_frontends.rasp.values import (_conjuncts, _leaves, _root_or_constant, _selection, _summed,
+from tw_frontends.rasp.values import (_conjuncts, _leaves, _root_or_constant, _selection,
                                       _tuple_at_root, _without_prefix)
 
 

@@ -6,6 +6,7 @@ it (`tests/test_rasp.py`'s `_limit`)."""
 
 from __future__ import annotations
 
+from twdialect import point_tables
 from twdialect.errors import TwError
 
 try:
@@ -25,11 +26,9 @@ MAX_PAIR_WEIGHTS = 1 << 24
 # Most value pairs a SequenceMap is asked whether it is a function of a x + b y (its function
 # run on every pair: some seconds at this many).
 MAX_SUM_PAIRS = 1 << 20
-# A table in one MLP may stray this far (relative to its largest row) in float32; a steeper one
-# takes two MLPs, exact on its plateaus.
-CLEAN = 2e-6
-# How far (relative) an input may sit off its value when a table's plateaus are measured.
-PERTURB = 1e-6
+# A table's float32 tolerance (CLEAN of its largest row) and how far off its points it is
+# measured: `twdialect.point_tables`' (the home of a table through points).
+CLEAN, PERTURB = point_tables.CLEAN, point_tables.PERTURB
 # How far (absolute) each of a rank's two widths may stray where a table of their sum reads
 # them (`_Translator._rank`): far inside the quarter unit that table's plateaus allow.
 RANK_NOISE = 1e-3
@@ -69,7 +68,3 @@ def _label(expr) -> str:
     except Exception:  # noqa: BLE001 - a label is only decoration
         return type(expr).__name__
 
-
-# How many times further off its value (than PERTURB) an input of a table through its points
-# (`interpolation_mlp`, no plateaus) may sit and the table stay within its tolerance.
-LINE_MARGIN = 16

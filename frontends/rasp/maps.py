@@ -11,14 +11,14 @@ from typing import Callable
 import numpy as np
 
 from twdialect import ops as tw
+from twdialect.point_tables import emit_steps, interpolation_mlp, measured, step_mlps
 
 from tw_frontends.rasp.limits import MAX_PAIRS, MAX_PAIR_WEIGHTS, MAX_TABLE, RaspError, _label, rasp
 from tw_frontends.rasp.numbers import _NONE, _Unsteady, _apply, _ordered
 from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.float32 import (_check_gaps, _clustered, _merge_float32, _read_error,
                                        _readable)
-from tw_frontends.rasp.tables import (_affine, _measured, _one_hot_rows, _tuple_neurons, emit_steps,
-                                      interpolation_mlp, step_mlps)
+from tw_frontends.rasp.tables import _affine, _one_hot_rows, _tuple_neurons
 from tw_frontends.rasp.values import (_at_leaves, _at_root, _composed, _functions_of, _leaf_key,
                                       _leaf_slot, _linear_space, _root)
 
@@ -337,7 +337,7 @@ class _Tables:
         if budget <= 0:
             return None
         mlp = interpolation_mlp(points, rows)
-        error = _measured(points, rows, mlp, budget, perturb=0.0)
+        error = measured(points, rows, mlp, budget, perturb=0.0)
         if error is None:
             return None
         return tw.mlp(inner.value, *mlp), gain, error

@@ -2,15 +2,17 @@
 (tracr's `nodes.py` in spirit), written once by the stage that translates it and read by
 every later reader.
 
-| field | written by | meaning |
-| --- | --- | --- |
-| value | the op built for it (`maps`, `sums`, `heads`, `aggregate`) | its tw value |
-| numerical | `build._Graph.sop` (RASP's annotation; `as_numerical` / `as_categorical` convert) | one number, or a one-hot |
-| space | the value-set stage (`values`, `_Tables._rows`, `aggregate._mean_values`) | categorical: each column's value; numerical: its values (lazy where many) |
-| bos | `build._Graph.encoded` (the oracle at BOS) | its value at the BOS position |
-| maybe_none / noisy | its translation | may be None somewhere / read off a softmax |
-| categories / number | `_Tables._table`, `_Tables.as_categorical` | the other encoding of the same values, read instead where cheaper |
-| error / magnitude | its translation (`float32`'s rules) | how far float32 may move it; its largest value |
+* `value`: its tw value, from the op its stage built (`maps`, `sums`, `heads`, `aggregate`);
+* `numerical`: one number or a one-hot: RASP's annotation, `build._Graph.sop` converting
+  (`_Tables.as_numerical` / `as_categorical`) where the translation gave the other;
+* `space`: its value set, from RASP's functions (`values`, `_Tables._rows`,
+  `aggregate._mean_values`): categorical, each column's value; numerical, its values (a
+  callable where many, enumerated when a table first asks);
+* `bos`: its value at the BOS position (`build._Graph.encoded`, the oracle);
+* `maybe_none`, `noisy`: None somewhere; read off a softmax (its translation);
+* `categories`, `number`: the same values in the other encoding, read instead where cheaper
+  (`_Tables._table`, `_Tables.as_categorical`);
+* `error`, `magnitude`: how far float32 may move it, its largest value (`float32`'s rules).
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ from twdialect import ops as tw
 from twdialect.dense import to_numpy
 from twdialect.dialect import (AttnOp, ConcatOp, EmbeddingOp, LinearOp, MlpOp, PosTableOp, SliceOp,
                                width_of)
+from twdialect.point_tables import emit_steps, interpolation_mlp, step_mlps, within
 
 from tw_frontends.rasp.limits import CLEAN, _FeaturesNoNarrower, rasp
 from tw_frontends.rasp.nodes import Value
 from tw_frontends.rasp.built import _is_read, _through_linear
-from tw_frontends.rasp.tables import (_affine, _parabola, _unit_columns, _within, emit_steps,
-                                      interpolation_mlp, step_mlps)
+from tw_frontends.rasp.tables import _affine, _parabola, _unit_columns
 
 
 class _Reads:
@@ -36,7 +36,7 @@ class _Reads:
             if affine is not None:  # (a one-hot of a number, read as a code of it)
                 return tw.linear(x, [[affine[0]]], [affine[1]])
             line = interpolation_mlp(points, rows)
-            if _within(points, rows, line, tolerance):
+            if within(points, rows, line, tolerance):
                 return tw.mlp(x, *line)
             plan = step_mlps(points, rows, tolerance)
             return emit_steps(x, rows, plan) if len(plan) <= depth else None

@@ -38,14 +38,15 @@ Beyond tracr: numerical Select keys and queries, SequenceMap over numerical inpu
 numerical to categorical, Aggregate defaults other than None/0, numerical tokens and
 indices, `length` (full attention only), ConstantSOp and ConstantSelector are compiled (each
 through an exact table). Refused, with the expression named: value sets too large to table
-(MAX_TABLE entries; a SequenceMap's pairs MAX_PAIRS, one neuron each), `length` under a causal mask (a causal model cannot see the sequence's
-end), values that are neither numbers nor hashable, a numerical SOp holding a non-number.
+(MAX_TABLE entries; a SequenceMap's pairs MAX_PAIRS, one neuron each), `length` under a
+causal mask (a causal model cannot see the sequence's end), values that are neither numbers
+nor hashable, a numerical SOp holding a non-number.
 
 The translation in files (one concern each; `docs/newcomer.md` walks through adding a construct):
 
 | file | what it decides |
 | --- | --- |
-| `validate.py` | every expression the frontend takes, refused all at once before anything is built |
+| `validate.py` | what the frontend takes: every refusal of a program named at once |
 | `nodes.py` | the record per SOp (`Encoded`) and which stage writes each of its facts |
 | `values.py`, `numbers.py` | value sets, computed from RASP's functions (no op built) |
 | `float32.py`, `tables.py`, `keys.py` | the float32 rules, tables through points, key comparisons |

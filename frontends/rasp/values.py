@@ -13,8 +13,6 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from twdialect import ops as tw
-
 from tw_frontends.rasp.limits import MAX_MEANS, MAX_SUM_WORK, _label, rasp
 from tw_frontends.rasp.numbers import (ULP64, _NONE, _Near, _Unsteady, _apply, _is_number, _near,
                                        _ordered, _radius)
@@ -201,21 +199,6 @@ def _conjuncts(selector) -> list:
     if isinstance(selector, rasp.SelectorAnd):
         return _conjuncts(selector.fst) + _conjuncts(selector.snd)
     return [selector]
-
-
-def _summed(reads: list) -> tuple:
-    """One (x, W, bias, at_bos) read of several `_read`s whose sum a head takes: their
-    values side by side (one a value read twice), matrices stacked, biases summed."""
-    xs, ws = [], []
-    for x, w, _, _ in reads:
-        same = next((i for i, y in enumerate(xs) if y is x), None)
-        if same is None:
-            xs.append(x)
-            ws.append(w)
-        else:
-            ws[same] = ws[same] + w
-    x = xs[0] if len(xs) == 1 else tw.concat(*xs)
-    return x, np.vstack(ws), sum(r[2] for r in reads), sum(r[3] for r in reads)
 
 
 def _leaves(selector) -> list:
