@@ -151,15 +151,18 @@ class Plan(list):
 def interpolation_mlp(points: np.ndarray, rows: np.ndarray) -> tuple:
     """One MLP (w1, b1, w2, b2) through every (points[k], rows[k]), linear between and
     beyond: a neuron where the slope changes, half a table of steps' two a step, but an
-    input off its point moves the output by the slope (for readers that tolerate it)."""
+    input off its point moves the output by the slope (for readers that tolerate it). The
+    neurons are `hinge_mlp`'s through the points where the slope changes and the last one,
+    on the last segment's line beyond it."""
     order = np.argsort(points, kind="stable")
     points, rows = points[order], rows[order]
     slopes = np.diff(rows, axis=0) / np.diff(points)[:, None]
     change = np.diff(slopes, axis=0, prepend=np.zeros((1, rows.shape[1])))
     hinge = np.flatnonzero(np.any(change != 0, axis=1))
     if hinge.size == 0:  # one point, or the rows never change
-        hinge = np.array([0])
-    return np.ones((1, hinge.size)), -points[hinge], change[hinge], rows[0]
+        return np.ones((1, 1)), -points[:1], np.zeros((1, rows.shape[1])), rows[0]
+    knots = np.append(hinge, points.size - 1)
+    return hinge_mlp(points[knots], rows[knots], flat=False)
 
 
 def within(points: np.ndarray, rows: np.ndarray, mlp: tuple, tolerance,
