@@ -60,10 +60,8 @@ from xdsl.context import Context
 from xdsl.ir import Operation, SSAValue
 
 from tw_passes.fuse_linears import (
-    concat_like,
     discard,
     fold_concat_operands,
-    input_side,
     op_params,
     same_schedule_tags,
 )
@@ -73,6 +71,7 @@ from twdialect.rounding import FoldCheck
 from twdialect.rounding import mark_addend
 from twdialect.rounding import record as record_rounding
 from twdialect.dense import to_numpy
+from twdialect.op_sides import concat_like, input_side
 from twdialect.dialect import (
     SCOPE_TERMINAL,
     AddOp,

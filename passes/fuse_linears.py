@@ -54,6 +54,8 @@ from twdialect.rounding import FoldCheck
 from twdialect.rounding import mark_addend
 from twdialect.rounding import record as record_rounding
 from twdialect.dense import shape_of, to_numpy
+from twdialect.op_sides import (concat_like, input_side, input_sides, vector_of,
+                                with_input_sides)
 from twdialect.dialect import (
     ITERATION,
     AttnOp,
@@ -83,56 +85,6 @@ def op_params(op: Operation) -> int:
         if attr is not None:
             total += math.prod(shape_of(attr))
     return total
-
-
-def _vector(op: Operation, name: str, n: int) -> np.ndarray:
-    attr = op.properties.get(name)
-    return to_numpy(attr).reshape(-1) if attr is not None else np.zeros(n)
-
-
-def input_side(op: LinearOp | MlpOp) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(matrix applied to the op's input, its bias, whether that bias is present)."""
-    key_w, key_b = ("weight", "bias") if isinstance(op, LinearOp) else ("w1", "b1")
-    w = to_numpy(op.properties[key_w])
-    return w, _vector(op, key_b, w.shape[1]), op.properties.get(key_b) is not None
-
-
-def with_input_side(op: LinearOp | MlpOp, x: SSAValue, w: np.ndarray, b: np.ndarray,
-                    has_bias: bool) -> Operation:
-    """A copy of `op` reading `x` through matrix `w` (and bias `b` if `has_bias`); for a
-    gated mlp, whose up projection reads x too, use `with_input_sides`."""
-    return with_input_sides(op, x, [(w, b, has_bias)])
-
-
-def input_sides(op: LinearOp | MlpOp) -> list[tuple[np.ndarray, np.ndarray, bool]]:
-    """Every (matrix, bias, has_bias) applied to the op's input: the input side, and for a
-    gated mlp its up projection (up, ub) too. A fold into the input applies to each."""
-    sides = [input_side(op)]
-    if isinstance(op, MlpOp) and op.is_gated:
-        wu = to_numpy(op.up)
-        sides.append((wu, _vector(op, "ub", wu.shape[1]), op.ub is not None))
-    return sides
-
-
-def with_input_sides(op: LinearOp | MlpOp, x: SSAValue,
-                     sides: list[tuple[np.ndarray, np.ndarray, bool]]) -> Operation:
-    """A copy of `op` reading `x` through the given sides (as `input_sides` lists them): an
-    mlp keeps its activation, and a gated one takes its new up projection from sides[1]."""
-    w, b, has_bias = sides[0]
-    bias = b if has_bias else None
-    if isinstance(op, LinearOp):
-        new = LinearOp(x, w, bias)
-    else:
-        up = up_bias = None
-        if op.is_gated:
-            up, ub, has_ub = sides[1]
-            up_bias = ub if has_ub else None
-        new = mlp_like(op, x, w, op.w2, b1=bias, b2=op.b2, up=up, up_bias=up_bias)
-        if up is not None:
-            record_rounding(new, "up", up, up_bias)
-    new.attributes.update(op.attributes)
-    record_rounding(new, "in", w, bias)
-    return new
 
 
 def same_schedule_tags(producer: Operation, consumer: Operation) -> bool:
@@ -174,7 +126,7 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
     """linear(mlp(x)) as one mlp whose second matrix absorbs the linear."""
     w2 = to_numpy(mlp.w2)
     m, m_bias, m_has = input_side(linear)
-    b2 = _vector(mlp, "b2", w2.shape[1])
+    b2 = vector_of(mlp, "b2", w2.shape[1])
     new_w2 = w2 @ m
     new_b2 = b2 @ m + m_bias if m_has or mlp.b2 is not None else None
     new = mlp_like(mlp, mlp.x, mlp.w1, new_w2, b1=mlp.b1, b2=new_b2, up=mlp.up, up_bias=mlp.ub)
@@ -183,16 +135,6 @@ def fold_linear_into_mlp_output(mlp: MlpOp, linear: LinearOp) -> MlpOp:
                     before=(w2, to_numpy(mlp.b2) if mlp.b2 is not None else None, m, m_bias))
     mark_addend(new, linear.out)
     return new
-
-
-def concat_like(values: list[SSAValue], like: Operation) -> tuple[list[Operation], SSAValue]:
-    """The concat of `values` with `like`'s attributes (no op for a single value): the ops to
-    insert and the value to read."""
-    if len(values) == 1:
-        return [], values[0]
-    c = ConcatOp(values)
-    c.attributes.update(like.attributes)
-    return [c], c.out
 
 
 def fold_concat_operands(reader: LinearOp | MlpOp, absorb) -> tuple[Operation, ConcatOp] | None:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tw_passes import run_pipeline
-from tw_passes.canonicalization import PATTERNS
+from twdialect.canonicalization import PATTERNS
 from twdialect import evaluate, print_module
 from twdialect import ops as tw
 from twdialect.analysis import first_use_before_def

@@ -1,9 +1,9 @@
 """The floors import downwards only, at import time or inside a function: the dialect
 (`twdialect/`) < the passes (`passes/`) < the lowering (`lowering/`) < the frontends
-(`frontends/`). The exceptions are named: `tw_lowering.__getattr__` resolves the frontends'
+(`frontends/`). The one exception is named: `tw_lowering.__getattr__` resolves the frontends'
 drivers under the names callers know (`compile_machine`, `compile_rasp_to_model`) on first
-use, and the dialect's canonicalization trait (`TwCanonicalization.get_patterns`, xDSL's hook)
-hands upstream `canonicalize` the patterns that live with the passes. A pass that needs the
+use. (The canonicalization patterns are the dialect's own, `twdialect/canonicalization.py`,
+with the op-side helpers they share with the passes' folds, `twdialect/op_sides.py`.) A pass that needs the
 scheduler's model lives in the lowering (`lowering/rematerialize.py`,
 `lowering/sequential_scope.py`), named in the pass registry by module."""
 
@@ -15,8 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = (("twdialect", "twdialect"), ("passes", "tw_passes"), ("lowering", "tw_lowering"),
           ("frontends", "tw_frontends"))
-ALLOWED = {("lowering/__init__.py", "__getattr__", "tw_frontends"),
-           ("twdialect/dialect.py", "get_patterns", "tw_passes")}
+ALLOWED = {("lowering/__init__.py", "__getattr__", "tw_frontends")}
 
 
 def _imports(path: Path):

@@ -147,7 +147,7 @@ def test_literal_folding_is_the_oracle_on_position_local_ops(cls):
     """`canonicalize` folds an op of literals by the oracle's rule, for the position-local
     primitives and views only: attention mixes positions, sources read the run."""
     from tw_passes import run_pipeline
-    from tw_passes.canonicalization import FOLDABLE_OPS
+    from twdialect.canonicalization import FOLDABLE_OPS
     from twdialect.interp import evaluate
 
     if cls in FOLDABLE_OPS:

@@ -337,10 +337,11 @@ def _check_discardable(op: Operation) -> None:
 
 
 class TwCanonicalization(HasCanonicalizationPatternsTrait):
-    """Upstream `canonicalize` picks up tw's patterns (defined in passes/canonicalization.py)."""
+    """Upstream `canonicalize` picks up tw's patterns (`twdialect/canonicalization.py`, the
+    dialect's own: they import this module, so they are read when first asked)."""
 
     def get_patterns(self, op):
-        from tw_passes.canonicalization import patterns_for
+        from twdialect.canonicalization import patterns_for
 
         return tuple(patterns_for(op))
 

@@ -50,6 +50,7 @@ from twdialect.dialect import (
     width_of,
 )
 from twdialect.interp import evaluate_op
+from twdialect.op_sides import concat_like, input_sides, with_input_sides
 
 
 def literal_value(value: SSAValue) -> np.ndarray | None:
@@ -269,8 +270,6 @@ class FoldLiteralConcatOperands(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: LinearOp | MlpOp, rewriter: PatternRewriter, /):
-        from tw_passes.fuse_linears import concat_like, input_sides, with_input_sides
-
         concat = op.x.owner
         if not isinstance(concat, ConcatOp):
             return
