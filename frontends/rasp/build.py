@@ -13,11 +13,11 @@ from twdialect import ops as tw
 from twdialect.dialect import AttnOp, ConcatOp, EmbeddingOp
 from twdialect.interp import evaluate_op
 
-from tw_frontends.rasp.limits import (ATOL, CLEAN, RaspError, _FeaturesNoNarrower, _label,
-                                      _need_tracr, rasp)
+from tw_frontends.rasp.limits import ATOL, RaspError, _FeaturesNoNarrower, _label, _need_tracr, rasp
 from tw_frontends.rasp.numbers import _Unsteady, _is_number, _ordered, _plain
 from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.built import _through_linear
+from tw_frontends.rasp.float32 import check_output, output_tolerance
 from tw_frontends.rasp.graph import RaspGraph, _may_mix, output_codes
 from tw_frontends.rasp.validate import validate
 from tw_frontends.rasp.values import _readers
@@ -92,7 +92,7 @@ class _Graph:
             out = self.sop(program)
             if out.numerical:
                 out = self._refolded(out)
-                self.check_output(program, out)
+                check_output(program, out, self.atol)
             code = None if out.numerical else output_codes(
                 out.space, self.max_seq_len, mixes=_may_mix(program))
             coded = None if code is None else self._times(out.value, code[0][:, None], code[2])
@@ -118,32 +118,10 @@ class _Graph:
             return out
         src, points, rows, _ = self.tables[x]
         product = rows @ w + b
-        value = self._steps(src, points, product, self._output_tolerance(product) / 2)
+        value = self._steps(src, points, product, output_tolerance(product, self.atol) / 2)
         self._erase(out.value.owner)
         return self.encoded(value, True, out._space, out.maybe_none, noisy=out.noisy,
                             error=self.table_errors[value], magnitude=out._magnitude)
-
-    def _output_tolerance(self, rows: np.ndarray) -> float:
-        """What a table giving the program's numerical output may stray: its default (CLEAN
-        of its largest row), at most `atol`."""
-        return min(CLEAN * max(1.0, float(np.abs(rows).max())), self.atol)
-
-    def check_output(self, expr, out: Encoded) -> None:
-        """A numerical output within `atol` of RASP's value, else refused: float32 holds each
-        of its values to half an ulp, and computes it to `out.error` (a softmax's mean to
-        `mean_noise` of the magnitudes it averaged, however small the result)."""
-        if out.magnitude * 2.0 ** -24 + out.error <= self.atol:
-            return  # (half an ulp of the largest value: no need to list the values)
-        values = np.array([float(v) for v in out.space or () if _is_number(v)])
-        with np.errstate(over="ignore"):
-            held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
-        bound = held + out.error
-        if bound > self.atol:
-            raise RaspError(f"{_label(expr)}: a numerical output (values up to "
-                            f"{out.magnitude:.3g}) that float32 computes only to about "
-                            f"{bound:.2g}, beyond atol={self.atol:g}: "
-                            "compile with a larger atol (compile_rasp_to_model(..., atol=...), "
-                            "tw-rasp --atol) or scale the values down")
 
     def _erase(self, op) -> None:
         """Drop `op`, which nothing reads, and whatever only it read, from the graph (the

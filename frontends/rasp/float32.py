@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from tw_frontends.rasp.limits import MAX_TABLE, RaspError, _label
-from tw_frontends.rasp.numbers import _Near, _is_count, _radius
+from tw_frontends.rasp.limits import CLEAN, MAX_TABLE, RaspError, _label
+from tw_frontends.rasp.numbers import _Near, _is_count, _is_number, _radius
 from tw_frontends.rasp.tables import _affine
 
 # Points of a table closer than this (relative to the largest magnitude, or 1) are one value:
@@ -134,3 +134,28 @@ def _readable(table: dict, noise: float, numerical: bool) -> bool:
         return False
     return (numerical and _affine(points, rows) is not None) or \
         np.count_nonzero(np.any(rows[1:] != rows[:-1], axis=1)) <= MAX_TABLE
+
+
+def output_tolerance(rows: np.ndarray, atol: float) -> float:
+    """What a table giving the program's numerical output may stray: its default (CLEAN of
+    its largest row), at most `atol`."""
+    return min(CLEAN * max(1.0, float(np.abs(rows).max())), atol)
+
+
+def check_output(expr, out, atol: float) -> None:
+    """A numerical output (`out`, an `Encoded`) within `atol` of RASP's value, else refused:
+    float32 holds each of its values to half an ulp, and computes it to `out.error` (a
+    softmax's mean to `mean_noise` of the magnitudes it averaged, however small the
+    result)."""
+    if out.magnitude * 2.0 ** -24 + out.error <= atol:
+        return  # (half an ulp of the largest value: no need to list the values)
+    values = np.array([float(v) for v in out.space or () if _is_number(v)])
+    with np.errstate(over="ignore"):
+        held = float(np.max(np.abs(values - values.astype(np.float32)), initial=0.0))
+    bound = held + out.error
+    if bound > atol:
+        raise RaspError(f"{_label(expr)}: a numerical output (values up to "
+                        f"{out.magnitude:.3g}) that float32 computes only to about "
+                        f"{bound:.2g}, beyond atol={atol:g}: "
+                        "compile with a larger atol (compile_rasp_to_model(..., atol=...), "
+                        "tw-rasp --atol) or scale the values down")

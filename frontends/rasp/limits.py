@@ -33,7 +33,7 @@ CLEAN, PERTURB = point_tables.CLEAN, point_tables.PERTURB
 # them (`_Translator._rank`): far inside the quarter unit that table's plateaus allow.
 RANK_NOISE = 1e-3
 # A numerical output's default tolerance (tracr's tests and tw's contract: 1e-4 absolute); a
-# value float32 cannot keep within it is refused (`_Translator.check_output`).
+# value float32 cannot keep within it is refused (`float32.check_output`).
 ATOL = 1e-4
 # Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
 # is enumerated for a table.

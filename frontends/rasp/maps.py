@@ -17,7 +17,7 @@ from tw_frontends.rasp.limits import MAX_PAIRS, MAX_PAIR_WEIGHTS, MAX_TABLE, Ras
 from tw_frontends.rasp.numbers import _NONE, _Unsteady, _apply, _ordered
 from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.float32 import (_check_gaps, _clustered, _merge_float32, _read_error,
-                                       _readable)
+                                       _readable, output_tolerance)
 from tw_frontends.rasp.tables import _affine, _one_hot_rows, _tuple_neurons
 from tw_frontends.rasp.values import (_at_leaves, _at_root, _composed, _functions_of, _leaf_key,
                                       _leaf_slot, _linear_space, _root)
@@ -316,7 +316,8 @@ class _Tables:
                          "steps")
         if inner.error:
             _check_gaps(expr, points, rows, inner.error)
-        tolerance = self._output_tolerance(rows) if numerical and expr is self.program else None
+        output = numerical and expr is self.program
+        tolerance = output_tolerance(rows, self.atol) if output else None
         line = None if tolerance is None else self._output_line(inner, points, rows)
         if line is not None:
             return line

@@ -14,7 +14,7 @@ from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, MAX_SUM_PAIRS, R
 from tw_frontends.rasp.numbers import ULP64, _NONE, _apply, _call, _is_number, _near, _ordered
 from tw_frontends.rasp.nodes import Encoded
 from tw_frontends.rasp.built import _through_linear
-from tw_frontends.rasp.float32 import _readable
+from tw_frontends.rasp.float32 import _readable, check_output
 from tw_frontends.rasp.tables import _Sums, _affine_fit, _steps_cost, _sum_weights
 from tw_frontends.rasp.values import _linear_space, _mean_radius, _same_selector, _sums
 
@@ -200,7 +200,7 @@ class _SumsOfMeans:
         out = self._table(expr, s_enc, [table[v] for v in s_space])
         if expr is self.program and out.numerical:
             try:  # (the pairs' table reads each pair's value off its one-hot, exactly)
-                self.check_output(expr, out)
+                check_output(expr, out, self.atol)
             except RaspError:
                 return None  # (s and its table are dead code)
         return out
