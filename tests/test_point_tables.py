@@ -82,3 +82,15 @@ def test_measured_refuses_a_tolerance_float32_cannot_keep():
     # an input a relative 1e-6 off its point moves the line's output by its slope
     off = measured(points, rows, line, 1.0)
     assert off > at_points and measured(points, rows, line, (off + at_points) / 2) is None
+
+
+def test_a_long_table_is_built_in_one_pass_and_stays_exact():
+    # 3,000 points, 64 columns: coefficient k from the interpolant's value and slope at
+    # bp[k] (one step a point, not a sum over every earlier coefficient)
+    rng = np.random.default_rng(7)
+    points = np.cumsum(rng.integers(1, 4, 3000)).astype(float)
+    rows = np.cumsum(rng.normal(size=(3000, 64)), axis=0)
+    mlp = hinge_mlp(points, rows)
+    assert np.abs(_run(mlp, points) - rows).max() <= 1e-6 * np.abs(rows).max()
+    line = interpolation_mlp(points, rows)
+    assert np.abs(_run(line, points) - rows).max() <= 1e-6 * np.abs(rows).max()

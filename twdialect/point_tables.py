@@ -44,10 +44,17 @@ def hinge_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, 
     remainder is non-zero)."""
     n = bp.size
     coef = np.zeros_like(values)
+    at = np.array(values[0], dtype=np.float64)  # the interpolant built so far, at bp[k]
+    slope = np.zeros_like(at)  # its slope right of bp[k] before coef[k]: sum of coef[:k]
     for k in range(n - 1):
-        # The interpolant built so far (coefficients 0..k-1, already rounded) at bp[k+1].
-        reached = values[0] + (coef[:k] * (bp[k + 1] - bp[:k])[:, None]).sum(axis=0)
-        coef[k] = f32((values[k + 1] - reached) / (bp[k + 1] - bp[k]))
+        # the interpolant (coefficients 0..k-1, already rounded) at bp[k+1], in float64 (its
+        # round-off, some n ulps of float64, is far below the float32 rounding it corrects):
+        # a step a breakpoint, not a sum over every earlier one
+        gap = bp[k + 1] - bp[k]
+        reached = at + slope * gap
+        coef[k] = f32((values[k + 1] - reached) / gap)
+        slope = slope + coef[k]
+        at = reached + coef[k] * gap
     flatten = -coef[:n - 1].sum(axis=0)
     coef[n - 1] = f32(flatten)
     tail = f32(flatten - coef[n - 1])
