@@ -648,3 +648,23 @@ def test_tw_rasp_takes_the_pad_token(tmp_path):
     assert r.returncode == 0, r.stderr
     r = _cli(str(f), "a", "--pad", "a")
     assert r.returncode == 1 and "must not be in the vocabulary" in r.stderr
+
+
+def test_the_translation_reports_what_it_cost():
+    # graphs built (a retry is one more), ops built over all of them, and ops of the kept
+    # graph that its output does not read (bench/rasp_translation.py sums these)
+    from twdialect.dialect import GraphOp, OutputOp
+
+    program = LIB_PROGRAMS["sort"](5)[0]
+    rg = translate(program, {1, 2, 3, 4, 5}, 5, compiler_bos=BOS)
+    graph = next(op for op in rg.module.walk() if isinstance(op, GraphOp))
+    ops = list(graph.body.block.ops)
+    live, stack = set(), [op for op in ops if isinstance(op, OutputOp)]
+    while stack:
+        op = stack.pop()
+        if op not in live:
+            live.add(op)
+            stack.extend(o.owner for o in op.operands if o.owner in ops)
+    effort = rg.effort
+    assert effort["graphs"] >= 1 and effort["ops"] >= len(ops)
+    assert effort["unread"] == sum(op not in live for op in ops) > 0

@@ -1,6 +1,7 @@
 """Questions about ops already built: the linear op that made a value (`_through_linear`),
-whether a live op reads a value (`_is_read`), whether reading through a linear would keep a
-wider value in the residual (`_wider_only_for`); several reads summed as one (`_summed`)."""
+whether a live op reads a value (`_is_read`), how many ops nothing live reads (`_unread`),
+whether reading through a linear would keep a wider value in the residual
+(`_wider_only_for`); several reads summed as one (`_summed`)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,26 @@ def _is_read(v: Value) -> bool:
     graph = v.owner.parent_block()
     if graph is None:
         return False
+    live = _live(graph)
+    return any(use.operation in live for use in v.uses)
+
+
+def _unread(graph) -> int:
+    """How many ops of a finished translation's graph its outputs do not depend on (the token
+    embedding's and the position table's unused slices included)."""
+    live = _live(graph)
+    return sum(op not in live for op in graph.ops)
+
+
+def _live(graph) -> set:
+    """The ops a graph's outputs depend on."""
     live, stack = set(), [op for op in graph.ops if isinstance(op, OutputOp)]
     while stack:
         op = stack.pop()
         if op not in live:
             live.add(op)
             stack.extend(o.owner for o in op.operands if isinstance(o.owner, Operation))
-    return any(use.operation in live for use in v.uses)
+    return live
 
 
 def _wider_only_for(x: Value, v: Value) -> bool:

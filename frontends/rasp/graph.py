@@ -4,7 +4,7 @@ its output back as RASP's values; and how a categorical output is coded as one n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,6 +36,10 @@ class RaspGraph:
     codes: np.ndarray | None = None
     code_shift: float | None = None
     code_tolerance: float = 0.0
+    # what the translation cost (`translator.translate`): graphs built (the retries among
+    # them), ops built over all of them, and ops of the kept graph its output does not read
+    # (built to ask, then read through or replaced: the pipeline's DCE drops them)
+    effort: dict = field(default_factory=dict)
 
     def token_ids(self, tokens: Sequence) -> np.ndarray:
         """Token ids for a sequence [bos, *tokens] less its trailing pad tokens, which the

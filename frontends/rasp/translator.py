@@ -63,7 +63,7 @@ from __future__ import annotations
 from typing import Any
 
 from tw_frontends.rasp.limits import ATOL, RaspError, _FeaturesNoNarrower, _need_tracr
-from tw_frontends.rasp.built import _is_read
+from tw_frontends.rasp.built import _is_read, _unread
 from tw_frontends.rasp.graph import RaspGraph, output_codes
 from tw_frontends.rasp.aggregate import _Aggregates
 from tw_frontends.rasp.build import _Graph
@@ -92,6 +92,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
     tabled: set = set()  # SequenceMaps whose number a refused translation read
+    effort = {"graphs": 0, "ops": 0}
 
     def build(narrow_indices: bool, features: bool) -> tuple:
         """(translator, graph), or (None, None) where the token features do not pay. A
@@ -102,6 +103,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
         while True:
             t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
                             atol=atol, tabled_sums=tabled)
+            effort["graphs"] += 1
             try:
                 return t, t.build(program)
             except _FeaturesNoNarrower:
@@ -110,6 +112,8 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
                 if not t.numbered_sums - tabled:
                     raise
                 tabled.update(t.numbered_sums)
+            finally:
+                effort["ops"] += len(t.graph.ops) if hasattr(t, "graph") else 0
 
     # narrow reads of the token one-hot through feature columns of the embedding where they
     # are fewer than its columns and nothing else reads it; else through the one-hot
@@ -123,6 +127,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
         t, rg = build(False, features)
         if t is None:
             t, rg = build(False, False)
+    rg.effort = {**effort, "unread": _unread(t.graph)}
     return _verified(rg)
 
 
