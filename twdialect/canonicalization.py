@@ -50,7 +50,7 @@ from twdialect.dialect import (
     width_of,
 )
 from twdialect.interp import evaluate_op
-from twdialect.op_sides import concat_like, input_sides, with_input_sides
+from twdialect.op_sides import concat_like, input_sides, vector_of, with_input_sides
 
 
 def literal_value(value: SSAValue) -> np.ndarray | None:
@@ -59,11 +59,6 @@ def literal_value(value: SSAValue) -> np.ndarray | None:
     if isinstance(owner, LiteralOp):
         return to_numpy(owner.value).reshape(-1)
     return None
-
-
-def optional_vector(op: Operation, name: str, n: int) -> np.ndarray:
-    attr = op.properties.get(name)
-    return to_numpy(attr).reshape(-1) if attr is not None else np.zeros(n)
 
 
 def make_literal(row: np.ndarray, like: Operation) -> LiteralOp:
@@ -146,7 +141,7 @@ class ZeroLinear(RewritePattern):
     def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter, /):
         if np.any(to_numpy(op.weight) != 0.0):
             return
-        rewriter.replace(op, make_literal(optional_vector(op, "bias", width_of(op.out)), op))
+        rewriter.replace(op, make_literal(vector_of(op, "bias", width_of(op.out)), op))
 
 
 # The ops folded when every operand is a literal. Each is position-local (its value at a

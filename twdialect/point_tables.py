@@ -31,8 +31,6 @@ PERTURB = 1e-6
 LINE_MARGIN = 16
 
 
-
-
 def hinge_coefficients(bp: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hinge coefficients for values[0] + sum_k C[k] relu(x - bp[k]) + tail relu(x - bp[-1]).
 
