@@ -15,7 +15,7 @@ from tw_frontends.rasp.numbers import _NONE, _Near, _apply, _is_number, _ordered
 from tw_frontends.rasp.nodes import Encoded
 from tw_frontends.rasp.float32 import mean_noise
 from tw_frontends.rasp.keys import MIN_SPLIT_KEYS, _ordered_by
-from tw_frontends.rasp.values import _at_root, _mean_space, _root, _without_prefix
+from tw_frontends.rasp.values import _mean_space, _root, _without_prefix
 
 
 class _Aggregates:
@@ -127,16 +127,15 @@ class _Aggregates:
         if at.count(True) != 1:
             return None
         x = args[at.index(False)]
-        enc = self.sop(x)
-        if enc.space is None or enc.maybe_none or \
-                not all(_is_number(v) for v in enc.space):
+        space = self.sets.of(x)
+        if space is None or self.sets.maybe_none(x) or not all(_is_number(v) for v in space):
             return None
-        xs = sorted(enc.space, key=float)
+        xs = sorted(space, key=float)
         if len(xs) * self.max_seq_len > MAX_MEANS:
             return None
         root = _root(k, self.roots)
         if root is not k:  # k, a function of one root, has few values itself: split only
-            ks = {_at_root(k, root, r) for r in self.sop(root).space or ()}  # a far fewer x
+            ks = set(self.sets.of(k) or ())  # where x has far fewer values
             if len(ks) < max(MIN_SPLIT_KEYS, 3 * len(xs)):
                 return None
 

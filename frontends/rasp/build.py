@@ -20,6 +20,7 @@ from tw_frontends.rasp.built import _through_linear
 from tw_frontends.rasp.float32 import check_output, output_tolerance
 from tw_frontends.rasp.graph import RaspGraph, _may_mix, output_codes
 from tw_frontends.rasp.validate import validate
+from tw_frontends.rasp.value_sets import ValueSets
 from tw_frontends.rasp.values import _readers
 
 
@@ -28,7 +29,8 @@ class _Graph:
 
     def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
                  token_features: bool = True, narrow_indices: bool = True,
-                 analyses: dict | None = None, atol: float = ATOL, tabled_sums=()):
+                 analyses: dict | None = None, atol: float = ATOL, tabled_sums=(),
+                 value_sets: ValueSets | None = None):
         self.vocab = _ordered(vocab)
         if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
             raise RaspError(f"atol must be a positive number, got {atol!r}")
@@ -70,6 +72,10 @@ class _Graph:
         # answers about the program's functions over its value sets (`_analysis`), which a
         # later translation of the same program (`translate`) asks again
         self.analyses: dict = {} if analyses is None else analyses
+        # every SOp's value set and what only value sets decide (the stage before this one,
+        # shared by a program's translations)
+        self.sets = value_sets if value_sets is not None else \
+            ValueSets(self.vocab, self.max_seq_len, self.causal)
 
     def _analysis(self, kind: str, expr, compute: Callable[[], Any]):
         """compute(), once per (kind, expr) across the translations of one program: the

@@ -5,22 +5,20 @@ where the predicate compares numbers)."""
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 
 import numpy as np
 
 from twdialect import ops as tw
 from twdialect.dialect import width_of
 
-from tw_frontends.rasp.limits import GAIN, MAX_MEANS, RaspError, _label, rasp
-from tw_frontends.rasp.numbers import _NONE, _apply, _ordered
+from tw_frontends.rasp.limits import GAIN, RaspError, _label, rasp
+from tw_frontends.rasp.numbers import _NONE, _ordered
 from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.built import _summed, _through_linear, _wider_only_for
 from tw_frontends.rasp.float32 import _read_error
 from tw_frontends.rasp.tables import _one_hot_rows
 from tw_frontends.rasp.keys import (MAX_DIGITS, _exact, _factor, _key_tolerance, _nearest_key,
-                                    _query_tolerance, _ranked)
+                                    _query_tolerance)
 from tw_frontends.rasp.values import (_conjuncts, _leaves, _root_or_constant, _selection,
                                       _tuple_at_root, _without_prefix)
 
@@ -195,13 +193,13 @@ class _Heads:
         # BOS's logit is bos_weight GAIN, plus `lift` (per query class) in the latter.
         # A noisy key's number moves its logit a little (`_key_tolerance`), so keys of one
         # value no longer share the softmax evenly: that is exact only where they hold one
-        # value to average (`_determines`) and the key's number is read from a table
+        # value to average (`ValueSets.determines`) and the key's number is read from a table
         # A SelectorWidth reads BOS's share, so its head goes through the key's number only
         # from exact one-hots, where BOS's logit keeps the share's precision
         # (`_nearest_key`'s `bos_error`: 1 / (64 n), a sixteenth of the width table's plateau)
         width = value is None
         shared = len(keys) == 1 and value_sop is not None and not self.causal and \
-            self._key_table(k_enc) and self._determines(keys[0], value_sop)
+            self._key_table(k_enc) and self.sets.determines(keys[0], value_sop)
         keys_values = k_enc.space if len(keys) == 1 and not k_enc.maybe_none and \
             (not k_enc.noisy or shared) and \
             (not width or (_exact(k_enc) and _exact(q_enc))) else None
@@ -313,97 +311,7 @@ class _HeadReads:
         read again as other columns within a tolerance of its own (`_from_source`)."""
         return _through_linear(enc.value)[0] in self.tables
 
-    def _determines(self, a, b) -> bool:
-        """Whether SOp a's value at a position fixes SOp b's there, in every input (so keys
-        of one a-value hold one b-value): b is a, a constant or a map of what a determines;
-        a holds distinct values at distinct positions (`_unique`), is an injective map of
-        what determines b, or counts the keys below (above) its own in a strict order of k
-        (a rank: a larger k has a larger rank), k determining b."""
-        if a.unique_id == b.unique_id or isinstance(b, rasp.Full) or self._unique(a):
-            return True
-        if isinstance(b, rasp.Map):
-            return self._determines(a, b.inner)
-        if isinstance(b, rasp.SequenceMap):
-            return self._determines(a, b.fst) and self._determines(a, b.snd)
-        if isinstance(a, rasp.Map) and self._injective(a):
-            return self._determines(a.inner, b)
-        k = None if self.causal else _ranked(a)
-        return k is not None and self._determines(k, b)
-
     def _one_key(self, selector) -> bool:
-        """Whether every query selects at most one key position (`_picks_one`, or one
-        position in all)."""
-        return self.max_seq_len == 1 or self._picks_one(selector)
-
-    def _picks_one(self, selector) -> bool:
-        """Whether every query selects at most one key position in any input (its mean is
-        then one of the values, not any mean of them): a Select whose keys hold distinct
-        values at distinct positions (`_unique`) and whose predicate picks at most one key
-        value per query value (EQ: shift_by's and reverse's `indices == f(indices)`), or
-        an And with such a side."""
-        selector, _ = _without_prefix(selector)
-        if isinstance(selector, rasp.SelectorAnd):
-            return self._picks_one(selector.fst) or self._picks_one(selector.snd)
-        if not isinstance(selector, rasp.Select):
-            return False
-        self.sop(selector.keys), self.sop(selector.queries)  # (the head reads both anyway)
-        if not self._unique(selector.keys):
-            return False
-        if selector.predicate is rasp.Comparison.EQ:
-            return True
-        spaces = self._spaces(selector.keys, selector.queries)
-        if spaces is None:
-            return False
-        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
-        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
-                          {k_id: 0}, {q_id: 0})
-        return bool(np.all(pred.sum(axis=1) <= 1))
-
-    def _unique(self, a) -> bool:
-        """Whether SOp a holds distinct values at distinct positions of any input: indices,
-        an injective map of such, a SequenceMap whose value fixes the argument that is such
-        (sort's key x + i / n), the rank of such (`_ranked`). Full attention only (a causal
-        model's rank counts only the keys before)."""
-        if isinstance(a, rasp.IndicesType):
-            return True
-        if isinstance(a, rasp.Map):
-            return self._injective(a) and self._unique(a.inner)
-        if isinstance(a, rasp.SequenceMap):
-            return any(self._unique(arg) and self._fixes(a, slot)
-                       for slot, arg in enumerate((a.fst, a.snd)))
-        k = None if self.causal else _ranked(a)
-        return k is not None and self._unique(k)
-
-    def _spaces(self, *sops) -> list | None:
-        """The value sets of SOps already translated (a question about the program never
-        translates more of it), None where one is not, is unknown, or has too many tuples."""
-        encs = [self.memo.get(s.unique_id) for s in sops]
-        spaces = [None if e is None else e.space for e in encs]
-        if any(sp is None for sp in spaces) or math.prod(len(sp) for sp in spaces) > MAX_MEANS:
-            return None
-        return spaces
-
-    def _injective(self, m) -> bool:
-        spaces = self._spaces(m.inner)
-        if spaces is None:
-            return False
-
-        def injective() -> bool:
-            outs = [_apply(m.f, v) for v in spaces[0]]
-            return _NONE not in outs and len(set(outs)) == len(outs)
-        return self._analysis("injective", m, injective)
-
-    def _fixes(self, m, slot: int) -> bool:
-        """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
-        spaces = self._spaces(m.fst, m.snd)
-        if spaces is None:
-            return False
-
-        def fixes() -> bool:
-            seen: dict = {}
-            for pair in itertools.product(*spaces):
-                out = _apply(m.f, *pair)
-                if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
-                    return False
-            return True
-        return self._analysis(f"fixes {slot}", m, fixes)
+        """Whether every query selects at most one key position (`ValueSets.picks_one`, or
+        one position in all)."""
+        return self.max_seq_len == 1 or self.sets.picks_one(selector)

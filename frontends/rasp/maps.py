@@ -85,7 +85,7 @@ class _Maps:
         a table of steps over a number costs a neuron a value) or than a one-hot may hold
         (the pair table's limit: a sum of the two may still be read, `_through_sum`)."""
         root = _root(expr, self.roots)
-        if root is expr:
+        if root is expr or not self._small_root(root, pairs):
             return None
         enc = self.sop(root)
         if enc.space is None or (enc.numerical and (
@@ -94,6 +94,13 @@ class _Maps:
         if not enc.space:
             return self.nowhere(rasp.is_numerical(expr))
         return self._table(expr, enc, [_at_root(expr, root, r) for r in enc.space])
+
+    def _small_root(self, root, pairs: int | None) -> bool:
+        """Whether `_rooted` may table over the root, asked of its value set before it is
+        translated."""
+        space = self.sets.of(root)
+        return space is not None and not (rasp.is_numerical(root) and (
+            pairs is None or len(space) > min(pairs, MAX_TABLE)))
 
     def _over_leaves(self, expr, pairs: int) -> Encoded | None:
         """SequenceMap `expr` whose inputs are functions of the same two SOps (`_functions_of`:
@@ -136,7 +143,7 @@ class _Maps:
         if self._one_mean_of_sum(inner):
             space = self._mean_sum_space(inner)
         else:
-            space = _linear_space(self.sop(inner.fst).space, self.sop(inner.snd).space, inner.f)
+            space = _linear_space(self.sets.of(inner.fst), self.sets.of(inner.snd), inner.f)
         if space is None:
             return True
         try:
@@ -151,14 +158,13 @@ class _Maps:
 
     def _is_linear(self, s) -> bool:
         """Whether SequenceMap s is translated as a linear map of two numbers: one mean of a
-        sum (`_mean_of_sum`) or `_linear_of` (its inputs translated: they are read either
-        way)."""
+        sum (`_mean_of_sum`) or `_linear_of` (asked of value sets)."""
         if not rasp.is_numerical(s) or s.unique_id in self.tabled_sums or \
                 not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
             return False
         if self._one_mean_of_sum(s):
             return self._sum_of_means(s) is not None
-        return self._linear_of(s, self.sop(s.fst), self.sop(s.snd)) is not None
+        return self._linear_of(s) is not None
 
     def _chain(self, s) -> tuple[list, Callable, Callable | None, int]:
         """(leaves, compute, values, pairs) of SequenceMap s: the distinct SOps it reads,
@@ -194,9 +200,8 @@ class _Maps:
             if values is not None and (len(values()) == pairs or len(values()) > MAX_TABLE):
                 at = [_leaf_slot(leaves, leaf) for leaf in inner_leaves]
                 return (lambda vals: compute([vals[i] for i in at])), values()
-        enc = self.sop(c)
         i = _leaf_slot(leaves, c)
-        return (lambda vals: vals[i]), enc.space
+        return (lambda vals: vals[i]), self.sets.of(c)
 
     def _sequence_map(self, expr) -> Encoded:
         if rasp.is_numerical(expr):
@@ -209,7 +214,7 @@ class _Maps:
         if rooted is not None:
             return rooted
         fst, snd = self.sop(expr.fst), self.sop(expr.snd)
-        affine = self._linear_of(expr, fst, snd)
+        affine = self._linear_of(expr)
         if affine is not None:
             if not linear:
                 self.numbered_sums.add(expr.unique_id)
@@ -217,6 +222,7 @@ class _Maps:
         if expr.fst.unique_id == expr.snd.unique_id:  # one input: a Map of f(x, x)
             cat = self.as_categorical(fst, expr)
             return self._table(expr, cat, [_apply(lambda x: expr.f(x, x), v) for v in cat.space])
+        # (the pairs as encoded: what a pair table would cost)
         pairs = len(fst.space or ()) * len(snd.space or ())
         rooted = self._rooted(expr, pairs)
         if rooted is not None:  # (a numerical root with fewer values than the pairs)

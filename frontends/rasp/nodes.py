@@ -5,9 +5,14 @@ every later reader.
 * `value`: its tw value, from the op its stage built (`maps`, `sums`, `heads`, `aggregate`);
 * `numerical`: one number or a one-hot: RASP's annotation, `build._Graph.sop` converting
   (`_Tables.as_numerical` / `as_categorical`) where the translation gave the other;
-* `space`: its value set, from RASP's functions (`values`, `_Tables._rows`,
-  `aggregate._mean_values`): categorical, each column's value; numerical, its values (a
-  callable where many, enumerated when a table first asks);
+* `space`: its value set as encoded (`_Tables._rows`, `aggregate._mean_values`):
+  categorical, each column's value; numerical, its values (a callable where many, enumerated
+  when a table first asks). The stage before the build, `value_sets.ValueSets`, holds every
+  SOp's value set as RASP gives it, translated or not: the questions a translation asks of
+  the program (`picks_one`, `determines`, a sum's affine fit) read that, so answering builds
+  nothing; `space` may be narrower (float32 merges what it cannot tell apart) or, where a
+  table is made over more values than RASP reaches (a width's 0 where a query always
+  selects itself), wider;
 * `bos`: its value at the BOS position (`build._Graph.encoded`, the oracle);
 * `maybe_none`, `noisy`: None somewhere; read off a softmax (its translation);
 * `categories`, `number`: the same values in the other encoding, read instead where cheaper

@@ -10,32 +10,36 @@ import numpy as np
 
 from twdialect import ops as tw
 
-from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, MAX_SUM_PAIRS, RaspError, rasp
-from tw_frontends.rasp.numbers import ULP64, _NONE, _apply, _call, _is_number, _near, _ordered
+from tw_frontends.rasp.limits import MAX_MEANS, MAX_SUM_PAIRS, RaspError, rasp
+from tw_frontends.rasp.numbers import _NONE, _apply, _call, _is_number, _ordered
 from tw_frontends.rasp.nodes import Encoded
 from tw_frontends.rasp.built import _through_linear
 from tw_frontends.rasp.float32 import _readable, check_output
 from tw_frontends.rasp.tables import _Sums, _affine_fit, _steps_cost, _sum_weights
-from tw_frontends.rasp.values import _linear_space, _mean_radius, _same_selector, _sums
+from tw_frontends.rasp.value_sets import same_means
 
 
 class _SumsOfMeans:
     """SequenceMaps of numbers read as one number."""
 
-    def _linear_of(self, expr, fst: Encoded, snd: Encoded) -> tuple | None:
+    def _linear_of(self, expr) -> tuple | None:
         """(a, b, c, numpy_exact) where SequenceMap `expr` of two numbers is a x + b y + c: a
         LinearSequenceMap, or a SequenceMap whose f is affine over every pair of their values
         (`_affine_fit`: `lambda x, y: x - y` over two means is a linear map, not a table of
-        their pairs); None where it is not, or an input may be None (no number carries it)."""
-        if not rasp.is_numerical(expr) or fst.maybe_none or snd.maybe_none or \
+        their pairs); None where it is not, or an input may be None (no number carries it).
+        Asked of the value sets: nothing is translated to answer."""
+        fst, snd, sets = expr.fst, expr.snd, self.sets
+        if not rasp.is_numerical(expr) or sets.maybe_none(fst) or sets.maybe_none(snd) or \
                 expr.unique_id in self.tabled_sums:
             return None
+        numerical = rasp.is_numerical(fst), rasp.is_numerical(snd)
         if isinstance(expr, rasp.LinearSequenceMap):
-            return (float(expr.fst_fac), float(expr.snd_fac), 0.0, True) \
-                if fst.numerical and snd.numerical else None
-        if not (fst.numerical or snd.numerical) or expr.fst.unique_id == expr.snd.unique_id:
+            return (float(expr.fst_fac), float(expr.snd_fac), 0.0, True) if all(numerical) \
+                else None
+        if not any(numerical) or fst.unique_id == snd.unique_id:
             return None  # (one-hots: a table of them; one input: a Map of f(x, x))
-        return self._analysis("affine", expr, lambda: _affine_fit(expr.f, fst.space, snd.space))
+        return self._analysis("affine", expr,
+                              lambda: _affine_fit(expr.f, sets.of(fst), sets.of(snd)))
 
     def _mean_of_sum(self, expr) -> Encoded | None:
         """An affine SequenceMap a x + b y + c of two numerical means over one selector that
@@ -43,7 +47,8 @@ class _SumsOfMeans:
         (u, v what x and y average): one head, not two and a sum of them; None where it
         does not apply."""
         x, y = expr.fst, expr.snd
-        if not self._one_mean_of_sum(expr) or expr.unique_id in self.tabled_sums:
+        if not self._one_mean_of_sum(expr) or expr.unique_id in self.tabled_sums or \
+                self._sum_of_means(expr) is None:  # (asked of value sets, before building)
             return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
         if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
@@ -77,75 +82,23 @@ class _SumsOfMeans:
             self.readers[id(expr.snd)] == 1
 
     def _mean_sum_space(self, expr) -> list | None:
-        """The value set of such a sum: the means of the same number of keys where f rounds
-        as numpy's (`_means_of_sum`), else f over every pair of the two means' values."""
-        return self._means_of_sum(expr) or _linear_space(*self._spaces_of_means(expr), expr.f)
-
-    def _spaces_of_means(self, expr) -> list:
-        """The value sets of the two means a SequenceMap reads (`_mean`'s, untranslated)."""
-        spaces = [self._mean_values(s.selector, self.as_numerical(self.sop(s.sop), s.sop).space,
-                                    self._default(s)) for s in (expr.fst, expr.snd)]
-        return [sp() if callable(sp) else sp for sp in spaces]
+        """The value set of such a sum (`ValueSets.mean_sum_space`)."""
+        return self.sets.mean_sum_space(expr)
 
     def _sum_of_means(self, expr) -> tuple | None:
         """(a, b, c, numpy_exact) where `expr` (two numerical means over one selector) is
-        a x + b y + c over every pair of their values (`_linear_of`), else None."""
-        if isinstance(expr, rasp.LinearSequenceMap):
-            return float(expr.fst_fac), float(expr.snd_fac), 0.0, True
-        spaces = self._spaces_of_means(expr)
-        if any(sp is None for sp in spaces):
-            return None
-        return self._analysis("affine means", expr, lambda: _affine_fit(expr.f, *spaces))
+        a x + b y + c over every pair of their values (`ValueSets.sum_of_means`)."""
+        return self.sets.sum_of_means(expr)
 
     def _same_means(self, expr) -> bool:
-        """Whether a SequenceMap reads two numerical means over one selector
-        (`_same_selector`): at every position both average the same keys."""
-        x, y = expr.fst, expr.snd
-        return all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
-            and _same_selector(x.selector, y.selector)
+        return same_means(expr)
 
     def _default(self, aggregate) -> float:
         return self._number(aggregate, 0 if aggregate.default is None else aggregate.default)
 
     def _means_of_sum(self, expr) -> list | None:
-        """The value set of an affine SequenceMap f(x, y) = a x + b y + c of two numerical
-        means over one selector, where f rounds as numpy's (a x + b y) + c (`_affine_fit`'s
-        numpy_exact): f of the means of the same number m of keys, each mean as RASP
-        gives it (the sum's exact quotient, rounded once; f in float64 as RASP computes it),
-        some n^3 pairs where x's and y's value sets make some n^4 (a million at length 50);
-        None where it does not apply, or there are more than MAX_MEAN_PAIRS pairs or
-        MAX_MEANS values."""
-        if not self._same_means(expr):
-            return None
-        x, y = expr.fst, expr.snd
-        us, vs = (self.sop(s.sop).space for s in (x, y))  # (numbers: checked when translated)
-        affine = self._sum_of_means(expr) if us and vs else None
-        if affine is None or not affine[3]:
-            return None  # (f gives other roundings than numpy's: the pairs' own values)
-        a, b, c, _ = affine  # (f is a x + b y + c: as numpy's)
-        out = [np.array([_call(expr.f, [self._default(x), self._default(y)])])]
-        (dx, x_sums), (dy, y_sums) = _sums(us, self.max_seq_len), _sums(vs, self.max_seq_len)
-        pairs = distinct = 0
-        for m, (xs, ys) in enumerate(zip(x_sums, y_sums), start=1):
-            if xs is None or ys is None:
-                return None
-            pairs += len(xs) * len(ys)
-            if pairs > MAX_MEAN_PAIRS:
-                return None
-            mx = np.array([sx / (m * dx) for sx in xs])
-            my = np.array([sy / (m * dy) for sy in ys])
-            out.append(np.unique(a * mx[:, None] + b * my[None, :] + c))
-            distinct += out[-1].size
-            if distinct > MAX_MEANS:
-                return None
-        sums = np.unique(np.concatenate(out)).tolist()
-        # (RASP's means may sit a little off the quotients where their sums round)
-        rx, ry = (_mean_radius(values, self.max_seq_len) for values in (us, vs))
-        if rx is None and ry is None:
-            return sums
-        off = abs(a) * max((rx(q) for q in us), default=0.0) if rx else 0.0
-        off += abs(b) * max((ry(q) for q in vs), default=0.0) if ry else 0.0
-        return [_near(v, off + ULP64 * abs(v)) for v in sums]
+        """`ValueSets.means_of_sum` (the value set of a sum of two means of one selector)."""
+        return self.sets.means_of_sum(expr)
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over

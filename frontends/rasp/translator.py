@@ -47,8 +47,9 @@ The translation in files (one concern each; `docs/newcomer.md` walks through add
 | file | what it decides |
 | --- | --- |
 | `validate.py` | what the frontend takes: every refusal of a program named at once |
+| `value_sets.py` | every SOp's value set before anything is built, and what only value sets decide (a selector picking one key, a SOp fixing another, a sum of two means) |
 | `nodes.py` | the record per SOp (`Encoded`) and which stage writes each of its facts |
-| `values.py`, `numbers.py` | value sets, computed from RASP's functions (no op built) |
+| `values.py`, `numbers.py` | the value-set functions both stages use (no op built) |
 | `float32.py`, `tables.py`, `keys.py` | the float32 rules, tables through points, key comparisons |
 | `build.py` | the graph, BOS constants, the dispatch of each SOp (`_Graph.sop`) |
 | `maps.py`, `sums.py` | Map / SequenceMap as tables, linear maps and sums of numbers |
@@ -71,6 +72,8 @@ from tw_frontends.rasp.heads import _HeadReads, _Heads
 from tw_frontends.rasp.maps import _Maps, _Tables
 from tw_frontends.rasp.reads import _Reads
 from tw_frontends.rasp.sums import _SumsOfMeans
+from tw_frontends.rasp.numbers import _ordered
+from tw_frontends.rasp.value_sets import ValueSets
 
 __all__ = ["RaspError", "RaspGraph", "output_codes", "translate"]
 
@@ -91,6 +94,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     atol = ATOL if atol is None else atol
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
+    sets = ValueSets(_ordered(vocab), max_seq_len, causal)  # (pure: one for every translation)
     tabled: set = set()  # SequenceMaps whose number a refused translation read
     effort = {"graphs": 0, "ops": 0}
 
@@ -102,7 +106,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
         Select compares), until a refusal reads none (it stands)."""
         while True:
             t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
-                            atol=atol, tabled_sums=tabled)
+                            atol=atol, tabled_sums=tabled, value_sets=sets)
             effort["graphs"] += 1
             try:
                 return t, t.build(program)

@@ -1,0 +1,359 @@
+"""The translation's second stage (after `validate.py`): every SOp's value set, computed from
+RASP's functions over its inputs' value sets alone, before any tw op is built (tracr's
+`basis_inference` in spirit), and the questions about the program that only value sets
+answer: whether a selector picks at most one key (`picks_one`), whether a SOp's value fixes
+another's (`determines`).
+
+A value set here is what RASP's evaluator may give at an input position (BOS aside), in the
+frontend's conventions (`numbers.py`: `_ordered`, a mean's `_Near`): sound, never missing a
+value the program can produce, so an answer it supports holds in every input. It may be
+wider than the set a translation finally encodes (a numerical map's one-hot that merges what
+float32 cannot tell apart), never narrower. None: too many values to enumerate (a
+SequenceMap's pairs past MAX_MEANS, a mean's past MAX_MEANS) or a function RASP's values make
+jump (`_Unsteady`) or give no value the frontend takes; the translation then finds its own.
+
+One `ValueSets` serves every translation `translate` tries of one program: nothing here
+depends on how a translation reads its inputs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable
+
+import numpy as np
+
+from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, RaspError, rasp
+from tw_frontends.rasp.numbers import (ULP64, _NONE, _Near, _Unsteady, _apply, _call, _is_number,
+                                       _near, _ordered)
+from tw_frontends.rasp.keys import _ranked
+from tw_frontends.rasp.tables import _affine_fit
+from tw_frontends.rasp.values import (_at_leaves, _at_root, _functions_of, _linear_space,
+                                      _mean_radius, _mean_space, _root, _same_selector,
+                                      _selection, _sums, _without_prefix)
+
+
+class ValueSets:
+    """The value sets of one program's SOps at one vocabulary and length, computed when
+    first asked (children before readers: each from its inputs' sets), and answers that
+    only they decide."""
+
+    def __init__(self, vocab: list, max_seq_len: int, causal: bool):
+        self.vocab, self.max_seq_len, self.causal = list(vocab), max_seq_len, causal
+        # unique_id -> (values or a function giving them, maybe None)
+        self.sets: dict[int, tuple] = {}
+        self.roots: dict = {}  # `_root`'s answers
+        self.leaves: dict = {}  # `_functions_of`'s
+        self.answers: dict = {}  # (question, ids) -> bool
+
+    # -- value sets ------------------------------------------------------------------
+    def of(self, sop) -> list | None:
+        """SOp's value set (None: unknown, too many); a mean's enumerated when first asked."""
+        values, none = self._entry(sop)
+        if callable(values):
+            values = values()
+            self.sets[sop.unique_id] = (values, none)
+        return values
+
+    def maybe_none(self, sop) -> bool:
+        """Whether RASP may give None at some position (a map that fails, an Aggregate that
+        selects nothing with no default)."""
+        return self._entry(sop)[1]
+
+    def spaces(self, *sops) -> list | None:
+        """The sops' value sets, None where one is unknown or their tuples exceed MAX_MEANS."""
+        spaces = [self.of(s) for s in sops]
+        if any(sp is None for sp in spaces) or math.prod(len(sp) for sp in spaces) > MAX_MEANS:
+            return None
+        return spaces
+
+    def _entry(self, sop) -> tuple[list | None, bool]:
+        key = sop.unique_id
+        if key not in self.sets:
+            for expr in _operands_first(sop, self.sets):
+                try:
+                    self.sets[expr.unique_id] = self._computed(expr)
+                except (RaspError, _Unsteady):  # (the translation names it, where it matters)
+                    self.sets[expr.unique_id] = (None, True)
+        return self.sets[key]
+
+    def _computed(self, expr) -> tuple[list | None, bool]:
+        n = self.max_seq_len
+        if isinstance(expr, rasp.TokensType):
+            return list(self.vocab), False
+        if isinstance(expr, rasp.IndicesType):
+            return list(range(n)), False
+        if isinstance(expr, rasp.LengthType):
+            return list(range(1, n + 1)), False
+        if isinstance(expr, rasp.Full):
+            return [expr.fill], expr.fill is None
+        if isinstance(expr, rasp.ConstantSOp):
+            values = list(expr.value)
+            return _ordered(v for v in values if v is not None), \
+                len(values) < n or None in values
+        if isinstance(expr, rasp.SelectorWidth):  # (a query that selects itself: 1 or more;
+            # one that never does: at most n - 1)
+            low, high = int(_reflexive(expr.selector)), n - int(_irreflexive(expr.selector))
+            return list(range(low, high + 1)), False
+        if isinstance(expr, rasp.Aggregate):
+            return self._aggregated(expr)
+        return self._mapped(expr)
+
+    def _mapped(self, expr) -> tuple[list | None, bool]:
+        """A Map's or SequenceMap's values: its function over the values of the one SOp it
+        is a function of (`_root`) where there is one, else over its inputs' value tuples."""
+        means = self.means_of_sum(expr) if isinstance(expr, rasp.SequenceMap) else None
+        if means is not None:  # (two means of one selector average the same keys)
+            return means, False
+        root = _root(expr, self.roots)
+        if root is not expr and self.of(root) is not None:
+            outs = [_at_root(expr, root, r) for r in self.of(root)]
+            return _kept(outs, self.maybe_none(root))
+        inputs = [expr.inner] if isinstance(expr, rasp.Map) else [expr.fst, expr.snd]
+        spaces = self.spaces(*inputs)
+        leaves = _functions_of(expr, self.leaves)
+        over = self.spaces(*leaves.values())
+        if over is not None and (spaces is None or math.prod(map(len, over)) <
+                                 math.prod(map(len, spaces))):
+            # (f(g(t, i), h(t, i)) over the pairs of t's and i's values, fewer than the pairs
+            # of g's and h's)
+            keys = list(leaves)
+            outs = [_at_leaves(expr, dict(zip(keys, values)), {})
+                    for values in itertools.product(*over)]
+            return _kept(outs, any(self.maybe_none(s) for s in leaves.values()))
+        if spaces is None:
+            return None, True
+        outs = [_apply(expr.f, *args) for args in itertools.product(*spaces)]
+        return _kept(outs, any(self.maybe_none(s) for s in inputs))
+
+    def _aggregated(self, expr) -> tuple[list | None, bool]:
+        """An Aggregate's values: a numerical mean's every mean of its source's values and
+        the default (one of them where the selector picks at most one key), a categorical
+        one its source's values and the default; None where nothing is selected and the
+        default is None."""
+        values, default = self.of(expr.sop), expr.default
+        none = default is None or self.maybe_none(expr.sop)
+        if not (rasp.is_numerical(expr) or rasp.is_numerical(expr.sop)):
+            return (None if values is None else
+                    _ordered([*values, *([] if default is None else [default])])), none
+        d = 0.0 if default is None else float(default)
+        if values is not None and (self.max_seq_len == 1 or self.picks_one(expr.selector)):
+            return _ordered({v if type(v) is _Near else float(v) for v in values} | {d}), none
+        return (lambda: _mean_space(values, self.max_seq_len, d)), none
+
+    # -- sums of two means of one selector ---------------------------------------------
+    def sum_of_means(self, expr) -> tuple | None:
+        """(a, b, c, numpy_exact) where SequenceMap `expr` of two numerical means over one
+        selector is a x + b y + c over every pair of their values (`_affine_fit`), else
+        None."""
+        if isinstance(expr, rasp.LinearSequenceMap):
+            return float(expr.fst_fac), float(expr.snd_fac), 0.0, True
+        key = ("affine means", expr.unique_id)
+        if key not in self.answers:
+            spaces = [self.of(expr.fst), self.of(expr.snd)]
+            self.answers[key] = None if any(sp is None for sp in spaces) else \
+                _affine_fit(expr.f, *spaces)
+        return self.answers[key]
+
+    def mean_sum_space(self, expr) -> list | None:
+        """The value set of such a sum: the means of the same number of keys where f rounds
+        as numpy's (`means_of_sum`), else f over every pair of the two means' values."""
+        return self.means_of_sum(expr) or \
+            _linear_space(self.of(expr.fst), self.of(expr.snd), expr.f)
+
+    def means_of_sum(self, expr) -> list | None:
+        """The value set of an affine SequenceMap f(x, y) = a x + b y + c of two numerical
+        means over one selector, where f rounds as numpy's (a x + b y) + c (`_affine_fit`'s
+        numpy_exact): f of the means of the same number m of keys, each mean as RASP
+        gives it (the sum's exact quotient, rounded once; f in float64 as RASP computes it),
+        some n^3 pairs where x's and y's value sets make some n^4 (a million at length 50);
+        None where it does not apply, or there are more than MAX_MEAN_PAIRS pairs or
+        MAX_MEANS values."""
+        if not same_means(expr) or not all(
+                _is_number(0 if s.default is None else s.default) for s in (expr.fst, expr.snd)):
+            return None
+        x, y = expr.fst, expr.snd
+        us, vs = self.of(x.sop), self.of(y.sop)
+        affine = self.sum_of_means(expr) if us and vs else None
+        if affine is None or not affine[3] or not all(_is_number(v) for v in [*us, *vs]):
+            return None  # (f gives other roundings than numpy's: the pairs' own values)
+        a, b, c, _ = affine  # (f is a x + b y + c: as numpy's)
+        out = [np.array([_call(expr.f, [_default(x), _default(y)])])]
+        (dx, x_sums), (dy, y_sums) = _sums(us, self.max_seq_len), _sums(vs, self.max_seq_len)
+        pairs = distinct = 0
+        for m, (xs, ys) in enumerate(zip(x_sums, y_sums), start=1):
+            if xs is None or ys is None:
+                return None
+            pairs += len(xs) * len(ys)
+            if pairs > MAX_MEAN_PAIRS:
+                return None
+            mx = np.array([sx / (m * dx) for sx in xs])
+            my = np.array([sy / (m * dy) for sy in ys])
+            out.append(np.unique(a * mx[:, None] + b * my[None, :] + c))
+            distinct += out[-1].size
+            if distinct > MAX_MEANS:
+                return None
+        sums = np.unique(np.concatenate(out)).tolist()
+        # (RASP's means may sit a little off the quotients where their sums round)
+        rx, ry = (_mean_radius(values, self.max_seq_len) for values in (us, vs))
+        if rx is None and ry is None:
+            return sums
+        off = abs(a) * max((rx(q) for q in us), default=0.0) if rx else 0.0
+        off += abs(b) * max((ry(q) for q in vs), default=0.0) if ry else 0.0
+        return [_near(v, off + ULP64 * abs(v)) for v in sums]
+
+    # -- questions only value sets answer ----------------------------------------------
+    def picks_one(self, selector) -> bool:
+        """Whether every query selects at most one key position in any input (its mean is
+        then one of the values, not any mean of them): a Select whose keys hold distinct
+        values at distinct positions (`unique`) and whose predicate picks at most one key
+        value per query value (EQ: shift_by's and reverse's `indices == f(indices)`), or an
+        And with such a side."""
+        selector, _ = _without_prefix(selector)
+        if isinstance(selector, rasp.SelectorAnd):
+            return self.picks_one(selector.fst) or self.picks_one(selector.snd)
+        if not isinstance(selector, rasp.Select) or not self.unique(selector.keys):
+            return False
+        if selector.predicate is rasp.Comparison.EQ:
+            return True
+        spaces = self.spaces(selector.keys, selector.queries)
+        if spaces is None:
+            return False
+        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
+        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
+                          {k_id: 0}, {q_id: 0})
+        return bool(np.all(pred.sum(axis=1) <= 1))
+
+    def unique(self, a) -> bool:
+        """Whether SOp a holds distinct values at distinct positions of any input: indices,
+        an injective map of such, a SequenceMap whose value fixes the argument that is such
+        (sort's key x + i / n), the rank of such (`_ranked`). Full attention only (a causal
+        model's rank counts only the keys before)."""
+        if isinstance(a, rasp.IndicesType):
+            return True
+        if isinstance(a, rasp.Map):
+            return self.injective(a) and self.unique(a.inner)
+        if isinstance(a, rasp.SequenceMap):
+            return any(self.unique(arg) and self.fixes(a, slot)
+                       for slot, arg in enumerate((a.fst, a.snd)))
+        k = None if self.causal else _ranked(a)
+        return k is not None and self.unique(k)
+
+    def determines(self, a, b) -> bool:
+        """Whether SOp a's value at a position fixes SOp b's there, in every input (so keys
+        of one a-value hold one b-value): b is a, a constant or a map of what a determines;
+        a holds distinct values at distinct positions (`unique`), is an injective map of
+        what determines b, or counts the keys below (above) its own in a strict order of k
+        (a rank: a larger k has a larger rank), k determining b."""
+        if a.unique_id == b.unique_id or isinstance(b, rasp.Full) or self.unique(a):
+            return True
+        if isinstance(b, rasp.Map):
+            return self.determines(a, b.inner)
+        if isinstance(b, rasp.SequenceMap):
+            return self.determines(a, b.fst) and self.determines(a, b.snd)
+        if isinstance(a, rasp.Map) and self.injective(a):
+            return self.determines(a.inner, b)
+        k = None if self.causal else _ranked(a)
+        return k is not None and self.determines(k, b)
+
+    def injective(self, m) -> bool:
+        """Whether Map m gives distinct values for distinct values of its input (never None)."""
+        def injective(spaces) -> bool:
+            outs = [_apply(m.f, v) for v in spaces[0]]
+            return _NONE not in outs and len(set(outs)) == len(outs)
+        return self._answer("injective", m, [m.inner], injective)
+
+    def fixes(self, m, slot: int) -> bool:
+        """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
+        def fixes(spaces) -> bool:
+            seen: dict = {}
+            for pair in itertools.product(*spaces):
+                out = _apply(m.f, *pair)
+                if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
+                    return False
+            return True
+        return self._answer(f"fixes {slot}", m, [m.fst, m.snd], fixes)
+
+    def _answer(self, kind: str, expr, inputs: list, compute: Callable[[list], bool]) -> bool:
+        """compute(the inputs' value sets), once per (kind, expr); False where one is unknown
+        or a function jumps within a value's float64 round-off."""
+        key = (kind, expr.unique_id)
+        if key not in self.answers:
+            spaces = self.spaces(*inputs)
+            try:
+                self.answers[key] = spaces is not None and compute(spaces)
+            except _Unsteady:
+                self.answers[key] = False
+        return self.answers[key]
+
+
+def same_means(expr) -> bool:
+    """Whether a SequenceMap reads two numerical means over one selector
+    (`_same_selector`): at every position both average the same keys."""
+    x, y = expr.fst, expr.snd
+    return all(isinstance(s, rasp.Aggregate) and rasp.is_numerical(s) for s in (x, y)) \
+        and _same_selector(x.selector, y.selector)
+
+
+def _default(aggregate) -> float:
+    """A numerical Aggregate's default as a number (None: 0)."""
+    return float(0 if aggregate.default is None else aggregate.default)
+
+
+def _reflexive(selector) -> bool:
+    """Whether every query selects its own position: a comparison that holds between equal
+    values (EQ, LEQ, GEQ, TRUE) of one SOp's keys and queries, TRUE of any, an And of such,
+    an Or with one."""
+    if isinstance(selector, rasp.SelectorAnd):
+        return _reflexive(selector.fst) and _reflexive(selector.snd)
+    if isinstance(selector, rasp.SelectorOr):
+        return _reflexive(selector.fst) or _reflexive(selector.snd)
+    if isinstance(selector, rasp.ConstantSelector):
+        return False
+    if not isinstance(selector, rasp.Select):
+        return False
+    c = rasp.Comparison
+    if selector.predicate is c.TRUE:
+        return True
+    return selector.keys.unique_id == selector.queries.unique_id and \
+        selector.predicate in (c.EQ, c.LEQ, c.GEQ)
+
+
+def _irreflexive(selector) -> bool:
+    """Whether no query selects its own position: a strict comparison (LT, GT, NEQ) of one
+    SOp's keys and queries, FALSE of any, an And with such, an Or of such."""
+    if isinstance(selector, rasp.SelectorAnd):
+        return _irreflexive(selector.fst) or _irreflexive(selector.snd)
+    if isinstance(selector, rasp.SelectorOr):
+        return _irreflexive(selector.fst) and _irreflexive(selector.snd)
+    if not isinstance(selector, rasp.Select):
+        return False
+    c = rasp.Comparison
+    if selector.predicate is c.FALSE:
+        return True
+    return selector.keys.unique_id == selector.queries.unique_id and \
+        selector.predicate in (c.LT, c.GT, c.NEQ)
+
+
+def _kept(outs: list, none: bool) -> tuple[list, bool]:
+    """(the values of `outs` but None, whether None is among them or came in)."""
+    return _ordered(o for o in outs if o is not _NONE), none or any(o is _NONE for o in outs)
+
+
+def _operands_first(sop, done: dict) -> list:
+    """The SOps `sop` reads (through selectors too) not yet in `done`, children before
+    their readers, `sop` last (an explicit stack: programs run thousands of expressions
+    deep)."""
+    order, seen, stack = [], set(), [(sop, False)]
+    while stack:
+        expr, expanded = stack.pop()
+        if expanded:
+            if isinstance(expr, rasp.SOp):
+                order.append(expr)
+            continue
+        if id(expr) in seen or (isinstance(expr, rasp.SOp) and expr.unique_id in done):
+            continue
+        seen.add(id(expr))
+        stack.append((expr, True))
+        stack.extend((c, False) for c in reversed(list(getattr(expr, "children", ()))))
+    return order

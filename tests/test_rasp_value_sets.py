@@ -1,0 +1,136 @@
+"""The RASP frontend's value-set stage (`frontends/rasp/value_sets.py`): sound against RASP's own
+evaluator on programs it did not see (tracr's library, random fuzz programs), pure (no tw op
+built), and the questions it answers (a selector picking one key, a SOp fixing another)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("tracr")
+
+from tracr.compiler import lib  # noqa: E402
+from tracr.rasp import rasp  # noqa: E402
+
+from twdialect import ops as tw  # noqa: E402
+from tw_examples.rasp import LIB_PROGRAMS  # noqa: E402
+from tw_frontends.rasp.numbers import _Near, _ordered  # noqa: E402
+from tw_frontends.rasp.validate import expressions  # noqa: E402
+from tw_frontends.rasp.value_sets import ValueSets  # noqa: E402
+
+from test_rasp_fuzz import generate  # noqa: E402
+
+
+def _inputs(vocab: list, n: int, count: int, seed: int) -> list[list]:
+    rng = random.Random(seed)
+    return [[rng.choice(vocab) for _ in range(rng.randint(1, n))] for _ in range(count)]
+
+
+def _covered(v, values: list) -> bool:
+    """v is in the value set, or within a `_Near` value's round-off of one."""
+    if v in values:
+        return True
+    return any(type(s) is _Near and abs(float(v) - float(s)) <= s.radius for s in values)
+
+
+def _check_sound(program, vocab, n: int, causal: bool, seed: int = 0, count: int = 40) -> int:
+    """Every value RASP gives each SOp of the program on random inputs lies in its value set
+    (None only where `maybe_none`); the number of values checked."""
+    vocab = _ordered(vocab)
+    sets = ValueSets(vocab, n, causal)
+    checked = 0
+    sops = [e for e in expressions(program) if isinstance(e, rasp.SOp)]
+    for xs in _inputs(vocab, n, count, seed):
+        for sop in sops:
+            try:
+                got = rasp.evaluate(sop, xs)
+            except Exception:  # (RASP itself fails on this input: nothing to compare)
+                continue
+            values = sets.of(sop)
+            for v in got:
+                if v is None:
+                    assert sets.maybe_none(sop), f"{sop.label}: None on {xs}"
+                elif values is not None:
+                    assert _covered(v, values), f"{sop.label}: {v!r} on {xs} not in {values}"
+                    checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("name", sorted(LIB_PROGRAMS))
+def test_value_sets_hold_what_rasp_gives_on_tracrs_library(name):
+    program, vocab = LIB_PROGRAMS[name](6)
+    assert _check_sound(program, vocab, 6, False) > 0
+
+
+@pytest.mark.parametrize("seed", range(0, 120, 3))
+def test_value_sets_hold_what_rasp_gives_on_random_programs(seed):
+    prog = generate(seed)
+    _check_sound(prog.build(), set(prog.vocab), prog.max_seq_len, prog.causal, seed)
+
+
+def test_a_missed_value_is_caught():
+    """The check can fail: a value set one value short is reported."""
+    program = rasp.Map(lambda x: x + 1, rasp.tokens)
+    sets = ValueSets([1, 2, 3], 4, False)
+    assert sets.of(program) == [2, 3, 4]
+    sets.sets[program.unique_id] = ([2, 3], False)
+    with pytest.raises(AssertionError):
+        got = rasp.evaluate(program, [3])
+        assert all(_covered(v, sets.of(program)) for v in got)
+
+
+def test_no_op_is_built_to_answer():
+    """Every value set and question of tracr's library programs, asked inside a graph,
+    leaves the graph empty."""
+    for name in sorted(LIB_PROGRAMS):
+        program, vocab = LIB_PROGRAMS[name](5)
+        sets = ValueSets(_ordered(vocab), 5, False)
+        with tw.Graph("probe", verify=False) as g:
+            for e in expressions(program):
+                if isinstance(e, rasp.SOp):
+                    sets.of(e)
+                    sets.maybe_none(e)
+                elif isinstance(e, rasp.Select):
+                    sets.picks_one(e)
+                    sets.determines(e.keys, e.queries)
+        assert len(g.ops) == 0, name
+
+
+def test_picks_one_and_determines():
+    n = 6
+    sets = ValueSets([1, 2, 3], n, False)
+    opp = rasp.SequenceMap(lambda x, y: x - y - 1, rasp.length, rasp.indices)
+    flip = rasp.Select(rasp.indices, opp, rasp.Comparison.EQ)  # (make_reverse's)
+    assert sets.picks_one(flip)
+    assert not sets.picks_one(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ))
+    shifted = rasp.Map(lambda i: i + 1, rasp.indices)
+    assert sets.picks_one(rasp.Select(shifted, rasp.indices, rasp.Comparison.EQ))
+    # a map that merges indices is no one key's
+    halved = rasp.Map(lambda i: i // 2, rasp.indices)
+    assert not sets.picks_one(rasp.Select(halved, rasp.indices, rasp.Comparison.EQ))
+    assert sets.determines(rasp.indices, rasp.Map(lambda i: i % 2, rasp.indices))
+    assert not sets.determines(rasp.tokens, rasp.indices)
+    # make_sort_unique's key fixes the tokens: one key per query value
+    key = rasp.SequenceMap(lambda x, i: x + i / n, rasp.tokens, rasp.indices)
+    assert sets.fixes(key, 1)
+
+
+def test_a_mean_value_set_is_every_mean_or_the_values_where_one_key():
+    n = 4
+    sets = ValueSets([0, 1], n, False)
+    tok = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens))
+    every = rasp.numerical(rasp.Aggregate(
+        rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE), tok, default=0))
+    assert sorted(sets.of(every)) == sorted({k / m for m in range(1, n + 1)
+                                             for k in range(m + 1)})
+    prev = rasp.numerical(rasp.Aggregate(rasp.Select(
+        rasp.indices, rasp.Map(lambda i: i - 1, rasp.indices), rasp.Comparison.EQ),
+        tok, default=5))  # (the first position selects nothing: the default)
+    assert sorted(sets.of(prev)) == [0.0, 1.0, 5.0]
+    assert _check_sound(prev, {0, 1}, n, False) > 0
+
+
+def test_frac_prevs_value_set_holds_its_outputs_at_length_10():
+    program = lib.make_frac_prevs(rasp.tokens == "x")
+    assert _check_sound(program, {"x", "y"}, 10, False, count=60) > 0
