@@ -1,8 +1,8 @@
 """What the RASP frontend's translation costs, as JSON: graphs built per program (the retries:
 token features that did not pay, index reads that were not narrower, sums tabled after a
-refusal), ops built over all of them, ops of the kept graph its output does not read (built
-to ask a question, then read through or replaced), and translation CPU time beside the whole
-compile's.
+refusal: `replans`, by the reason `frontends/rasp/plan.py` names), ops built over all of
+them, ops of the kept graph its output does not read (built, then read through or
+replaced), and translation CPU time beside the whole compile's.
 
     python3 bench/rasp_translation.py                      # tracr's library at 5, 10, 20 and
                                                            # the fuzz campaign's seeds 0..599
@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -70,9 +71,11 @@ def _summary(rows: list[dict]) -> dict:
     graphs = sum(r["graphs"] for r in done)
     ops = sum(r["ops"] for r in done)
     unread = sum(r["unread"] for r in done)
+    reasons = Counter(reason for r in done for reason in r["replans"])
     return {"programs": len(rows), "refused": len(rows) - len(done),
             "graphs_per_program": round(graphs / max(1, len(done)), 3),
             "retried_programs": sum(r["graphs"] > 1 for r in done),
+            "replans": dict(sorted(reasons.items())),
             "ops_built": ops, "unread_in_kept_graph": unread,
             "translate_cpu_s": round(sum(r["translate_s"] for r in rows), 2),
             "compile_cpu_s": round(sum(r.get("compile_s", 0.0) for r in done), 2)}

@@ -668,3 +668,26 @@ def test_the_translation_reports_what_it_cost():
     effort = rg.effort
     assert effort["graphs"] >= 1 and effort["ops"] >= len(ops)
     assert effort["unread"] == sum(op not in live for op in ops) > 0
+    assert effort["graphs"] == 1 + len(effort["replans"])
+
+
+def test_a_plan_changes_one_choice_per_reason():
+    from tw_frontends.rasp.plan import FEATURES, INDICES, SUMS, Plan
+
+    first = Plan()
+    assert first.after(FEATURES) == Plan(token_features=False)
+    assert first.after(INDICES) == Plan(narrow_indices=False)
+    assert Plan(token_features=False).after(FEATURES) is None
+    tabled = first.after(SUMS, frozenset({7}))
+    assert tabled.tabled_sums == {7}
+    assert tabled.after(SUMS, frozenset({7})) is None  # (a refusal that reads no new sum stands)
+    assert tabled.after(SUMS, frozenset({7, 9})).tabled_sums == {7, 9}
+
+
+def test_the_translation_replans_where_the_token_features_do_not_pay():
+    # make_hist's Select(tokens, tokens, EQ) reads the token one-hot itself: the features
+    # are given up and the second translation stands
+    program = LIB_PROGRAMS["hist"](5)[0]
+    rg = translate(program, {"a", "b", "c", "d"}, 5, compiler_bos=BOS)
+    assert rg.effort["replans"] == ["token features no narrower"]
+    assert rg.effort["graphs"] == 1 + len(rg.effort["replans"])

@@ -56,7 +56,8 @@ The translation in files (one concern each; `docs/newcomer.md` walks through add
 | `heads.py`, `aggregate.py` | Select's heads, Aggregate and SelectorWidth |
 | `reads.py`, `built.py` | how one op reads another's value narrowly |
 | `graph.py` | the translated program (`RaspGraph`) and how its output is coded |
-| this file | `translate`: the translations tried, in order, and the one kept |
+| `plan.py` | what a translation tries (`Plan`) and what the next tries where it does not stand |
+| this file | `translate`: the stages in order (validate, value sets, plan, build), re-planned until one stands |
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from tw_frontends.rasp.reads import _Reads
 from tw_frontends.rasp.sums import _SumsOfMeans
 from tw_frontends.rasp.numbers import _ordered
 from tw_frontends.rasp.value_sets import ValueSets
+from tw_frontends.rasp.plan import FEATURES, INDICES, SUMS, Plan
 
 __all__ = ["RaspError", "RaspGraph", "output_codes", "translate"]
 
@@ -95,42 +97,33 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
     sets = ValueSets(_ordered(vocab), max_seq_len, causal)  # (pure: one for every translation)
-    tabled: set = set()  # SequenceMaps whose number a refused translation read
-    effort = {"graphs": 0, "ops": 0}
-
-    def build(narrow_indices: bool, features: bool) -> tuple:
-        """(translator, graph), or (None, None) where the token features do not pay. A
-        translation refused after reading SequenceMaps as numbers (or through a sum) is
-        tried again with those as tables of their value pairs, whose one-hots keep apart
-        what a number may round together (RASP's a + 5/6 and b + 3/6, an ulp apart, that a
-        Select compares), until a refusal reads none (it stands)."""
-        while True:
-            t = _Translator(*args, features, narrow_indices=narrow_indices, analyses=analyses,
-                            atol=atol, tabled_sums=tabled, value_sets=sets)
-            effort["graphs"] += 1
-            try:
-                return t, t.build(program)
-            except _FeaturesNoNarrower:
-                return None, None
-            except RaspError:
-                if not t.numbered_sums - tabled:
-                    raise
-                tabled.update(t.numbered_sums)
-            finally:
-                effort["ops"] += len(t.graph.ops) if hasattr(t, "graph") else 0
-
-    # narrow reads of the token one-hot through feature columns of the embedding where they
-    # are fewer than its columns and nothing else reads it; else through the one-hot
-    t, rg = build(True, True)
-    features = t is not None
-    if not features:
-        t, rg = build(True, False)
-    # a head's value reads the indices through a position table of its own, unless the
-    # indices one-hot is in the residual anyway
-    if t.narrowed_indices and _is_read(t.indices_onehot):
-        t, rg = build(False, features)
-        if t is None:
-            t, rg = build(False, False)
+    effort: dict = {"graphs": 0, "ops": 0, "replans": []}
+    plan = Plan()
+    while True:
+        t = _Translator(*args, plan.token_features, narrow_indices=plan.narrow_indices,
+                        analyses=analyses, atol=atol, tabled_sums=plan.tabled_sums,
+                        value_sets=sets)
+        effort["graphs"] += 1
+        reason, refusal = None, None
+        try:
+            rg = t.build(program)
+            if t.narrowed_indices and _is_read(t.indices_onehot):
+                reason = INDICES
+        except _FeaturesNoNarrower:
+            reason = FEATURES
+        except RaspError as e:
+            reason, refusal = SUMS, e
+        finally:
+            effort["ops"] += len(t.graph.ops) if hasattr(t, "graph") else 0
+        if reason is None:
+            break
+        following = plan.after(reason, frozenset(t.numbered_sums))
+        if following is None:  # (nothing left to change)
+            if reason == INDICES:
+                break  # (the translation stands as it is)
+            raise refusal or AssertionError("token features given up without features")
+        effort["replans"].append(reason)
+        plan = following
     rg.effort = {**effort, "unread": _unread(t.graph)}
     return _verified(rg)
 
