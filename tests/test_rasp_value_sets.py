@@ -134,3 +134,60 @@ def test_a_mean_value_set_is_every_mean_or_the_values_where_one_key():
 def test_frac_prevs_value_set_holds_its_outputs_at_length_10():
     program = lib.make_frac_prevs(rasp.tokens == "x")
     assert _check_sound(program, {"x", "y"}, 10, False, count=60) > 0
+
+
+def test_every_refusal_the_value_sets_show_is_named_at_once():
+    from tw_frontends.rasp.translator import RaspError, translate
+
+    never = rasp.Map(lambda x: None, rasp.tokens)  # (None at every position)
+    width = rasp.SelectorWidth(rasp.Select(never, rasp.tokens, rasp.Comparison.EQ))
+    text = rasp.numerical(rasp.Map(lambda x: "t" + str(x), rasp.tokens))  # (no number)
+    program = rasp.SequenceMap(lambda a, b: a, width, text)
+    program = rasp.SequenceMap(lambda a, b: a, program, rasp.length)  # (causal: refused)
+    with pytest.raises(RaspError) as e:
+        translate(program, {1, 2, 3}, 4, causal=True)
+    message = str(e.value)
+    assert message.startswith("3 expressions the RASP frontend does not take")
+    assert "None at every position, read by a selector" in message
+    assert "a numerical SOp holds 't1', not a finite number" in message
+    assert "`length` needs the whole sequence" in message
+
+
+def test_unnamed_expressions_are_labelled_as_tracrs_compiler_labels_them():
+    # breadth first from the output: the output's id is drawn first
+    from tracr.compiler import rasp_to_graph
+    from tw_frontends.rasp.validate import name
+
+    def fresh():
+        a = rasp.Map(lambda x: x + 1, rasp.tokens)
+        b = rasp.Map(lambda x: x * 2, a, simplify=False)
+        return rasp.SequenceMap(lambda x, y: x + y, b,
+                                rasp.Map(lambda x: x - 1, a, simplify=False))
+
+    ours = fresh()
+    name(ours)
+    theirs = fresh()
+    rasp_to_graph.extract_rasp_graph(theirs)
+    number = lambda e: int(e.label.rsplit("_", 1)[1])  # noqa: E731
+    assert number(ours) < number(ours.fst) < number(ours.snd) < number(ours.fst.inner)
+    assert [number(e) - number(ours) for e in (ours.fst, ours.snd, ours.fst.inner)] == \
+        [number(e) - number(theirs) for e in (theirs.fst, theirs.snd, theirs.fst.inner)]
+
+
+def test_a_refusal_names_the_expression_as_tracr_would():
+    from tracr.compiler import rasp_to_graph
+    from tw_frontends.rasp.translator import RaspError, translate
+
+    def fresh():
+        a = rasp.Map(lambda x: x + 1, rasp.tokens)
+        bad = rasp.numerical(rasp.Map(lambda x: "t" + str(x), a, simplify=False))
+        return rasp.SequenceMap(lambda x, y: x, rasp.Map(lambda x: x, a, simplify=False), bad)
+
+    ours = fresh()
+    with pytest.raises(RaspError) as e:
+        translate(ours, {1, 2}, 3)
+    theirs = fresh()
+    rasp_to_graph.extract_rasp_graph(theirs)
+    offset = int(theirs.snd.label.rsplit("_", 1)[1]) - int(theirs.label.rsplit("_", 1)[1])
+    named = int(ours.label.rsplit("_", 1)[1]) + offset
+    assert f"Map 'map_{named}': a numerical SOp holds" in str(e.value)

@@ -19,9 +19,24 @@ from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.built import _through_linear
 from tw_frontends.rasp.float32 import check_output, output_tolerance
 from tw_frontends.rasp.graph import RaspGraph, _may_mix, output_codes
-from tw_frontends.rasp.validate import validate
 from tw_frontends.rasp.value_sets import ValueSets
 from tw_frontends.rasp.values import _readers
+
+
+def checked_arguments(vocab, max_seq_len, causal, bos, pad, atol) -> tuple:
+    """(vocab in order, max_seq_len, causal, atol) as a translation reads them, or the
+    RaspError that names the first wrong one (before any stage runs)."""
+    ordered = _ordered(vocab)
+    if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
+        raise RaspError(f"atol must be a positive number, got {atol!r}")
+    if not ordered:
+        raise RaspError("vocab must not be empty")
+    for v in (bos, pad):
+        if v in ordered:
+            raise RaspError(f"the BOS/pad token {v!r} must not be in the vocabulary")
+    if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+        raise RaspError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
+    return ordered, int(max_seq_len), bool(causal), float(atol)
 
 
 class _Graph:
@@ -31,19 +46,8 @@ class _Graph:
                  token_features: bool = True, narrow_indices: bool = True,
                  analyses: dict | None = None, atol: float = ATOL, tabled_sums=(),
                  value_sets: ValueSets | None = None):
-        self.vocab = _ordered(vocab)
-        if not (isinstance(atol, (int, float)) and math.isfinite(atol) and atol > 0):
-            raise RaspError(f"atol must be a positive number, got {atol!r}")
-        self.atol = float(atol)
-        if not self.vocab:
-            raise RaspError("vocab must not be empty")
-        for v in (bos, pad):
-            if v in self.vocab:
-                raise RaspError(f"the BOS/pad token {v!r} must not be in the vocabulary")
-        if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
-            raise RaspError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
-        self.max_seq_len = int(max_seq_len)
-        self.causal = bool(causal)
+        self.vocab, self.max_seq_len, self.causal, self.atol = \
+            checked_arguments(vocab, max_seq_len, causal, bos, pad, atol)
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
         self.roots: dict = {}  # `_root`'s answers
@@ -89,7 +93,6 @@ class _Graph:
     # -- the graph and its BOS constants ---------------------------------------------
     def build(self, program) -> RaspGraph:
         _need_tracr()
-        validate(program, self.vocab, self.max_seq_len, self.causal)  # (every static rule)
         with tw.Graph("main", verify=False) as g:  # `translate` verifies the one it keeps
             self.graph = g
             self._sources()

@@ -68,12 +68,12 @@ from tw_frontends.rasp.limits import ATOL, RaspError, _FeaturesNoNarrower, _need
 from tw_frontends.rasp.built import _is_read, _unread
 from tw_frontends.rasp.graph import RaspGraph, output_codes
 from tw_frontends.rasp.aggregate import _Aggregates
-from tw_frontends.rasp.build import _Graph
+from tw_frontends.rasp.build import _Graph, checked_arguments
 from tw_frontends.rasp.heads import _HeadReads, _Heads
 from tw_frontends.rasp.maps import _Maps, _Tables
 from tw_frontends.rasp.reads import _Reads
 from tw_frontends.rasp.sums import _SumsOfMeans
-from tw_frontends.rasp.numbers import _ordered
+from tw_frontends.rasp.validate import validate
 from tw_frontends.rasp.value_sets import ValueSets
 from tw_frontends.rasp.plan import FEATURES, INDICES, SUMS, Plan
 
@@ -96,7 +96,9 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     atol = ATOL if atol is None else atol
     args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
-    sets = ValueSets(_ordered(vocab), max_seq_len, causal)  # (pure: one for every translation)
+    ordered, n, causal, _ = checked_arguments(*args, atol)
+    sets = ValueSets(ordered, n, causal)  # (one for every plan)
+    validate(program, ordered, n, causal, sets)
     effort: dict = {"graphs": 0, "ops": 0, "replans": []}
     plan = Plan()
     while True:

@@ -7,9 +7,12 @@ value sets, tables and float32 bounds it computes).
 The rules, one home each: a RASP class the frontend knows (`SOPS`, `SELECTORS`); numerical
 tokens need a vocabulary of numbers; `length` needs the whole sequence (not causal); a
 ConstantSOp holds at most max_seq_len values; a numerical constant (Full, ConstantSOp) holds
-finite numbers."""
+finite numbers. With the value sets (`ValueSets.problems`): a numerical SOp holds numbers
+only; no selector reads a SOp that is None at every position."""
 
 from __future__ import annotations
+
+from collections import deque
 
 from tw_frontends.rasp.limits import RaspError, _label
 from tw_frontends.rasp.numbers import _is_number
@@ -42,6 +45,23 @@ def expressions(program) -> list:
     return order
 
 
+def name(program) -> None:
+    """Give every expression its label in the order tracr's compiler does (breadth first
+    from the output, `rasp_to_graph`): an unnamed expression's label comes from an id drawn
+    when it is first asked for, so the refusals and annotations name expressions as tracr
+    would, whatever order the stages then read them in."""
+    queue, seen = deque([program]), set()
+    program.label  # noqa: B018 - drawn for its side effect
+    while queue:
+        expr = queue.popleft()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        for child in getattr(expr, "children", ()):
+            child.label  # noqa: B018
+            queue.append(child)
+
+
 def problem(expr, vocab, max_seq_len: int, causal: bool) -> str | None:
     """The first rule of this module that `expr` breaks, as its refusal line, or None."""
     rasp, sops, selectors = _known()
@@ -67,14 +87,18 @@ def problem(expr, vocab, max_seq_len: int, causal: bool) -> str | None:
     return None
 
 
-def validate(program, vocab, max_seq_len: int, causal: bool) -> None:
+def validate(program, vocab, max_seq_len: int, causal: bool, sets=None) -> None:
     """Refuse the program (one RaspError line) with every expression that breaks a rule of
-    this module; one such expression is refused with its own line alone."""
+    this module or, given the program's value sets (`value_sets.ValueSets`), one they show
+    (`ValueSets.problems`); one such expression is refused with its own line alone."""
     rasp, _, _ = _known()
     if not isinstance(program, rasp.SOp):
         raise RaspError(f"the program must be a RASP SOp, got {type(program).__name__}")
-    found = [p for p in (problem(e, vocab, max_seq_len, causal) for e in expressions(program))
-             if p is not None]
+    name(program)
+    found = []
+    for e in expressions(program):
+        static = problem(e, vocab, max_seq_len, causal)
+        found += [static] if static is not None else [] if sets is None else sets.problems(e)
     if len(found) == 1:
         raise RaspError(found[0])
     if found:

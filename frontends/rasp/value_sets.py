@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, RaspError, rasp
+from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, RaspError, _label, rasp
 from tw_frontends.rasp.numbers import (ULP64, _NONE, _Near, _Unsteady, _apply, _call, _is_number,
                                        _near, _ordered)
 from tw_frontends.rasp.keys import _ranked
@@ -97,7 +97,9 @@ class ValueSets:
             return list(range(low, high + 1)), False
         if isinstance(expr, rasp.Aggregate):
             return self._aggregated(expr)
-        return self._mapped(expr)
+        if isinstance(expr, (rasp.Map, rasp.SequenceMap)):
+            return self._mapped(expr)
+        return None, True  # (a class validate.py refuses)
 
     def _mapped(self, expr) -> tuple[list | None, bool]:
         """A Map's or SequenceMap's values: its function over the values of the one SOp it
@@ -136,6 +138,9 @@ class ValueSets:
         if not (rasp.is_numerical(expr) or rasp.is_numerical(expr.sop)):
             return (None if values is None else
                     _ordered([*values, *([] if default is None else [default])])), none
+        if values is not None and not all(_is_number(v) for v in values) or \
+                not _is_number(0 if default is None else default):
+            return values, none  # (no mean of these: `problems` names the SOp)
         d = 0.0 if default is None else float(default)
         if values is not None and (self.max_seq_len == 1 or self.picks_one(expr.selector)):
             return _ordered({v if type(v) is _Near else float(v) for v in values} | {d}), none
@@ -201,6 +206,21 @@ class ValueSets:
         off = abs(a) * max((rx(q) for q in us), default=0.0) if rx else 0.0
         off += abs(b) * max((ry(q) for q in vs), default=0.0) if ry else 0.0
         return [_near(v, off + ULP64 * abs(v)) for v in sums]
+
+    # -- what the value sets show the frontend cannot take -------------------------------
+    def problems(self, expr) -> list[str]:
+        """The refusal lines the value sets give for `expr`: a numerical SOp that holds a
+        non-number; a selector that reads a SOp None at every position (RASP's Select
+        raises on a None key or query: the program has no meaning on any input)."""
+        if isinstance(expr, rasp.Select):
+            return [f"{_label(s)}: None at every position, read by a selector (RASP's Select "
+                    "raises on a None key or query)"
+                    for s in _sides_of(expr) if self.of(s) == []]
+        if not isinstance(expr, rasp.SOp) or not rasp.is_numerical(expr):
+            return []
+        bad = next((v for v in self.of(expr) or () if not _is_number(v)), None)
+        return [] if bad is None else \
+            [f"{_label(expr)}: a numerical SOp holds {bad!r}, not a finite number"]
 
     # -- questions only value sets answer ----------------------------------------------
     def picks_one(self, selector) -> bool:
@@ -333,6 +353,12 @@ def _irreflexive(selector) -> bool:
         return True
     return selector.keys.unique_id == selector.queries.unique_id and \
         selector.predicate in (c.LT, c.GT, c.NEQ)
+
+
+def _sides_of(select) -> list:
+    """A Select's keys and queries, once each."""
+    return [select.keys] if select.keys.unique_id == select.queries.unique_id else \
+        [select.keys, select.queries]
 
 
 def _kept(outs: list, none: bool) -> tuple[list, bool]:
