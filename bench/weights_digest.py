@@ -132,11 +132,13 @@ def _fresh_ids(program) -> None:
     """Renumber tracr's expression ids as a fresh interpreter would: ids are drawn lazily from
     one process-wide counter and name the expressions in refusals (and key the frontend's
     memos), so without this a line would depend on what was compiled before it. Every
-    expression the program reaches (shared ones too: rasp.tokens, tracr lib's `length`) loses
-    its cached id and the counter restarts, so no two of them can share an id."""
+    expression the program reaches (shared ones too: tracr lib's `length`) and tracr's own
+    tokens, indices and length (which a translation may read where the program does not:
+    a root, a rank's tie-break) lose their cached ids and the counter restarts, so no two
+    expressions can share an id."""
     from tracr.rasp import rasp
 
-    seen, stack = set(), [program]
+    seen, stack = set(), [program, rasp.tokens, rasp.indices, rasp.length]
     while stack:
         expr = stack.pop()
         if id(expr) in seen or not isinstance(expr, rasp.RASPExpr):
