@@ -74,7 +74,7 @@ def test_a_missed_value_is_caught():
     program = rasp.Map(lambda x: x + 1, rasp.tokens)
     sets = ValueSets([1, 2, 3], 4, False)
     assert sets.of(program) == [2, 3, 4]
-    sets.sets[program.unique_id] = ([2, 3], False)
+    sets.sets[program.unique_id].values = [2, 3]
     with pytest.raises(AssertionError):
         got = rasp.evaluate(program, [3])
         assert all(_covered(v, sets.of(program)) for v in got)

@@ -1,6 +1,14 @@
-"""What the translation decides about each RASP expression: one `Encoded` record per SOp
-(tracr's `nodes.py` in spirit), written once by the stage that translates it and read by
-every later reader.
+"""What each stage decides about a RASP expression (tracr's `nodes.py` in spirit), one record
+per SOp and stage, written once and read by every later reader:
+
+| stage | record | facts |
+| --- | --- | --- |
+| `validate.py` | (none: a refusal) | its label, as tracr names it |
+| `value_sets.py` | `ValueSet` | `values`, `maybe_none` |
+| `plan.py` | `Plan` (per translation) | token features, narrow index reads, sums kept as pair tables |
+| the build (`build.py` and its parts) | `Encoded` | below |
+
+`Encoded`, per SOp the build translated:
 
 * `value`: its tw value, from the op its stage built (`maps`, `sums`, `heads`, `aggregate`);
 * `numerical`: one number or a one-hot: RASP's annotation, `build._Graph.sop` converting
@@ -33,6 +41,17 @@ from twdialect.dialect import width_of
 from tw_frontends.rasp.numbers import _is_number
 
 Value = SSAValue
+
+
+@dataclass
+class ValueSet:
+    """What the value-set stage (`value_sets.ValueSets`) decides about a SOp, before anything
+    is built: the values RASP may give it at an input position (None: too many to
+    enumerate; a function of no arguments: a mean's, enumerated when first asked), and
+    whether it may be None somewhere."""
+
+    values: list | None | Callable
+    maybe_none: bool
 
 
 @dataclass

@@ -27,6 +27,7 @@ from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, RaspError, _labe
 from tw_frontends.rasp.numbers import (ULP64, _NONE, _Near, _Unsteady, _apply, _call, _is_number,
                                        _near, _ordered)
 from tw_frontends.rasp.keys import _ranked
+from tw_frontends.rasp.nodes import ValueSet
 from tw_frontends.rasp.tables import _affine_fit
 from tw_frontends.rasp.values import (_at_leaves, _at_root, _functions_of, _linear_space,
                                       _mean_radius, _mean_space, _root, _same_selector,
@@ -41,7 +42,7 @@ class ValueSets:
     def __init__(self, vocab: list, max_seq_len: int, causal: bool):
         self.vocab, self.max_seq_len, self.causal = list(vocab), max_seq_len, causal
         # unique_id -> (values or a function giving them, maybe None)
-        self.sets: dict[int, tuple] = {}
+        self.sets: dict[int, ValueSet] = {}
         self.roots: dict = {}  # `_root`'s answers
         self.leaves: dict = {}  # `_functions_of`'s
         self.answers: dict = {}  # (question, ids) -> bool
@@ -49,16 +50,15 @@ class ValueSets:
     # -- value sets ------------------------------------------------------------------
     def of(self, sop) -> list | None:
         """SOp's value set (None: unknown, too many); a mean's enumerated when first asked."""
-        values, none = self._entry(sop)
-        if callable(values):
-            values = values()
-            self.sets[sop.unique_id] = (values, none)
-        return values
+        entry = self._entry(sop)
+        if callable(entry.values):
+            entry.values = entry.values()
+        return entry.values
 
     def maybe_none(self, sop) -> bool:
         """Whether RASP may give None at some position (a map that fails, an Aggregate that
         selects nothing with no default)."""
-        return self._entry(sop)[1]
+        return self._entry(sop).maybe_none
 
     def spaces(self, *sops) -> list | None:
         """The sops' value sets, None where one is unknown or their tuples exceed MAX_MEANS."""
@@ -67,14 +67,14 @@ class ValueSets:
             return None
         return spaces
 
-    def _entry(self, sop) -> tuple[list | None, bool]:
+    def _entry(self, sop) -> ValueSet:
         key = sop.unique_id
         if key not in self.sets:
             for expr in _operands_first(sop, self.sets):
                 try:
-                    self.sets[expr.unique_id] = self._computed(expr)
+                    self.sets[expr.unique_id] = ValueSet(*self._computed(expr))
                 except (RaspError, _Unsteady):  # (the translation names it, where it matters)
-                    self.sets[expr.unique_id] = (None, True)
+                    self.sets[expr.unique_id] = ValueSet(None, True)
         return self.sets[key]
 
     def _computed(self, expr) -> tuple[list | None, bool]:
@@ -218,7 +218,10 @@ class ValueSets:
                     for s in _sides_of(expr) if self.of(s) == []]
         if not isinstance(expr, rasp.SOp) or not rasp.is_numerical(expr):
             return []
-        bad = next((v for v in self.of(expr) or () if not _is_number(v)), None)
+        values = self._entry(expr).values
+        if callable(values):  # (means of numbers, left to enumerate where a table asks)
+            return []
+        bad = next((v for v in values or () if not _is_number(v)), None)
         return [] if bad is None else \
             [f"{_label(expr)}: a numerical SOp holds {bad!r}, not a finite number"]
 
