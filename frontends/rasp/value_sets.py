@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, RaspError, _label, rasp
+from tw_frontends.rasp.limits import MAX_MEANS, MAX_MEAN_PAIRS, MAX_PAIRS, RaspError, _label, rasp
 from tw_frontends.rasp.numbers import (ULP64, _NONE, _Near, _Unsteady, _apply, _call, _is_number,
                                        _near, _ordered)
 from tw_frontends.rasp.keys import _ranked
@@ -102,21 +102,28 @@ class ValueSets:
         return None, True  # (a class validate.py refuses)
 
     def _mapped(self, expr) -> tuple[list | None, bool]:
-        """A Map's or SequenceMap's values: its function over the values of the one SOp it
-        is a function of (`_root`) where there is one, else over its inputs' value tuples."""
-        means = self.means_of_sum(expr) if isinstance(expr, rasp.SequenceMap) else None
+        """A Map's values: its function over its input's. A SequenceMap's: its function over
+        the values of the one SOp it is a function of (`_root`) where there is one, else over
+        the value tuples of the SOps its inputs are functions of (`_functions_of`) where they
+        are fewer than its inputs' pairs, else over those pairs. A function of a root or of
+        leaves is evaluated through every expression between (MAX_PAIRS values at most: each
+        costs a walk), a function of two inputs once a pair (MAX_MEANS)."""
+        if isinstance(expr, rasp.Map):
+            values = self.of(expr.inner)
+            return (None, True) if values is None else \
+                _kept([_apply(expr.f, v) for v in values], self.maybe_none(expr.inner))
+        means = self.means_of_sum(expr)
         if means is not None:  # (two means of one selector average the same keys)
             return means, False
         root = _root(expr, self.roots)
-        if root is not expr and self.of(root) is not None:
+        if root is not expr and self.of(root) is not None and len(self.of(root)) <= MAX_PAIRS:
             outs = [_at_root(expr, root, r) for r in self.of(root)]
             return _kept(outs, self.maybe_none(root))
-        inputs = [expr.inner] if isinstance(expr, rasp.Map) else [expr.fst, expr.snd]
-        spaces = self.spaces(*inputs)
+        spaces = self.spaces(expr.fst, expr.snd)
         leaves = _functions_of(expr, self.leaves)
         over = self.spaces(*leaves.values())
-        if over is not None and (spaces is None or math.prod(map(len, over)) <
-                                 math.prod(map(len, spaces))):
+        if over is not None and math.prod(map(len, over)) <= MAX_PAIRS and \
+                (spaces is None or math.prod(map(len, over)) < math.prod(map(len, spaces))):
             # (f(g(t, i), h(t, i)) over the pairs of t's and i's values, fewer than the pairs
             # of g's and h's)
             keys = list(leaves)
@@ -126,7 +133,7 @@ class ValueSets:
         if spaces is None:
             return None, True
         outs = [_apply(expr.f, *args) for args in itertools.product(*spaces)]
-        return _kept(outs, any(self.maybe_none(s) for s in inputs))
+        return _kept(outs, self.maybe_none(expr.fst) or self.maybe_none(expr.snd))
 
     def _aggregated(self, expr) -> tuple[list | None, bool]:
         """An Aggregate's values: a numerical mean's every mean of its source's values and
