@@ -191,3 +191,26 @@ def test_a_refusal_names_the_expression_as_tracr_would():
     offset = int(theirs.snd.label.rsplit("_", 1)[1]) - int(theirs.label.rsplit("_", 1)[1])
     named = int(ours.label.rsplit("_", 1)[1]) + offset
     assert f"Map 'map_{named}': a numerical SOp holds" in str(e.value)
+
+
+def test_a_function_that_tells_a_means_int_from_its_float_is_refused():
+    # RASP's mean returns the one selected value itself (2) and a float over several keys
+    # (2.0): str() of it has no table of values; one key at most, or a function blind to
+    # the difference, compiles
+    from tw_frontends.rasp.translator import RaspError, translate
+
+    same = rasp.Select(rasp.tokens, rasp.length, rasp.Comparison.EQ)  # (several keys)
+    mean = rasp.Aggregate(same, rasp.tokens, default=0)
+    with pytest.raises(RaspError, match="which RASP's Aggregate gives alike"):
+        translate(rasp.Map(lambda x: str(x), mean), {1, 2, 3}, 4)
+    translate(rasp.Map(lambda x: x + 1, mean), {1, 2, 3}, 4)
+    one = rasp.Aggregate(rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.EQ),
+                         rasp.tokens, default=0)
+    translate(rasp.Map(lambda x: str(x), one), {1, 2, 3}, 4)
+
+
+@pytest.mark.parametrize("seed", [3569, 3911, 4041])
+def test_fuzz_programs_that_told_int_from_float_are_refused(seed):
+    from test_rasp_fuzz import run_program
+
+    assert run_program(generate(seed)).status == "refused"

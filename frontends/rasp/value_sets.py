@@ -34,7 +34,168 @@ from tw_frontends.rasp.values import (_at_leaves, _at_root, _functions_of, _line
                                       _selection, _sums, _without_prefix)
 
 
-class ValueSets:
+class _Questions:
+    """What only value sets decide about the program (`ValueSets` computes the sets these
+    read through `of`, `spaces` and `maybe_none`, and keeps the answers in `answers`): the
+    refusals they show, and whether a selector picks one key or one SOp fixes another."""
+
+    # -- what the value sets show the frontend cannot take -------------------------------
+    def problems(self, expr) -> list[str]:
+        """The refusal lines the value sets give for `expr`: a numerical SOp that holds a
+        non-number; a selector that reads a SOp None at every position (RASP's Select
+        raises on a None key or query: the program has no meaning on any input); a map
+        that tells a mean's int from the equal float (`_type_sensitive`)."""
+        if isinstance(expr, rasp.Select):
+            return [f"{_label(s)}: None at every position, read by a selector (RASP's Select "
+                    "raises on a None key or query)"
+                    for s in _sides_of(expr) if self.of(s) == []]
+        if not isinstance(expr, rasp.SOp):
+            return []
+        typed = self._type_sensitive(expr)
+        if typed is not None:
+            return [typed]
+        if not rasp.is_numerical(expr):
+            return []
+        values = self._entry(expr).values
+        if callable(values):  # (means of numbers, left to enumerate where a table asks)
+            return []
+        bad = next((v for v in values or () if not _is_number(v)), None)
+        return [] if bad is None else \
+            [f"{_label(expr)}: a numerical SOp holds {bad!r}, not a finite number"]
+
+    def typed(self, sop) -> bool:
+        """Whether RASP may give a whole number of sop's as an int (or bool) at one position
+        and as the equal float at another, which its value set cannot tell apart (2 == 2.0):
+        an Aggregate of ints or bools, or with such a default, that may select several keys
+        (RASP's mean returns the one selected value itself, a float over several) or is
+        numerical (its value set holds floats), and a Map or SequenceMap of such that gives
+        whole numbers."""
+        key = ("typed", sop.unique_id)
+        if key not in self.answers:
+            if isinstance(sop, rasp.Aggregate):  # (of one key: the value itself, which a
+                # categorical set keeps as it is and a numerical one as a float)
+                several = rasp.is_numerical(sop) or not self.picks_one(sop.selector)
+                typed = several and \
+                    any(_is_int(v) for v in [*(self.of(sop.sop) or ()), sop.default])
+            elif isinstance(sop, (rasp.Map, rasp.SequenceMap)):
+                typed = any(self.typed(c) for c in _inputs(sop)) and \
+                    any(_whole(v) for v in self.of(sop) or ())
+            else:
+                typed = False
+            self.answers[key] = typed
+        return self.answers[key]
+
+    def _type_sensitive(self, expr) -> str | None:
+        """The refusal of a Map or SequenceMap whose function gives another value at a whole
+        number of a `typed` input than at the equal float (str(2) against str(2.0)), where
+        RASP may give either: no table of its values can follow RASP there."""
+        if not isinstance(expr, (rasp.Map, rasp.SequenceMap)):
+            return None
+        inputs = _inputs(expr)
+        typed = [self.typed(s) for s in inputs]
+        spaces = self.spaces(*inputs) if any(typed) else None
+        if spaces is None or math.prod(map(len, spaces)) > MAX_PAIRS:
+            return None
+        for args in itertools.product(*spaces):
+            for i, v in enumerate(args):
+                if not typed[i] or not _whole(v):
+                    continue
+                a = _call(expr.f, args)
+                for form in (int(v), float(v)):
+                    b = _call(expr.f, (*args[:i], form, *args[i + 1:]))
+                    if not _alike(a, b):
+                        return (f"{_label(expr)}: gives {_shown(a)} at {v!r} and {_shown(b)} "
+                                f"at {form!r}, which RASP's Aggregate gives alike (the one "
+                                "selected value itself, a float over several): the compiled "
+                                "model could differ from RASP")
+        return None
+
+    # -- questions only value sets answer ----------------------------------------------
+    def picks_one(self, selector) -> bool:
+        """Whether every query selects at most one key position in any input (its mean is
+        then one of the values, not any mean of them): a Select whose keys hold distinct
+        values at distinct positions (`unique`) and whose predicate picks at most one key
+        value per query value (EQ: shift_by's and reverse's `indices == f(indices)`), or an
+        And with such a side."""
+        selector, _ = _without_prefix(selector)
+        if isinstance(selector, rasp.SelectorAnd):
+            return self.picks_one(selector.fst) or self.picks_one(selector.snd)
+        if not isinstance(selector, rasp.Select) or not self.unique(selector.keys):
+            return False
+        if selector.predicate is rasp.Comparison.EQ:
+            return True
+        spaces = self.spaces(selector.keys, selector.queries)
+        if spaces is None:
+            return False
+        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
+        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
+                          {k_id: 0}, {q_id: 0})
+        return bool(np.all(pred.sum(axis=1) <= 1))
+
+    def unique(self, a) -> bool:
+        """Whether SOp a holds distinct values at distinct positions of any input: indices,
+        an injective map of such, a SequenceMap whose value fixes the argument that is such
+        (sort's key x + i / n), the rank of such (`_ranked`). Full attention only (a causal
+        model's rank counts only the keys before)."""
+        if isinstance(a, rasp.IndicesType):
+            return True
+        if isinstance(a, rasp.Map):
+            return self.injective(a) and self.unique(a.inner)
+        if isinstance(a, rasp.SequenceMap):
+            return any(self.unique(arg) and self.fixes(a, slot)
+                       for slot, arg in enumerate((a.fst, a.snd)))
+        k = None if self.causal else _ranked(a)
+        return k is not None and self.unique(k)
+
+    def determines(self, a, b) -> bool:
+        """Whether SOp a's value at a position fixes SOp b's there, in every input (so keys
+        of one a-value hold one b-value): b is a, a constant or a map of what a determines;
+        a holds distinct values at distinct positions (`unique`), is an injective map of
+        what determines b, or counts the keys below (above) its own in a strict order of k
+        (a rank: a larger k has a larger rank), k determining b."""
+        if a.unique_id == b.unique_id or isinstance(b, rasp.Full) or self.unique(a):
+            return True
+        if isinstance(b, rasp.Map):
+            return self.determines(a, b.inner)
+        if isinstance(b, rasp.SequenceMap):
+            return self.determines(a, b.fst) and self.determines(a, b.snd)
+        if isinstance(a, rasp.Map) and self.injective(a):
+            return self.determines(a.inner, b)
+        k = None if self.causal else _ranked(a)
+        return k is not None and self.determines(k, b)
+
+    def injective(self, m) -> bool:
+        """Whether Map m gives distinct values for distinct values of its input (never None)."""
+        def injective(spaces) -> bool:
+            outs = [_apply(m.f, v) for v in spaces[0]]
+            return _NONE not in outs and len(set(outs)) == len(outs)
+        return self._answer("injective", m, [m.inner], injective)
+
+    def fixes(self, m, slot: int) -> bool:
+        """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
+        def fixes(spaces) -> bool:
+            seen: dict = {}
+            for pair in itertools.product(*spaces):
+                out = _apply(m.f, *pair)
+                if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
+                    return False
+            return True
+        return self._answer(f"fixes {slot}", m, [m.fst, m.snd], fixes)
+
+    def _answer(self, kind: str, expr, inputs: list, compute: Callable[[list], bool]) -> bool:
+        """compute(the inputs' value sets), once per (kind, expr); False where one is unknown
+        or a function jumps within a value's float64 round-off."""
+        key = (kind, expr.unique_id)
+        if key not in self.answers:
+            spaces = self.spaces(*inputs)
+            try:
+                self.answers[key] = spaces is not None and compute(spaces)
+            except _Unsteady:
+                self.answers[key] = False
+        return self.answers[key]
+
+
+class ValueSets(_Questions):
     """The value sets of one program's SOps at one vocabulary and length, computed when
     first asked (children before readers: each from its inputs' sets), and answers that
     only they decide."""
@@ -214,109 +375,6 @@ class ValueSets:
         off += abs(b) * max((ry(q) for q in vs), default=0.0) if ry else 0.0
         return [_near(v, off + ULP64 * abs(v)) for v in sums]
 
-    # -- what the value sets show the frontend cannot take -------------------------------
-    def problems(self, expr) -> list[str]:
-        """The refusal lines the value sets give for `expr`: a numerical SOp that holds a
-        non-number; a selector that reads a SOp None at every position (RASP's Select
-        raises on a None key or query: the program has no meaning on any input)."""
-        if isinstance(expr, rasp.Select):
-            return [f"{_label(s)}: None at every position, read by a selector (RASP's Select "
-                    "raises on a None key or query)"
-                    for s in _sides_of(expr) if self.of(s) == []]
-        if not isinstance(expr, rasp.SOp) or not rasp.is_numerical(expr):
-            return []
-        values = self._entry(expr).values
-        if callable(values):  # (means of numbers, left to enumerate where a table asks)
-            return []
-        bad = next((v for v in values or () if not _is_number(v)), None)
-        return [] if bad is None else \
-            [f"{_label(expr)}: a numerical SOp holds {bad!r}, not a finite number"]
-
-    # -- questions only value sets answer ----------------------------------------------
-    def picks_one(self, selector) -> bool:
-        """Whether every query selects at most one key position in any input (its mean is
-        then one of the values, not any mean of them): a Select whose keys hold distinct
-        values at distinct positions (`unique`) and whose predicate picks at most one key
-        value per query value (EQ: shift_by's and reverse's `indices == f(indices)`), or an
-        And with such a side."""
-        selector, _ = _without_prefix(selector)
-        if isinstance(selector, rasp.SelectorAnd):
-            return self.picks_one(selector.fst) or self.picks_one(selector.snd)
-        if not isinstance(selector, rasp.Select) or not self.unique(selector.keys):
-            return False
-        if selector.predicate is rasp.Comparison.EQ:
-            return True
-        spaces = self.spaces(selector.keys, selector.queries)
-        if spaces is None:
-            return False
-        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
-        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
-                          {k_id: 0}, {q_id: 0})
-        return bool(np.all(pred.sum(axis=1) <= 1))
-
-    def unique(self, a) -> bool:
-        """Whether SOp a holds distinct values at distinct positions of any input: indices,
-        an injective map of such, a SequenceMap whose value fixes the argument that is such
-        (sort's key x + i / n), the rank of such (`_ranked`). Full attention only (a causal
-        model's rank counts only the keys before)."""
-        if isinstance(a, rasp.IndicesType):
-            return True
-        if isinstance(a, rasp.Map):
-            return self.injective(a) and self.unique(a.inner)
-        if isinstance(a, rasp.SequenceMap):
-            return any(self.unique(arg) and self.fixes(a, slot)
-                       for slot, arg in enumerate((a.fst, a.snd)))
-        k = None if self.causal else _ranked(a)
-        return k is not None and self.unique(k)
-
-    def determines(self, a, b) -> bool:
-        """Whether SOp a's value at a position fixes SOp b's there, in every input (so keys
-        of one a-value hold one b-value): b is a, a constant or a map of what a determines;
-        a holds distinct values at distinct positions (`unique`), is an injective map of
-        what determines b, or counts the keys below (above) its own in a strict order of k
-        (a rank: a larger k has a larger rank), k determining b."""
-        if a.unique_id == b.unique_id or isinstance(b, rasp.Full) or self.unique(a):
-            return True
-        if isinstance(b, rasp.Map):
-            return self.determines(a, b.inner)
-        if isinstance(b, rasp.SequenceMap):
-            return self.determines(a, b.fst) and self.determines(a, b.snd)
-        if isinstance(a, rasp.Map) and self.injective(a):
-            return self.determines(a.inner, b)
-        k = None if self.causal else _ranked(a)
-        return k is not None and self.determines(k, b)
-
-    def injective(self, m) -> bool:
-        """Whether Map m gives distinct values for distinct values of its input (never None)."""
-        def injective(spaces) -> bool:
-            outs = [_apply(m.f, v) for v in spaces[0]]
-            return _NONE not in outs and len(set(outs)) == len(outs)
-        return self._answer("injective", m, [m.inner], injective)
-
-    def fixes(self, m, slot: int) -> bool:
-        """Whether SequenceMap m's value fixes its argument `slot` (0: fst) over every pair."""
-        def fixes(spaces) -> bool:
-            seen: dict = {}
-            for pair in itertools.product(*spaces):
-                out = _apply(m.f, *pair)
-                if out is _NONE or seen.setdefault(out, pair[slot]) != pair[slot]:
-                    return False
-            return True
-        return self._answer(f"fixes {slot}", m, [m.fst, m.snd], fixes)
-
-    def _answer(self, kind: str, expr, inputs: list, compute: Callable[[list], bool]) -> bool:
-        """compute(the inputs' value sets), once per (kind, expr); False where one is unknown
-        or a function jumps within a value's float64 round-off."""
-        key = (kind, expr.unique_id)
-        if key not in self.answers:
-            spaces = self.spaces(*inputs)
-            try:
-                self.answers[key] = spaces is not None and compute(spaces)
-            except _Unsteady:
-                self.answers[key] = False
-        return self.answers[key]
-
-
 def same_means(expr) -> bool:
     """Whether a SequenceMap reads two numerical means over one selector
     (`_same_selector`): at every position both average the same keys."""
@@ -363,6 +421,34 @@ def _irreflexive(selector) -> bool:
         return True
     return selector.keys.unique_id == selector.queries.unique_id and \
         selector.predicate in (c.LT, c.GT, c.NEQ)
+
+
+def _inputs(expr) -> list:
+    return [expr.inner] if isinstance(expr, rasp.Map) else [expr.fst, expr.snd]
+
+
+def _is_int(v) -> bool:
+    """An int or bool (numpy's too): a number RASP's mean of one key returns as it is."""
+    return isinstance(v, (bool, int, np.integer)) and not isinstance(v, float)
+
+
+def _whole(v) -> bool:
+    return _is_number(v) and float(v).is_integer()
+
+
+def _alike(a, b) -> bool:
+    """Whether two results of a function are one value as RASP's later readers see it:
+    equal (3 and 3.0 are: a number stays `typed`), both None or failed."""
+    if a is _NONE or b is _NONE:
+        return a is b
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a value that compares oddly is not alike
+        return False
+
+
+def _shown(v) -> str:
+    return "None" if v is _NONE else repr(v)
 
 
 def _sides_of(select) -> list:
