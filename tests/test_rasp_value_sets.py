@@ -214,3 +214,19 @@ def test_fuzz_programs_that_told_int_from_float_are_refused(seed):
     from test_rasp_fuzz import run_program
 
     assert run_program(generate(seed)).status == "refused"
+
+
+def test_a_width_of_a_selector_that_always_or_never_picks_the_query_itself():
+    n = 4
+    sets = ValueSets([1, 2], n, False)
+    width = lambda s: sets.of(rasp.SelectorWidth(s))  # noqa: E731
+    same = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ)
+    other = rasp.Select(rasp.tokens, rasp.indices, rasp.Comparison.LEQ)
+    never = rasp.SelectorNot(same)  # (`~same` is a Select of a lambda: no rule reads it)
+    assert width(same) == [1, 2, 3, 4]
+    assert width(never) == [0, 1, 2, 3]
+    assert width(other | same) == [1, 2, 3, 4]
+    assert width(other & never) == [0, 1, 2, 3]
+    assert width(other) == width(~same) == [0, 1, 2, 3, 4]
+    for selector in (same, never, other | same, other & never):  # (sound: RASP agrees)
+        assert _check_sound(rasp.SelectorWidth(selector), {1, 2}, n, False) > 0

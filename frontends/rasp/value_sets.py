@@ -254,7 +254,8 @@ class ValueSets(_Questions):
                 len(values) < n or None in values
         if isinstance(expr, rasp.SelectorWidth):  # (a query that selects itself: 1 or more;
             # one that never does: at most n - 1)
-            low, high = int(_reflexive(expr.selector)), n - int(_irreflexive(expr.selector))
+            itself = _selects_self(expr.selector)
+            low, high = int(itself is True), n - int(itself is False)
             return list(range(low, high + 1)), False
         if isinstance(expr, rasp.Aggregate):
             return self._aggregated(expr)
@@ -388,39 +389,29 @@ def _default(aggregate) -> float:
     return float(0 if aggregate.default is None else aggregate.default)
 
 
-def _reflexive(selector) -> bool:
-    """Whether every query selects its own position: a comparison that holds between equal
-    values (EQ, LEQ, GEQ, TRUE) of one SOp's keys and queries, TRUE of any, an And of such,
-    an Or with one."""
-    if isinstance(selector, rasp.SelectorAnd):
-        return _reflexive(selector.fst) and _reflexive(selector.snd)
-    if isinstance(selector, rasp.SelectorOr):
-        return _reflexive(selector.fst) or _reflexive(selector.snd)
-    if isinstance(selector, rasp.ConstantSelector):
-        return False
+def _selects_self(selector) -> bool | None:
+    """True where every query selects its own position (a comparison that holds between
+    equal values, EQ, LEQ, GEQ, of one SOp's keys and queries; TRUE of any), False where no
+    query does (LT, GT, NEQ of one SOp; FALSE), None where it depends; through And, Or and
+    Not."""
+    if isinstance(selector, rasp.SelectorNot):
+        inner = _selects_self(selector.inner)
+        return None if inner is None else not inner
+    if isinstance(selector, (rasp.SelectorAnd, rasp.SelectorOr)):
+        sides = {_selects_self(selector.fst), _selects_self(selector.snd)}
+        decisive = isinstance(selector, rasp.SelectorOr)  # (Or: one True is; And: one False)
+        if decisive in sides:
+            return decisive
+        return (not decisive) if sides == {not decisive} else None
     if not isinstance(selector, rasp.Select):
-        return False
+        return None
     c = rasp.Comparison
-    if selector.predicate is c.TRUE:
-        return True
-    return selector.keys.unique_id == selector.queries.unique_id and \
-        selector.predicate in (c.EQ, c.LEQ, c.GEQ)
-
-
-def _irreflexive(selector) -> bool:
-    """Whether no query selects its own position: a strict comparison (LT, GT, NEQ) of one
-    SOp's keys and queries, FALSE of any, an And with such, an Or of such."""
-    if isinstance(selector, rasp.SelectorAnd):
-        return _irreflexive(selector.fst) or _irreflexive(selector.snd)
-    if isinstance(selector, rasp.SelectorOr):
-        return _irreflexive(selector.fst) and _irreflexive(selector.snd)
-    if not isinstance(selector, rasp.Select):
-        return False
-    c = rasp.Comparison
-    if selector.predicate is c.FALSE:
-        return True
-    return selector.keys.unique_id == selector.queries.unique_id and \
-        selector.predicate in (c.LT, c.GT, c.NEQ)
+    if selector.predicate in (c.TRUE, c.FALSE):
+        return selector.predicate is c.TRUE
+    if selector.keys.unique_id != selector.queries.unique_id:
+        return None
+    return True if selector.predicate in (c.EQ, c.LEQ, c.GEQ) else \
+        False if selector.predicate in (c.LT, c.GT, c.NEQ) else None
 
 
 def _inputs(expr) -> list:
