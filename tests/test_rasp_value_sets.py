@@ -230,3 +230,12 @@ def test_a_width_of_a_selector_that_always_or_never_picks_the_query_itself():
     assert width(other) == width(~same) == [0, 1, 2, 3, 4]
     for selector in (same, never, other | same, other & never):  # (sound: RASP agrees)
         assert _check_sound(rasp.SelectorWidth(selector), {1, 2}, n, False) > 0
+
+
+@pytest.mark.parametrize("seed", [5848, 6300, 7218])
+def test_a_mean_read_by_a_type_blind_function_or_never_averaged_compiles(seed):
+    # x > 1 gives a bool at 2 and at 2.0 alike (no int-or-float passes on); a selector that
+    # selects no key gives the default itself, never a float
+    from test_rasp_fuzz import run_program
+
+    assert run_program(generate(seed)).status == "ok"

@@ -68,18 +68,21 @@ class _Questions:
         and as the equal float at another, which its value set cannot tell apart (2 == 2.0):
         an Aggregate of ints or bools, or with such a default, that may select several keys
         (RASP's mean returns the one selected value itself, a float over several) or is
-        numerical (its value set holds floats), and a Map or SequenceMap of such that gives
-        whole numbers."""
+        numerical (its value set holds floats), and a Map or SequenceMap whose function
+        gives an int at such an input's int and the equal float at its float (x + 1, not
+        x > 1)."""
         key = ("typed", sop.unique_id)
         if key not in self.answers:
             if isinstance(sop, rasp.Aggregate):  # (of one key: the value itself, which a
                 # categorical set keeps as it is and a numerical one as a float)
-                several = rasp.is_numerical(sop) or not self.picks_one(sop.selector)
+                several = rasp.is_numerical(sop) or not (
+                    self.picks_one(sop.selector) or self._selects_none(sop.selector))
                 typed = several and \
                     any(_is_int(v) for v in [*(self.of(sop.sop) or ()), sop.default])
             elif isinstance(sop, (rasp.Map, rasp.SequenceMap)):
-                typed = any(self.typed(c) for c in _inputs(sop)) and \
-                    any(_whole(v) for v in self.of(sop) or ())
+                forms = self._forms(sop)
+                typed = any(_whole(v) for v in self.of(sop) or ()) if forms is None else \
+                    any(_alike(x, y) and type(x) is not type(y) for _, _, x, y in forms)
             else:
                 typed = False
             self.answers[key] = typed
@@ -91,24 +94,56 @@ class _Questions:
         RASP may give either: no table of its values can follow RASP there."""
         if not isinstance(expr, (rasp.Map, rasp.SequenceMap)):
             return None
-        inputs = _inputs(expr)
-        typed = [self.typed(s) for s in inputs]
-        spaces = self.spaces(*inputs) if any(typed) else None
-        if spaces is None or math.prod(map(len, spaces)) > MAX_PAIRS:
-            return None
-        for args in itertools.product(*spaces):
-            for i, v in enumerate(args):
-                if not typed[i] or not _whole(v):
-                    continue
-                a = _call(expr.f, args)
-                for form in (int(v), float(v)):
-                    b = _call(expr.f, (*args[:i], form, *args[i + 1:]))
-                    if not _alike(a, b):
-                        return (f"{_label(expr)}: gives {_shown(a)} at {v!r} and {_shown(b)} "
-                                f"at {form!r}, which RASP's Aggregate gives alike (the one "
-                                "selected value itself, a float over several): the compiled "
-                                "model could differ from RASP")
+        for v, form, a, b in self._forms(expr) or ():
+            if not _alike(a, b):
+                return (f"{_label(expr)}: gives {_shown(a)} at {v!r} and {_shown(b)} at "
+                        f"{form!r}, which RASP's Aggregate gives alike (the one selected "
+                        "value itself, a float over several): the compiled model could "
+                        "differ from RASP")
         return None
+
+    def _forms(self, expr) -> list | None:
+        """(v, form, f there, f at form) for each whole value v of a `typed` input of Map or
+        SequenceMap `expr` and each of its forms (int, float), the other inputs at each of
+        their values; [] where no input is typed, None where the values are unknown or more
+        than MAX_PAIRS tuples."""
+        key = ("forms", expr.unique_id)
+        if key not in self.answers:
+            inputs = _inputs(expr)
+            typed = [self.typed(s) for s in inputs]
+            spaces = self.spaces(*inputs) if any(typed) else []
+            if spaces is None or math.prod(map(len, spaces)) > MAX_PAIRS:
+                self.answers[key] = None
+                return None
+            found = []
+            for args in itertools.product(*spaces) if spaces else ():
+                for i, v in enumerate(args):
+                    if typed[i] and _whole(v):
+                        a = _call(expr.f, args)
+                        found += [(v, form, a, _call(expr.f, (*args[:i], form, *args[i + 1:])))
+                                  for form in (int(v), float(v))]
+            self.answers[key] = found
+        return self.answers[key]
+
+    def _selects_none(self, selector) -> bool:
+        """Whether no query selects any key, in any input: a Select whose predicate holds at
+        no pair of its keys' and queries' values, an And with such a side, an Or of such."""
+        if isinstance(selector, rasp.SelectorAnd):
+            return self._selects_none(selector.fst) or self._selects_none(selector.snd)
+        if isinstance(selector, rasp.SelectorOr):
+            return self._selects_none(selector.fst) and self._selects_none(selector.snd)
+        if not isinstance(selector, rasp.Select):
+            return False
+        spaces = self.spaces(selector.keys, selector.queries)
+        if spaces is None:
+            return False
+        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
+        try:
+            pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
+                              {k_id: 0}, {q_id: 0})
+        except _Unsteady:
+            return False
+        return not np.any(pred)
 
     # -- questions only value sets answer ----------------------------------------------
     def picks_one(self, selector) -> bool:
