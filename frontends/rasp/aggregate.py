@@ -45,7 +45,7 @@ class _Aggregates:
         where the caller knows it, else from src's)."""
         if default is None and not src.space:  # a mean of Nones, or no key: None
             return self.nowhere(numerical)
-        one = numerical and self._one_key(selector)  # (its mean is one of the values)
+        one = numerical and self.sets.one_key(selector)  # (its mean is one of the values)
         if numerical:
             d = np.array([0.0 if default is None else self._number(expr, default)])
             if space is None:
@@ -74,9 +74,9 @@ class _Aggregates:
 
     def _mean_values(self, selector, values: list | None, default: float):
         """A numerical mean's value set: the values and the default where every query selects
-        at most one key (`_one_key`), else every mean of them (`_mean_space`), enumerated
+        at most one key (`ValueSets.one_key`), else every mean of them (`_mean_space`), enumerated
         where a later table asks (a million means, which only it needs: a callable)."""
-        if values is not None and self._one_key(selector):
+        if values is not None and self.sets.one_key(selector):
             return _ordered({v if type(v) is _Near else float(v) for v in values} | {default})
         n = self.max_seq_len
         return lambda: _mean_space(values, n, default)

@@ -310,8 +310,3 @@ class _HeadReads:
         """Whether the one-hot is a table of steps (through any `tw.linear`), which a head can
         read again as other columns within a tolerance of its own (`_from_source`)."""
         return _through_linear(enc.value)[0] in self.tables
-
-    def _one_key(self, selector) -> bool:
-        """Whether every query selects at most one key position (`ValueSets.picks_one`, or
-        one position in all)."""
-        return self.max_seq_len == 1 or self.sets.picks_one(selector)

@@ -38,7 +38,7 @@ ATOL = 1e-4
 # Largest value set of a numerical SOp (an Aggregate's means, a LinearSequenceMap's sums) that
 # is enumerated for a table.
 MAX_MEANS = 1_000_000
-# Most pairs of sums `_means_of_sum` combines (some n^3 / 3 for two 0/1 means: length 370),
+# Most pairs of sums `ValueSets.means_of_sum` combines (some n^3 / 3 for two 0/1 means: length 370),
 # each mean pair one float; their distinct values are again at most MAX_MEANS.
 MAX_MEAN_PAIRS = 1 << 24
 # Most additions `_sums` spends on one more key's sums (the sums so far times the values: a

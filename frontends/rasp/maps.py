@@ -141,7 +141,7 @@ class _Maps:
                 not (rasp.is_numerical(inner.fst) or rasp.is_numerical(inner.snd)):
             return False
         if self._one_mean_of_sum(inner):
-            space = self._mean_sum_space(inner)
+            space = self.sets.mean_sum_space(inner)
         else:
             space = _linear_space(self.sets.of(inner.fst), self.sets.of(inner.snd), inner.f)
         if space is None:
@@ -163,7 +163,7 @@ class _Maps:
                 not (rasp.is_numerical(s.fst) or rasp.is_numerical(s.snd)):
             return False
         if self._one_mean_of_sum(s):
-            return self._sum_of_means(s) is not None
+            return self.sets.sum_of_means(s) is not None
         return self._linear_of(s) is not None
 
     def _chain(self, s) -> tuple[list, Callable, Callable | None, int]:
@@ -250,7 +250,7 @@ class _Maps:
         a, b, c, _ = affine
         # (a categorical input of numbers is read as its number: `m + indices`)
         fst, snd = self.as_numerical(fst, expr.fst), self.as_numerical(snd, expr.snd)
-        space = lambda: self._means_of_sum(expr) or \
+        space = lambda: self.sets.means_of_sum(expr) or \
             _linear_space(fst.space, snd.space, expr.f)  # noqa: E731
         none, noisy = fst.maybe_none or snd.maybe_none, fst.noisy or snd.noisy
         bounds = dict(error=abs(a) * fst.error + abs(b) * snd.error,

@@ -48,13 +48,13 @@ class _SumsOfMeans:
         does not apply."""
         x, y = expr.fst, expr.snd
         if not self._one_mean_of_sum(expr) or expr.unique_id in self.tabled_sums or \
-                self._sum_of_means(expr) is None:  # (asked of value sets, before building)
+                self.sets.sum_of_means(expr) is None:  # (asked of value sets, before building)
             return None
         us, vs = (self.as_numerical(self.sop(s.sop), s.sop) for s in (x, y))
         if us.maybe_none or vs.maybe_none or not us.space or not vs.space or \
                 len(us.space) * len(vs.space) > MAX_MEANS:
             return None  # (None is no number to sum)
-        affine = self._sum_of_means(expr)
+        affine = self.sets.sum_of_means(expr)
         if affine is None:
             return None
         if not isinstance(expr, rasp.LinearSequenceMap):
@@ -73,32 +73,16 @@ class _SumsOfMeans:
                            magnitude=abs(a) * us.magnitude + abs(b) * vs.magnitude + abs(c))
         return self._mean(expr, x.selector, src, _call(expr.f, [self._default(x),
                                                                 self._default(y)]),
-                          True, None, space=lambda: self._mean_sum_space(expr))
+                          True, None, space=lambda: self.sets.mean_sum_space(expr))
 
     def _one_mean_of_sum(self, expr) -> bool:
         """Whether SequenceMap `expr` reads two numerical means over one selector that
-        nothing else reads (`_same_means`): one head may average the sum (`_mean_of_sum`)."""
-        return self._same_means(expr) and self.readers[id(expr.fst)] == 1 and \
+        nothing else reads (`same_means`): one head may average the sum (`_mean_of_sum`)."""
+        return same_means(expr) and self.readers[id(expr.fst)] == 1 and \
             self.readers[id(expr.snd)] == 1
-
-    def _mean_sum_space(self, expr) -> list | None:
-        """The value set of such a sum (`ValueSets.mean_sum_space`)."""
-        return self.sets.mean_sum_space(expr)
-
-    def _sum_of_means(self, expr) -> tuple | None:
-        """(a, b, c, numpy_exact) where `expr` (two numerical means over one selector) is
-        a x + b y + c over every pair of their values (`ValueSets.sum_of_means`)."""
-        return self.sets.sum_of_means(expr)
-
-    def _same_means(self, expr) -> bool:
-        return same_means(expr)
 
     def _default(self, aggregate) -> float:
         return self._number(aggregate, 0 if aggregate.default is None else aggregate.default)
-
-    def _means_of_sum(self, expr) -> list | None:
-        """`ValueSets.means_of_sum` (the value set of a sum of two means of one selector)."""
-        return self.sets.means_of_sum(expr)
 
     def _through_sum(self, expr, fst: Encoded, snd: Encoded) -> Encoded | None:
         """f(x, y) as a table of one number s = a x + b y, where f depends on s alone over

@@ -55,7 +55,7 @@ def _affine_fit(f: Callable, xs: list | None, ys: list | None) -> tuple | None:
     """(a, b, c, numpy_exact) where f(x, y) = a x + b y + c at every pair of xs and ys (to
     float64 round-off), |a| and |b| at most MAX_LINEAR_SLOPE (a table of steps would snap an
     input's float32 error back; a steeper line grows it); numpy_exact where f gives
-    (a x + b y) + c bit for bit (numpy's sum of means, `_means_of_sum`). None where not, or
+    (a x + b y) + c bit for bit (numpy's sum of means, `ValueSets.means_of_sum`). None where not, or
     there are more than MAX_SUM_PAIRS pairs (f is asked at each), or a value is no number.
     A grid of AFFINE_PROBES x AFFINE_PROBES pairs is asked first."""
     if not xs or not ys or len(xs) * len(ys) > MAX_SUM_PAIRS or \

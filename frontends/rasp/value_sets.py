@@ -134,16 +134,20 @@ class _Questions:
             return self._selects_none(selector.fst) and self._selects_none(selector.snd)
         if not isinstance(selector, rasp.Select):
             return False
-        spaces = self.spaces(selector.keys, selector.queries)
-        if spaces is None:
-            return False
-        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
         try:
-            pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
-                              {k_id: 0}, {q_id: 0})
+            pred = self._selection(selector)
         except _Unsteady:
             return False
-        return not np.any(pred)
+        return pred is not None and not np.any(pred)
+
+    def _selection(self, select):
+        """A Select's predicate over its queries' (rows) and keys' value sets, None where
+        they are unknown (`_selection`; `_Unsteady` where a mean's round-off moves it)."""
+        spaces = self.spaces(select.keys, select.queries)
+        if spaces is None:
+            return None
+        return _selection(select, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
+                          {select.keys.unique_id: 0}, {select.queries.unique_id: 0})
 
     # -- questions only value sets answer ----------------------------------------------
     def picks_one(self, selector) -> bool:
@@ -159,13 +163,13 @@ class _Questions:
             return False
         if selector.predicate is rasp.Comparison.EQ:
             return True
-        spaces = self.spaces(selector.keys, selector.queries)
-        if spaces is None:
-            return False
-        k_id, q_id = selector.keys.unique_id, selector.queries.unique_id
-        pred = _selection(selector, [(k,) for k in spaces[0]], [(q,) for q in spaces[1]],
-                          {k_id: 0}, {q_id: 0})
-        return bool(np.all(pred.sum(axis=1) <= 1))
+        pred = self._selection(selector)
+        return pred is not None and bool(np.all(pred.sum(axis=1) <= 1))
+
+    def one_key(self, selector) -> bool:
+        """Whether every query selects at most one key position (`picks_one`, or one
+        position in all): a mean over it is one of the values."""
+        return self.max_seq_len == 1 or self.picks_one(selector)
 
     def unique(self, a) -> bool:
         """Whether SOp a holds distinct values at distinct positions of any input: indices,
@@ -346,7 +350,7 @@ class ValueSets(_Questions):
                 not _is_number(0 if default is None else default):
             return values, none  # (no mean of these: `problems` names the SOp)
         d = 0.0 if default is None else float(default)
-        if values is not None and (self.max_seq_len == 1 or self.picks_one(expr.selector)):
+        if values is not None and self.one_key(expr.selector):
             return _ordered({v if type(v) is _Near else float(v) for v in values} | {d}), none
         return (lambda: _mean_space(values, self.max_seq_len, d)), none
 
