@@ -76,6 +76,7 @@ def _summary(rows: list[dict]) -> dict:
             "graphs_per_program": round(graphs / max(1, len(done)), 3),
             "retried_programs": sum(r["graphs"] > 1 for r in done),
             "replans": dict(sorted(reasons.items())),
+            "replanned_in_place": sum(len(r["in_place"]) for r in done),
             "ops_built": ops, "unread_in_kept_graph": unread,
             "translate_cpu_s": round(sum(r["translate_s"] for r in rows), 2),
             "compile_cpu_s": round(sum(r.get("compile_s", 0.0) for r in done), 2)}

@@ -19,6 +19,7 @@ from tw_frontends.rasp.nodes import Encoded, Value
 from tw_frontends.rasp.built import _through_linear
 from tw_frontends.rasp.float32 import check_output, output_tolerance
 from tw_frontends.rasp.graph import RaspGraph, _may_mix, output_codes
+from tw_frontends.rasp.plan import FEATURES, Plan
 from tw_frontends.rasp.value_sets import ValueSets
 from tw_frontends.rasp.values import _readers
 
@@ -42,12 +43,12 @@ def checked_arguments(vocab, max_seq_len, causal, bos, pad, atol) -> tuple:
 class _Graph:
     """One translation's graph, its BOS values and the memo of translated expressions."""
 
-    def __init__(self, vocab, max_seq_len: int, causal: bool, bos, pad,
-                 token_features: bool = True, narrow_indices: bool = True,
-                 analyses: dict | None = None, atol: float = ATOL, tabled_sums=(),
-                 value_sets: ValueSets | None = None):
-        self.vocab, self.max_seq_len, self.causal, self.atol = \
-            checked_arguments(vocab, max_seq_len, causal, bos, pad, atol)
+    def __init__(self, arguments: tuple, bos, pad, plan: Plan, sets: ValueSets,
+                 analyses: dict):
+        """`arguments`: `checked_arguments`'s (vocab in order, max_seq_len, causal, atol);
+        `plan`: what this translation tries; `sets`: the value-set stage's answers;
+        `analyses`: the memo of `_analysis`, shared by a program's translations."""
+        self.vocab, self.max_seq_len, self.causal, self.atol = arguments
         self.bos, self.pad = bos, pad
         self.memo: dict[int, Encoded] = {}
         self.roots: dict = {}  # `_root`'s answers
@@ -57,7 +58,7 @@ class _Graph:
         self.tables: dict[Value, tuple] = {}
         # SequenceMaps kept tables of their value pairs (`_sum_read_apart`, `translate`'s
         # retry), and those read as a number or through a sum instead (unique ids)
-        self.tabled_sums: set = set(tabled_sums)
+        self.tabled_sums: set = set(plan.tabled_sums)
         self.numbered_sums: set = set()
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
@@ -65,21 +66,22 @@ class _Graph:
         # whether narrow reads of the token one-hot read columns of the token embedding beside
         # it (`_token_columns`), grown as the reads ask: their unit columns (the one-hot's rows
         # @ them) and a column's index by its bytes
-        self.token_features = token_features
+        self.plan = plan
+        self.replanned: list[str] = []  # reasons this translation re-planned in place
+        self.token_features = plan.token_features
+        self.features_read = False  # whether a read went through the features (or none)
         self.feature_columns: list[np.ndarray] = []
         self.feature_index: dict[bytes, int] = {}
         # whether a head's value reads the indices one-hot through a position table of
         # fewer columns (`_narrow_read`), and whether one did
-        self.narrow_indices = narrow_indices
+        self.narrow_indices = plan.narrow_indices
         self.narrowed_indices = False
         self.squares: Value | None = None  # `_index_squares`
         # answers about the program's functions over its value sets (`_analysis`), which a
         # later translation of the same program (`translate`) asks again
-        self.analyses: dict = {} if analyses is None else analyses
-        # every SOp's value set and what only value sets decide (the stage before this one,
-        # shared by a program's translations)
-        self.sets = value_sets if value_sets is not None else \
-            ValueSets(self.vocab, self.max_seq_len, self.causal)
+        self.analyses = analyses
+        # every SOp's value set and what only value sets decide (the stage before this one)
+        self.sets = sets
 
     def _analysis(self, kind: str, expr, compute: Callable[[], Any]):
         """compute(), once per (kind, expr) across the translations of one program: the
@@ -179,12 +181,23 @@ class _Graph:
         one-position sequence: BOS attends only to itself)."""
         for op in self.graph.ops[self.seen:]:
             if self.token_features and isinstance(op, AttnOp) and self._keys_one_hot(op):
-                raise _FeaturesNoNarrower()
+                self._without_features()
             if not op.results or op.results[0] in self.at_bos:  # (a feature slice's zeros)
                 continue
             args = [self.at_bos[o] for o in op.operands]
             self.at_bos[op.results[0]] = evaluate_op(op, args, 1, self.feeds)
         self.seen = len(self.graph.ops)
+
+    def _without_features(self) -> None:
+        """Token features given up (`plan.FEATURES`): in place where no read has gone through
+        them yet (every op so far is what a translation without them builds, so it goes on
+        as that one: `effort["in_place"]`), else `_FeaturesNoNarrower` (`translate` builds
+        again without)."""
+        if self.features_read:
+            raise _FeaturesNoNarrower()
+        self.plan = self.plan.after(FEATURES)
+        self.token_features = False
+        self.replanned.append(FEATURES)
 
     def _keys_one_hot(self, head: AttnOp) -> bool:
         """Whether a head's queries or keys read the token one-hot itself: a head is rebuilt

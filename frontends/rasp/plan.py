@@ -17,7 +17,9 @@ graph shows it does not pay:
   it stands).
 
 `translate` runs the loop (`translator.py`); `RaspGraph.effort["replans"]` lists the reasons
-met, in order."""
+met, in order. A re-plan for `FEATURES` met before any read has gone through the features is
+made in place (`_Graph._without_features`: what was built so far is what the next plan would
+build), listed in `effort["in_place"]` too; every other one builds the graph again."""
 
 from __future__ import annotations
 

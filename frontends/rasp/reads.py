@@ -146,6 +146,7 @@ class _Reads:
                     if len(self.feature_columns) >= len(self.vocab):
                         raise _FeaturesNoNarrower()
                 w_at.append((j, i, scale))
+        self.features_read = True
         if not self.feature_columns:
             return self.one, np.zeros((1, mat.shape[1]))
         w = np.zeros((len(self.feature_columns), mat.shape[1]))

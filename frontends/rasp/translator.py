@@ -93,18 +93,15 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
     input, causal or full attention, the BOS and pad tokens; `atol`: how far a numerical
     output may be from RASP's value, else it is refused; None: ATOL)."""
     _need_tracr()
-    atol = ATOL if atol is None else atol
-    args = (vocab, max_seq_len, causal, compiler_bos, compiler_pad)
+    arguments = checked_arguments(vocab, max_seq_len, causal, compiler_bos, compiler_pad,
+                                  ATOL if atol is None else atol)
     analyses: dict = {}  # (the program's functions, asked once across the translations)
-    ordered, n, causal, _ = checked_arguments(*args, atol)
-    sets = ValueSets(ordered, n, causal)  # (one for every plan)
-    validate(program, ordered, n, causal, sets)
-    effort: dict = {"graphs": 0, "ops": 0, "replans": []}
+    sets = ValueSets(*arguments[:3])  # (one for every plan)
+    validate(program, *arguments[:3], sets)
+    effort: dict = {"graphs": 0, "ops": 0, "replans": [], "in_place": []}
     plan = Plan()
     while True:
-        t = _Translator(*args, plan.token_features, narrow_indices=plan.narrow_indices,
-                        analyses=analyses, atol=atol, tabled_sums=plan.tabled_sums,
-                        value_sets=sets)
+        t = _Translator(arguments, compiler_bos, compiler_pad, plan, sets, analyses)
         effort["graphs"] += 1
         reason, refusal = None, None
         try:
@@ -117,9 +114,11 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
             reason, refusal = SUMS, e
         finally:
             effort["ops"] += len(t.graph.ops) if hasattr(t, "graph") else 0
+            effort["replans"] += t.replanned
+            effort["in_place"] += t.replanned
         if reason is None:
             break
-        following = plan.after(reason, frozenset(t.numbered_sums))
+        following = t.plan.after(reason, frozenset(t.numbered_sums))
         if following is None:  # (nothing left to change)
             if reason == INDICES:
                 break  # (the translation stands as it is)
