@@ -177,6 +177,16 @@ def test_a_product_of_means_is_no_sum():
     assert _affine_fit(lambda x, y: (x - y) / 3, [0.1, 0.7], [0.2, 0.9])[3] is False
 
 
+def test_an_input_of_one_value_is_no_term_of_a_sum():
+    """x % 2 + y with x only ever 1 is y + 1: x's coefficient 0, not least squares' share
+    of the constant (0.5 x + y + 0.5 read x, a column the model then keeps: fuzz seed 4522,
+    d 18 -> 24)."""
+    from tw_frontends.rasp.tables import _affine_fit
+
+    assert _affine_fit(lambda x, y: x % 2 + y, [1], [0, 1, 2])[:3] == (0.0, 1.0, 1.0)
+    assert _affine_fit(lambda x, y: 2 * x + y, [0, 1], [3])[:3] == (2.0, 0.0, 3.0)
+
+
 def test_a_map_of_pair_balance_at_length_150():
     # opens - closes over prefixes of up to 150 keys: some 1.2 million pairs of means (the
     # value-set bound was a million pairs: refused), 2 m + 1 distinct differences a length m

@@ -239,3 +239,35 @@ def test_a_mean_read_by_a_type_blind_function_or_never_averaged_compiles(seed):
     from test_rasp_fuzz import run_program
 
     assert run_program(generate(seed)).status == "ok"
+
+
+def test_an_aggregate_over_a_selector_that_always_selects_never_gives_its_default():
+    n = 4
+    sets = ValueSets(["a", "b"], n, False)
+    first = rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == 0)  # (index 0: always)
+    same = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ)  # (itself: always)
+    full = rasp.Select(rasp.Full(1), rasp.indices, lambda k, q: k > q)  # (not at q >= 1)
+    later = rasp.Select(rasp.indices, rasp.indices, lambda k, q: k == q + 1)  # (not the last)
+    for selector, always in ((first, True), (same, True), (first | later, True),
+                             (full, False), (later, False), (first & later, False)):
+        assert sets.always_selects(selector) is always
+        mean = rasp.Aggregate(selector, rasp.tokens, default="z")
+        assert ("z" in sets.of(mean)) is not always
+        assert _check_sound(mean, {"a", "b"}, n, False) > 0
+
+
+def test_a_sequence_map_of_one_sop_twice_is_asked_at_equal_values_only():
+    # x * y of one mean at (0, 0) and (0.0, 0.0): alike; never at ('z', 0) (the default with
+    # an int, which gives '' where 'z' * 0.0 fails)
+    from tw_frontends.rasp.translator import translate
+
+    mean = rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT),
+                          rasp.indices, default="z")  # (the least token selects none)
+    translate(rasp.SequenceMap(lambda x, y: x * y, mean, mean), {1, 2, 3}, 4)
+
+
+@pytest.mark.parametrize("seed", [3827, 6690])
+def test_fuzz_programs_whose_telling_values_value_sets_now_exclude_compile(seed):
+    from test_rasp_fuzz import run_program
+
+    assert run_program(generate(seed)).status == "ok"

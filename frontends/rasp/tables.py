@@ -36,10 +36,13 @@ def _sum_weights(pairs: list[tuple], outs: list) -> list[tuple[float, float]]:
 
 def _plane(xs: list, ys: list, outs: list) -> tuple[float, float, float] | None:
     """(a, b, c) where outs = a x + b y + c at every (x, y) (to float64 round-off; whole
-    coefficients where least squares gives 0.9999999999999998 for 1), else None."""
+    coefficients where least squares gives 0.9999999999999998 for 1), else None. An input
+    of one value has coefficient 0 (its value is in c: nothing need read it)."""
     xy1 = np.column_stack([xs, ys, np.ones(len(xs))])
     f = np.asarray(outs, np.float64)
-    coef = np.linalg.lstsq(xy1, f, rcond=None)[0]
+    varies = np.append(np.ptp(xy1[:, :2], axis=0) > 0, True)
+    coef = np.zeros(3)
+    coef[varies] = np.linalg.lstsq(xy1[:, varies], f, rcond=None)[0]
     whole = np.round(coef)
     coef = np.where(np.abs(coef - whole) < 1e-9, whole, coef)
     if not np.allclose(xy1 @ coef, f, rtol=0, atol=1e-12 * max(1.0, float(np.abs(f).max()))):

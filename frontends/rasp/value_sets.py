@@ -106,21 +106,25 @@ class _Questions:
         """(v, form, f there, f at form) for each whole value v of a `typed` input of Map or
         SequenceMap `expr` and each of its forms (int, float), the other inputs at each of
         their values; [] where no input is typed, None where the values are unknown or more
-        than MAX_PAIRS tuples."""
+        than MAX_PAIRS tuples. A SOp that is both of a SequenceMap's inputs holds one value
+        at a position, in one form: f(x, x) is asked at (v, v) only."""
         key = ("forms", expr.unique_id)
         if key not in self.answers:
-            inputs = _inputs(expr)
+            ids = list(dict.fromkeys(s.unique_id for s in _inputs(expr)))
+            slots = [ids.index(s.unique_id) for s in _inputs(expr)]  # (input i's value)
+            inputs = [next(s for s in _inputs(expr) if s.unique_id == i) for i in ids]
             typed = [self.typed(s) for s in inputs]
             spaces = self.spaces(*inputs) if any(typed) else []
             if spaces is None or math.prod(map(len, spaces)) > MAX_PAIRS:
                 self.answers[key] = None
                 return None
             found = []
-            for args in itertools.product(*spaces) if spaces else ():
-                for i, v in enumerate(args):
+            for values in itertools.product(*spaces) if spaces else ():
+                for i, v in enumerate(values):
                     if typed[i] and _whole(v):
-                        a = _call(expr.f, args)
-                        found += [(v, form, a, _call(expr.f, (*args[:i], form, *args[i + 1:])))
+                        a = _call(expr.f, [values[j] for j in slots])
+                        found += [(v, form, a, _call(expr.f, [form if j == i else values[j]
+                                                             for j in slots]))
                                   for form in (int(v), float(v))]
             self.answers[key] = found
         return self.answers[key]
@@ -165,6 +169,30 @@ class _Questions:
             return True
         pred = self._selection(selector)
         return pred is not None and bool(np.all(pred.sum(axis=1) <= 1))
+
+    def always_selects(self, selector) -> bool:
+        """Whether every query selects some key in every input (an Aggregate over it never
+        gives its default): every query its own position (`_selects_self`), or a key value
+        every input holds at a position every query sees (indices' 0, a Full's value) that
+        the predicate selects for each query value; an Or with such a side."""
+        if _selects_self(selector) is True:
+            return True
+        if isinstance(selector, rasp.SelectorOr):
+            return self.always_selects(selector.fst) or self.always_selects(selector.snd)
+        if not isinstance(selector, rasp.Select):
+            return False
+        keys = selector.keys
+        present = [0] if isinstance(keys, rasp.IndicesType) else \
+            [keys.fill] if isinstance(keys, rasp.Full) else []
+        queries = self.of(selector.queries)
+        if not present or not queries:
+            return False
+        try:
+            pred = _selection(selector, [(k,) for k in present], [(q,) for q in queries],
+                              {keys.unique_id: 0}, {selector.queries.unique_id: 0})
+        except _Unsteady:
+            return False
+        return pred is not None and bool(np.all(pred.any(axis=1)))
 
     def one_key(self, selector) -> bool:
         """Whether every query selects at most one key position (`picks_one`, or one
@@ -342,10 +370,13 @@ class ValueSets(_Questions):
         one its source's values and the default; None where nothing is selected and the
         default is None."""
         values, default = self.of(expr.sop), expr.default
-        none = default is None or self.maybe_none(expr.sop)
         if not (rasp.is_numerical(expr) or rasp.is_numerical(expr.sop)):
+            if self.always_selects(expr.selector):  # (the default is never given)
+                return (None if values is None else list(values)), self.maybe_none(expr.sop)
+            none = default is None or self.maybe_none(expr.sop)
             return (None if values is None else
                     _ordered([*values, *([] if default is None else [default])])), none
+        none = default is None or self.maybe_none(expr.sop)
         if values is not None and not all(_is_number(v) for v in values) or \
                 not _is_number(0 if default is None else default):
             return values, none  # (no mean of these: `problems` names the SOp)
