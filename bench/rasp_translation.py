@@ -1,15 +1,16 @@
 """What the RASP frontend's translation costs, as JSON: graphs built per program (the retries:
 token features that did not pay, index reads that were not narrower, sums tabled after a
 refusal: `replans`, by the reason `frontends/rasp/plan.py` names), ops built over all of
-them, ops of the kept graph its output does not read (built, then read through or
-replaced), and translation CPU time beside the whole compile's.
+them (`replanned_in_place`: re-plans that built nothing again), ops of the kept graph its
+output does not read (built, then read through or replaced; `translate` erases them before
+it returns), and translation CPU time beside the whole compile's.
 
     python3 bench/rasp_translation.py                      # tracr's library at 5, 10, 20 and
                                                            # the fuzz campaign's seeds 0..599
     python3 bench/rasp_translation.py --fuzz-seeds 100 --sizes 5,10
 
 A staged translation (value sets, then a plan, then building only what the plan names) should
-bring `graphs_per_program` towards 1 and `unread_share` towards 0 with the same weights
+bring `graphs_per_program` towards 1 and `unread_in_kept_graph` towards 0 with the same weights
 (`bench/weights_digest.py`). One line a set, then the totals; the slowest programs last.
 """
 

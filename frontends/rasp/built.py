@@ -1,5 +1,6 @@
 """Questions about ops already built: the linear op that made a value (`_through_linear`),
-whether a live op reads a value (`_is_read`), how many ops nothing live reads (`_unread`),
+whether a live op reads a value (`_is_read`), how many ops nothing live reads (`_unread`) and
+their erasure once the translation stands (`_prune`),
 whether reading through a linear would keep a wider value in the residual
 (`_wider_only_for`); several reads summed as one (`_summed`)."""
 
@@ -10,7 +11,7 @@ from xdsl.ir import Operation
 
 from twdialect import ops as tw
 from twdialect.dense import to_numpy
-from twdialect.dialect import LinearOp, MlpOp, OutputOp, width_of
+from twdialect.dialect import EmbeddingOp, LinearOp, MlpOp, OutputOp, width_of
 
 from tw_frontends.rasp.nodes import Value
 
@@ -29,6 +30,16 @@ def _unread(graph) -> int:
     embedding's and the position table's unused slices included)."""
     live = _live(graph)
     return sum(op not in live for op in graph.ops)
+
+
+def _prune(block) -> None:
+    """Erase from a finished translation's graph (its block) the ops its outputs do not
+    depend on, the token embedding kept (its feed names it): the module a user reads, runs
+    or passes on computes what the model does, nothing beside it."""
+    live = _live(block)
+    for op in reversed(list(block.ops)):
+        if op not in live and not isinstance(op, EmbeddingOp):
+            block.erase_op(op)
 
 
 def _live(graph) -> set:

@@ -65,7 +65,7 @@ from __future__ import annotations
 from typing import Any
 
 from tw_frontends.rasp.limits import ATOL, RaspError, _FeaturesNoNarrower, _need_tracr
-from tw_frontends.rasp.built import _is_read, _unread
+from tw_frontends.rasp.built import _is_read, _prune, _unread
 from tw_frontends.rasp.graph import RaspGraph, output_codes
 from tw_frontends.rasp.aggregate import _Aggregates
 from tw_frontends.rasp.build import _Graph, checked_arguments
@@ -126,6 +126,7 @@ def translate(program, vocab, max_seq_len: int, causal: bool = False,
         effort["replans"].append(reason)
         plan = following
     rg.effort = {**effort, "unread": _unread(t.graph)}
+    _prune(t.graph.op.body.block)
     return _verified(rg)
 
 
