@@ -57,7 +57,7 @@ The translation in files (one concern each; `docs/newcomer.md` walks through add
 | `reads.py`, `built.py` | how one op reads another's value narrowly |
 | `graph.py` | the translated program (`RaspGraph`) and how its output is coded |
 | `plan.py` | what a translation tries (`Plan`) and what the next tries where it does not stand |
-| this file | `translate`: the stages in order (validate, value sets, plan, build), re-planned until one stands |
+| this file | `translate`: the stages in order (validate, value sets, plan, build), re-planned until one stands, then pruned to what its output reads |
 """
 
 from __future__ import annotations
