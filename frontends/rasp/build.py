@@ -63,18 +63,16 @@ class _Graph:
         self.table_errors: dict[Value, float] = {}  # a table's float32 error (`Plan.error`)
         self.errors: dict[Value, float] = {}  # an Encoded value's float32 error (`Encoded.error`)
         self.seen = 0
-        # whether narrow reads of the token one-hot read columns of the token embedding beside
-        # it (`_token_columns`), grown as the reads ask: their unit columns (the one-hot's rows
-        # @ them) and a column's index by its bytes
-        self.plan = plan
+        self.plan = plan  # (`token_features`, `narrow_indices` read it)
         self.replanned: list[str] = []  # reasons this translation re-planned in place
-        self.token_features = plan.token_features
-        self.features_read = False  # whether a read went through the features (or none)
+        # the token embedding's feature columns (`_token_columns`), grown as the reads ask:
+        # whether a read went through them (or the constant column), their unit columns (the
+        # one-hot's rows @ them) and a column's index by its bytes
+        self.features_read = False
         self.feature_columns: list[np.ndarray] = []
         self.feature_index: dict[bytes, int] = {}
-        # whether a head's value reads the indices one-hot through a position table of
-        # fewer columns (`_narrow_read`), and whether one did
-        self.narrow_indices = plan.narrow_indices
+        # whether a head's value read the indices one-hot through a position table of fewer
+        # columns (`_narrow_read`, where `narrow_indices`)
         self.narrowed_indices = False
         self.squares: Value | None = None  # `_index_squares`
         # answers about the program's functions over its value sets (`_analysis`), which a
@@ -82,6 +80,17 @@ class _Graph:
         self.analyses = analyses
         # every SOp's value set and what only value sets decide (the stage before this one)
         self.sets = sets
+
+    @property
+    def token_features(self) -> bool:
+        """Whether narrow reads of the token one-hot go through feature columns of the
+        embedding (`_token_columns`): the plan's, given up in place by `_without_features`."""
+        return self.plan.token_features
+
+    @property
+    def narrow_indices(self) -> bool:
+        """Whether a head's value reads the indices through a position table of its own."""
+        return self.plan.narrow_indices
 
     def _analysis(self, kind: str, expr, compute: Callable[[], Any]):
         """compute(), once per (kind, expr) across the translations of one program: the
@@ -196,7 +205,6 @@ class _Graph:
         if self.features_read:
             raise _FeaturesNoNarrower()
         self.plan = self.plan.after(FEATURES)
-        self.token_features = False
         self.replanned.append(FEATURES)
 
     def _keys_one_hot(self, head: AttnOp) -> bool:

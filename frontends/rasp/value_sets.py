@@ -110,9 +110,10 @@ class _Questions:
         at a position, in one form: f(x, x) is asked at (v, v) only."""
         key = ("forms", expr.unique_id)
         if key not in self.answers:
-            ids = list(dict.fromkeys(s.unique_id for s in _inputs(expr)))
-            slots = [ids.index(s.unique_id) for s in _inputs(expr)]  # (input i's value)
-            inputs = [next(s for s in _inputs(expr) if s.unique_id == i) for i in ids]
+            inputs = _inputs(expr)
+            slots = list(range(len(inputs)))  # (which of `inputs` each argument of f is)
+            if len(inputs) == 2 and inputs[0].unique_id == inputs[1].unique_id:
+                inputs, slots = inputs[:1], [0, 0]
             typed = [self.typed(s) for s in inputs]
             spaces = self.spaces(*inputs) if any(typed) else []
             if spaces is None or math.prod(map(len, spaces)) > MAX_PAIRS:
@@ -370,13 +371,12 @@ class ValueSets(_Questions):
         one its source's values and the default; None where nothing is selected and the
         default is None."""
         values, default = self.of(expr.sop), expr.default
+        none = default is None or self.maybe_none(expr.sop)
         if not (rasp.is_numerical(expr) or rasp.is_numerical(expr.sop)):
             if self.always_selects(expr.selector):  # (the default is never given)
                 return (None if values is None else list(values)), self.maybe_none(expr.sop)
-            none = default is None or self.maybe_none(expr.sop)
             return (None if values is None else
                     _ordered([*values, *([] if default is None else [default])])), none
-        none = default is None or self.maybe_none(expr.sop)
         if values is not None and not all(_is_number(v) for v in values) or \
                 not _is_number(0 if default is None else default):
             return values, none  # (no mean of these: `problems` names the SOp)
